@@ -1,0 +1,37 @@
+# The two commands of the README. Each bootstraps .venv from nothing on a fresh machine.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: standalone test lint proto clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.run-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(VENV)/.test-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@ $(VENV)/.run-installed
+
+standalone: $(VENV)/.run-installed
+	$(BIN)/velamq standalone --data-dir ./data --broker-port 6650 --http-port 8080
+
+lint: $(VENV)/.test-installed
+	$(BIN)/ruff check velamq tests benchmarks
+	$(BIN)/mypy --strict velamq
+
+test: lint
+	$(BIN)/python -m pytest
+
+# Regenerate the protobuf module from velamq/protocol/_pulsar_api.proto.
+proto: | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]'
+	cd velamq/protocol && PATH=$(abspath $(BIN)):$$PATH $(abspath $(BIN))/python -m grpc_tools.protoc \
+		-I. --python_out=. --mypy_out=. _pulsar_api.proto
+
+clean:
+	rm -rf $(VENV) data .mypy_cache .pytest_cache .ruff_cache

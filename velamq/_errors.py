@@ -1,0 +1,99 @@
+"""The one exception tree of velamq.
+
+    VelamqError
+    ├── ProtocolError                 bytes on the wire that are not a valid Pulsar frame
+    │   ├── FrameTooLargeError        a frame above the negotiated size limit
+    │   ├── ChecksumMismatchError     CRC32C of metadata + payload does not verify
+    │   └── CompressionError          a payload that does not decompress
+    ├── StorageError                  the managed ledger could not do what was asked
+    │   ├── CorruptEntryError         a stored entry whose checksum does not verify
+    │   └── LedgerClosedError         append or read on a closed / deleted ledger
+    ├── MetadataError                 the metadata store could not do what was asked
+    │   ├── NotFoundError             tenant, namespace or topic does not exist      (HTTP 404)
+    │   ├── AlreadyExistsError        it exists already                              (HTTP 409)
+    │   └── PreconditionFailedError   it exists but cannot be changed that way       (HTTP 412)
+    ├── InvalidTopicNameError         a topic or namespace name that does not parse
+    ├── ServerError                   a broker answered a request with a Pulsar ServerError code
+    └── ClientError                   the client could not do what was asked (client tier)
+
+Errors carry structured fields (topic, producer, code) so the broker can translate them into
+Pulsar ServerError codes at one boundary, and the admin API into HTTP status codes.
+"""
+
+from __future__ import annotations
+
+
+class VelamqError(Exception):
+    """Root of every error velamq raises on purpose."""
+
+
+class ProtocolError(VelamqError):
+    """Bytes that are not a valid Pulsar frame or command."""
+
+
+class FrameTooLargeError(ProtocolError):
+    def __init__(self, size_bytes: int, limit_bytes: int) -> None:
+        super().__init__(f"frame of {size_bytes} bytes exceeds the limit of {limit_bytes} bytes")
+        self.size_bytes = size_bytes
+        self.limit_bytes = limit_bytes
+
+
+class ChecksumMismatchError(ProtocolError):
+    def __init__(self, expected: int, actual: int) -> None:
+        super().__init__(f"CRC32C mismatch: frame says {expected:#010x}, computed {actual:#010x}")
+        self.expected = expected
+        self.actual = actual
+
+
+class CompressionError(ProtocolError):
+    """A payload that cannot be compressed or decompressed with the codec it names."""
+
+
+class StorageError(VelamqError):
+    """The managed ledger could not complete an operation."""
+
+
+class CorruptEntryError(StorageError):
+    def __init__(self, where: str, detail: str) -> None:
+        super().__init__(f"corrupt entry in {where}: {detail}")
+        self.where = where
+
+
+class LedgerClosedError(StorageError):
+    """Append or read on a managed ledger that is closed or deleted."""
+
+
+class MetadataError(VelamqError):
+    """The metadata store could not complete an operation."""
+
+
+class NotFoundError(MetadataError):
+    pass
+
+
+class AlreadyExistsError(MetadataError):
+    pass
+
+
+class PreconditionFailedError(MetadataError):
+    pass
+
+
+class InvalidTopicNameError(VelamqError, ValueError):
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"invalid topic name {name!r}: {reason}")
+        self.name = name
+        self.reason = reason
+
+
+class ServerError(VelamqError):
+    """A broker answered with a Pulsar ServerError code (see protocol's ServerError enum)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"server error {code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class ClientError(VelamqError):
+    """The client could not complete an operation."""
