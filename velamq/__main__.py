@@ -1,0 +1,3 @@
+from velamq.cli._main import main
+
+raise SystemExit(main())

@@ -1,0 +1,96 @@
+"""Pulsar topic names (WC-2).
+
+    x                                   -> persistent://public/default/x
+    tenant/ns/x                         -> persistent://tenant/ns/x
+    persistent://tenant/ns/x            -> itself
+    non-persistent://tenant/ns/x        -> itself
+    persistent://prop/cluster/ns/x      -> V1 name (cluster kept in the namespace part)
+    <topic>-partition-<n>               -> partition n of the partitioned topic <topic>
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from velamq._errors import InvalidTopicNameError
+
+DOMAINS = ("persistent", "non-persistent")
+PARTITION_SUFFIX = "-partition-"
+_PARTITION_RE = re.compile(r"^(.*)-partition-(\d+)$")
+_NAME_PART_RE = re.compile(r"^[-=:.\w]+$")
+
+
+def _check_part(full: str, part: str, what: str) -> None:
+    if not part or not _NAME_PART_RE.match(part):
+        raise InvalidTopicNameError(full, f"bad {what} {part!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicName:
+    domain: str
+    tenant: str
+    namespace_part: str  # "ns", or "cluster/ns" for V1 names
+    local_name: str  # includes any -partition-N suffix
+
+    @classmethod
+    def parse(cls, name: str) -> TopicName:
+        if not name or len(name) > 2048:
+            raise InvalidTopicNameError(name, "empty or too long")
+        rest = name
+        domain = "persistent"
+        if "://" in name:
+            domain, rest = name.split("://", 1)
+            if domain not in DOMAINS:
+                raise InvalidTopicNameError(name, f"unknown domain {domain!r}")
+            parts = rest.split("/")
+            if len(parts) == 3:
+                tenant, ns, local = parts
+            elif len(parts) == 4:
+                tenant, cluster, ns, local = parts
+                _check_part(name, cluster, "cluster")
+                ns = f"{cluster}/{ns}"
+            else:
+                raise InvalidTopicNameError(name, "expected domain://tenant/namespace/topic")
+        else:
+            parts = rest.split("/")
+            if len(parts) == 1:
+                tenant, ns, local = "public", "default", parts[0]
+            elif len(parts) == 3:
+                tenant, ns, local = parts
+            else:
+                raise InvalidTopicNameError(name, "expected topic or tenant/namespace/topic")
+        _check_part(name, tenant, "tenant")
+        for p in ns.split("/"):
+            _check_part(name, p, "namespace")
+        if not local or "/" in local or local.strip() != local or "\n" in local:
+            raise InvalidTopicNameError(name, f"bad local name {local!r}")
+        return cls(domain, tenant, ns, local)
+
+    @property
+    def namespace(self) -> str:
+        return f"{self.tenant}/{self.namespace_part}"
+
+    @property
+    def persistent(self) -> bool:
+        return self.domain == "persistent"
+
+    @property
+    def partition_index(self) -> int:
+        """The partition number, or -1 if this is not a partition of a partitioned topic."""
+        m = _PARTITION_RE.match(self.local_name)
+        return int(m.group(2)) if m else -1
+
+    @property
+    def partitioned_parent(self) -> TopicName:
+        """The partitioned topic this partition belongs to (itself if not a partition)."""
+        m = _PARTITION_RE.match(self.local_name)
+        if not m:
+            return self
+        return TopicName(self.domain, self.tenant, self.namespace_part, m.group(1))
+
+    def partition(self, index: int) -> TopicName:
+        return TopicName(self.domain, self.tenant, self.namespace_part, f"{self.local_name}{PARTITION_SUFFIX}{index}")
+
+    def __str__(self) -> str:
+        return f"{self.domain}://{self.tenant}/{self.namespace_part}/{self.local_name}"

@@ -1,0 +1,133 @@
+"""A `velamq standalone` child process on free ports, started and stopped like a real deployment."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+READY_MARKER = "velamq standalone ready"
+start_timeout_s = 30.0
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class BrokerProcess:
+    """One broker process. Ports and data dir stay the same across stop/kill and start."""
+
+    def __init__(self, data_dir: Path, extra_args: Sequence[str] = (), log_path: Path | None = None) -> None:
+        self.data_dir = data_dir
+        self.broker_port = free_port()
+        self.http_port = free_port()
+        self.extra_args = list(extra_args)
+        self.log_path = log_path or (data_dir.parent / f"{data_dir.name}.log")
+        self._proc: subprocess.Popen[str] | None = None
+        self._lines: list[str] = []
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://127.0.0.1:{self.broker_port}"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def output(self) -> str:
+        """Everything the broker printed so far (stdout and stderr)."""
+        return "".join(self._lines)
+
+    def start(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            raise RuntimeError("broker already running")
+        cmd = [
+            sys.executable, "-m", "velamq", "standalone",
+            "--data-dir", str(self.data_dir),
+            "--broker-port", str(self.broker_port),
+            "--http-port", str(self.http_port),
+            "--advertised-address", "127.0.0.1",
+            *self.extra_args,
+        ]
+        self._proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        ready = threading.Event()
+        proc = self._proc
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            with open(self.log_path, "a") as log:
+                for line in proc.stdout:
+                    self._lines.append(line)
+                    log.write(line)
+                    log.flush()
+                    if READY_MARKER in line:
+                        ready.set()
+
+        threading.Thread(target=pump, daemon=True, name="broker-output").start()
+        deadline = time.monotonic() + start_timeout_s
+        while not ready.wait(0.05):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"broker did not start:\n{self.output[-4000:]}")
+
+    def stop(self, timeout_s: float = 15.0) -> int:
+        """SIGTERM and wait: a clean shutdown. Returns the exit code."""
+        proc = self._proc
+        if proc is None:
+            return 0
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._proc = None
+        return proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would: nothing is flushed."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        self._proc = None
+
+
+@contextlib.contextmanager
+def run_broker(data_dir: str | Path | None = None, extra_args: Sequence[str] = ()) -> Iterator[BrokerProcess]:
+    """Start a broker on free ports; stop it (SIGTERM) and remove a temporary data dir on exit."""
+    tmp = None
+    if data_dir is None:
+        tmp = tempfile.mkdtemp(prefix="velamq-test-")
+        data_dir = Path(tmp) / "data"
+    broker = BrokerProcess(Path(data_dir), extra_args)
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
