@@ -1,0 +1,167 @@
+"""A loaded topic: its managed ledger, producers and subscriptions. Lives on the broker loop.
+
+Publish path: SEND → Topic.publish → ManagedLedger.append (durable under the sync policy) →
+receipt and a wake-up of every subscription's dispatcher. Positions are assigned in call order,
+so receipts for one producer go out in the order its sends arrived.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from velamq._clock import Clock
+from velamq._topic_name import TopicName
+from velamq.broker._stats import SubscriptionMetrics, TopicMetrics
+from velamq.broker._subscription import Subscription, SubType
+from velamq.storage import ManagedCursor, ManagedLedger, Position
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False, slots=True)
+class Producer:
+    connection: Any  # the ServerConnection; typed loosely to keep this module free of it
+    producer_id: int
+    name: str
+    topic: Topic
+    epoch: int
+    access_mode: int
+    msg_in_total: int = 0
+    bytes_in_total: int = 0
+    pending_publishes: int = 0
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+class Topic:
+    def __init__(self, name: TopicName, ledger: ManagedLedger, clock: Clock) -> None:
+        self.name = name
+        self.full_name = str(name)
+        self.ledger = ledger
+        self.clock = clock
+        self.partition_index = name.partition_index
+        self.producers: dict[str, Producer] = {}
+        self.subscriptions: dict[str, Subscription] = {}
+        self.msg_in_total = 0
+        self.bytes_in_total = 0
+        self.closed = False
+        self._subscribe_lock = asyncio.Lock()
+
+    # ---- producers -------------------------------------------------------------------------------
+
+    def add_producer(self, producer: Producer) -> str | None:
+        """Register a producer; returns an error text (ProducerBusy) instead of raising."""
+        existing = self.producers.get(producer.name)
+        if existing is not None and existing is not producer:
+            if existing.connection is producer.connection or producer.epoch <= existing.epoch:
+                return f"producer with name '{producer.name}' is already connected to topic {self.full_name}"
+            # A reconnecting producer (higher epoch) replaces its stale registration.
+            existing.connection.forget_producer(existing)
+        self.producers[producer.name] = producer
+        return None
+
+    def remove_producer(self, producer: Producer) -> None:
+        if self.producers.get(producer.name) is producer:
+            del self.producers[producer.name]
+
+    def publish(self, producer: Producer, entry: bytes, num_messages: int) -> asyncio.Future[Position]:
+        future = asyncio.ensure_future(self.ledger.append(entry))
+        producer.msg_in_total += num_messages
+        producer.bytes_in_total += len(entry)
+        self.msg_in_total += num_messages
+        self.bytes_in_total += len(entry)
+        future.add_done_callback(self._appended)
+        return future
+
+    def _appended(self, future: asyncio.Future[Position]) -> None:
+        if future.cancelled() or future.exception() is not None:
+            return
+        for subscription in self.subscriptions.values():
+            subscription.wake()
+
+    # ---- subscriptions ---------------------------------------------------------------------------
+
+    async def subscription(
+        self,
+        name: str,
+        sub_type: SubType,
+        durable: bool,
+        initial_earliest: bool,
+        start: Position | None,
+        make_non_durable_cursor: Callable[[ManagedLedger, str, Position], ManagedCursor],
+    ) -> Subscription:
+        """The named subscription, created if needed. `start` is the non-durable start mark-delete."""
+        async with self._subscribe_lock:
+            existing = self.subscriptions.get(name)
+            if existing is not None:
+                return existing
+            if durable:
+                cursor = await self.ledger.open_cursor(name, "earliest" if initial_earliest else "latest")
+            else:
+                mark_delete = start if start is not None else self._latest_mark_delete()
+                cursor = make_non_durable_cursor(self.ledger, name, mark_delete)
+            subscription = Subscription(name, self.ledger, cursor, sub_type, durable, self.partition_index, self.clock)
+            self.subscriptions[name] = subscription
+            return subscription
+
+    def _latest_mark_delete(self) -> Position:
+        last = self.ledger.last_confirmed
+        return last if last is not None else Position(self.ledger.current_ledger_id, -1)
+
+    async def remove_subscription(self, name: str, delete_cursor: bool) -> None:
+        subscription = self.subscriptions.pop(name, None)
+        if subscription is not None:
+            await subscription.close()
+        if delete_cursor and name in self.ledger.cursors:
+            await self.ledger.delete_cursor(name)
+
+    # ---- figures and lifecycle -------------------------------------------------------------------
+
+    def metrics(self) -> TopicMetrics:
+        subs = []
+        for name, s in self.subscriptions.items():
+            md = s.cursor.mark_delete_position
+            subs.append(
+                SubscriptionMetrics(
+                    name=name,
+                    type=s.sub_type.name.title().replace("Key_shared", "Key_Shared"),
+                    consumers=len(s.consumers),
+                    backlog_entries=s.backlog,
+                    unacked_messages=s.unacked_messages,
+                    msg_out_total=s.msg_out_total,
+                    bytes_out_total=s.bytes_out_total,
+                    mark_delete_position=f"{md.ledger_id}:{md.entry_id}",
+                )
+            )
+        for name, cursor in self.ledger.cursors.items():
+            if name not in self.subscriptions:
+                md = cursor.mark_delete_position
+                subs.append(
+                    SubscriptionMetrics(name, "Exclusive", 0, cursor.backlog, 0, 0, 0, f"{md.ledger_id}:{md.entry_id}")
+                )
+        return TopicMetrics(
+            topic=self.full_name,
+            producers=len(self.producers),
+            consumers=sum(len(s.consumers) for s in self.subscriptions.values()),
+            msg_in_total=self.msg_in_total,
+            bytes_in_total=self.bytes_in_total,
+            msg_out_total=sum(s.msg_out_total for s in self.subscriptions.values()),
+            bytes_out_total=sum(s.bytes_out_total for s in self.subscriptions.values()),
+            storage_size_bytes=self.ledger.size_bytes,
+            entries_total=self.ledger.entries_total,
+            backlog_entries=max((s.backlog_entries for s in subs), default=0),
+            subscriptions=tuple(subs),
+        )
+
+    @property
+    def in_use(self) -> bool:
+        return bool(self.producers) or any(s.consumers for s in self.subscriptions.values())
+
+    async def close(self) -> None:
+        self.closed = True
+        for subscription in list(self.subscriptions.values()):
+            await subscription.close()
+        self.subscriptions.clear()

@@ -1,0 +1,43 @@
+"""The Pulsar wire codec, sans-IO: bytes in, commands out, and back. Never imports asyncio or sockets.
+
+    pb                      the generated protobuf module (BaseCommand, MessageMetadata, ...)
+    FrameDecoder            split a byte stream into Frames (command + entry)
+    encode_command          a simple command as bytes
+    encode_payload_command  SEND / MESSAGE around a checksummed entry
+    build_entry / split_entry / parse_entry_metadata / verify_entry
+    build_batch / parse_batch / entry_messages
+    compress / decompress / codec_from_name
+"""
+
+from velamq.protocol import _pulsar_api_pb2 as pb
+from velamq.protocol._batch import build_batch, entry_messages, parse_batch
+from velamq.protocol._compression import codec_from_name, compress, decompress
+from velamq.protocol._entry import (
+    build_entry,
+    crc32c,
+    parse_entry_metadata,
+    split_entry,
+    verify_entry,
+    with_checksum,
+)
+from velamq.protocol._frames import Frame, FrameDecoder, encode_command, encode_payload_command
+
+__all__ = [
+    "Frame",
+    "FrameDecoder",
+    "build_batch",
+    "build_entry",
+    "codec_from_name",
+    "compress",
+    "crc32c",
+    "decompress",
+    "encode_command",
+    "encode_payload_command",
+    "entry_messages",
+    "parse_batch",
+    "parse_entry_metadata",
+    "pb",
+    "split_entry",
+    "verify_entry",
+    "with_checksum",
+]

@@ -1,0 +1,137 @@
+"""Pulsar frames: split a byte stream into commands, and join commands into bytes. Sans-IO.
+
+Byte layout (all integers big-endian):
+
+    simple command   [u32 total_size][u32 command_size][BaseCommand]
+                     total_size = 4 + command_size
+    payload command  [u32 total_size][u32 command_size][BaseCommand][entry]
+    (SEND, MESSAGE)  total_size counts every byte after itself
+
+    entry            [u16 0x0e01][u32 CRC32C][u32 metadata_size][MessageMetadata][payload]
+                     the CRC covers everything after the CRC field
+    entry, old form  [u32 metadata_size][MessageMetadata][payload]     (no magic: no checksum)
+    broker entry     [u16 0x0e02][u32 size][BrokerEntryMetadata]  may precede the entry in MESSAGE;
+    metadata         velamq never sends it and skips it on receipt
+
+velamq stores and forwards the entry in its checksummed form, exactly as the producer sent it
+(WC-5): the broker never re-encodes metadata or payload. An entry that arrives without a checksum
+is given one (the bytes of metadata and payload are unchanged).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from velamq._errors import ChecksumMismatchError, FrameTooLargeError, ProtocolError
+from velamq.protocol import _pulsar_api_pb2 as pb
+from velamq.protocol._entry import BROKER_ENTRY_MAGIC, CHECKSUM_MAGIC, verify_entry, with_checksum
+
+_U32 = struct.Struct(">I")
+_U16 = struct.Struct(">H")
+_HEADER = struct.Struct(">II")
+
+# The smallest possible frame: total_size=4+command_size with an empty command is invalid anyway.
+_command_bytes_max = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One decoded frame: the command and, for SEND/MESSAGE, the checksummed entry bytes."""
+
+    command: pb.BaseCommand
+    entry: bytes | None = None
+    # False when the entry's CRC32C does not verify: the broker answers SEND_ERROR ChecksumError
+    # for that one send and keeps the connection (the frame itself was well formed).
+    checksum_valid: bool = True
+
+
+def encode_command(command: pb.BaseCommand) -> bytes:
+    body = command.SerializeToString()
+    return _HEADER.pack(4 + len(body), len(body)) + body
+
+
+def encode_payload_command(command: pb.BaseCommand, entry: bytes) -> bytes:
+    """A SEND or MESSAGE frame around an entry that is already in checksummed form."""
+    body = command.SerializeToString()
+    return b"".join((_HEADER.pack(4 + len(body) + len(entry), len(body)), body, entry))
+
+
+class FrameDecoder:
+    """Feed bytes as they arrive; get whole frames out. Raises ProtocolError subclasses on bad input.
+
+    After an error the decoder is unusable: the caller closes the connection (OP-6).
+    """
+
+    __slots__ = ("_buffer", "frame_bytes_max", "verify_checksums")
+
+    def __init__(self, frame_bytes_max: int, verify_checksums: bool = True) -> None:
+        self._buffer = bytearray()
+        self.frame_bytes_max = frame_bytes_max
+        self.verify_checksums = verify_checksums
+
+    @property
+    def buffered_bytes(self) -> int:
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[Frame]:
+        buf = self._buffer
+        buf += data
+        frames: list[Frame] = []
+        offset = 0
+        end = len(buf)
+        while end - offset >= 4:
+            (total,) = _U32.unpack_from(buf, offset)
+            if total > self.frame_bytes_max:
+                raise FrameTooLargeError(total, self.frame_bytes_max)
+            if total < 4:
+                raise ProtocolError(f"frame size {total} is smaller than its command-size field")
+            if end - offset - 4 < total:
+                break
+            start = offset + 4
+            offset = start + total
+            frames.append(self._decode_frame(bytes(buf[start:offset])))
+        if offset:
+            del buf[:offset]
+        return frames
+
+    def _decode_frame(self, frame: bytes) -> Frame:
+        (command_size,) = _U32.unpack_from(frame, 0)
+        if command_size > len(frame) - 4 or command_size > _command_bytes_max:
+            raise ProtocolError(f"command size {command_size} exceeds frame size {len(frame)}")
+        command = pb.BaseCommand()
+        try:
+            command.ParseFromString(frame[4 : 4 + command_size])
+        except (DecodeError, RuntimeError, ValueError) as exc:
+            raise ProtocolError(f"undecodable command: {exc}") from None
+        if len(frame) == 4 + command_size:
+            return Frame(command)
+        try:
+            return Frame(command, self._entry(frame[4 + command_size :]))
+        except ChecksumMismatchError:
+            return Frame(command, frame[4 + command_size :], checksum_valid=False)
+
+    def _entry(self, rest: bytes) -> bytes:
+        if len(rest) >= 2 and _U16.unpack_from(rest, 0)[0] == BROKER_ENTRY_MAGIC:
+            if len(rest) < 6:
+                raise ProtocolError("truncated broker entry metadata")
+            (size,) = _U32.unpack_from(rest, 2)
+            rest = rest[6 + size :]
+        if len(rest) >= 2 and _U16.unpack_from(rest, 0)[0] == CHECKSUM_MAGIC:
+            if self.verify_checksums:
+                verify_entry(rest)
+            else:
+                _check_entry_shape(rest, 6)
+            return rest
+        _check_entry_shape(rest, 0)
+        return with_checksum(rest)
+
+
+def _check_entry_shape(entry: bytes, metadata_size_at: int) -> None:
+    if len(entry) < metadata_size_at + 4:
+        raise ProtocolError("truncated entry")
+    (meta_size,) = _U32.unpack_from(entry, metadata_size_at)
+    if meta_size > len(entry) - metadata_size_at - 4:
+        raise ProtocolError(f"metadata size {meta_size} exceeds the entry")
