@@ -26,6 +26,8 @@ class ConsumerConnection(Protocol):
 
     def send_command(self, command: pb.BaseCommand) -> None: ...
 
+    def forget_consumer(self, consumer: Consumer) -> None: ...
+
 
 class Consumer:
     __slots__ = (

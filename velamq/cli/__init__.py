@@ -1,0 +1,1 @@
+"""The `velamq` command line."""

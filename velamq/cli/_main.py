@@ -1,0 +1,41 @@
+"""`velamq` entry point: subcommands and their flags."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from velamq import __version__
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="velamq", description="A Pulsar-compatible message broker in Python.")
+    parser.add_argument("--version", action="version", version=f"velamq {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    standalone = commands.add_parser("standalone", help="run a single-node broker with durable storage")
+    standalone.add_argument("--data-dir", type=Path, help="where ledgers and metadata live (default ./data)")
+    standalone.add_argument("--broker-port", type=int, help="Pulsar binary protocol port (default 6650)")
+    standalone.add_argument("--http-port", type=int, help="admin REST and metrics port (default 8080)")
+    standalone.add_argument("--config", type=Path, help="Pulsar-style key=value config file")
+    standalone.add_argument("--bind-address", help="address to listen on (default 0.0.0.0)")
+    standalone.add_argument("--advertised-address", help="host name clients are told to connect to (default localhost)")
+    standalone.add_argument(
+        "--sync-policy", choices=["fsync", "none"], help="fsync before each receipt (default) or never (unsafe)"
+    )
+    standalone.add_argument("--max-message-size", type=int, help="bytes; told to clients (default 5 MiB)")
+    standalone.add_argument("--uvloop", action="store_true", default=None, help="run on uvloop instead of asyncio")
+    standalone.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "standalone":
+        from velamq.cli._standalone import run_standalone
+
+        return run_standalone(args)
+    print(f"unknown command {args.command}", file=sys.stderr)
+    return 2
