@@ -346,6 +346,7 @@ class ServerConnection(asyncio.Protocol):
             raise BrokerRequestError(pb.ProducerBusy, f"topic {topic.full_name} already has producers")
         if any(p.access_mode != pb.Shared and p.name != producer_name for p in topic.producers.values()):
             raise BrokerRequestError(pb.ProducerBusy, f"topic {topic.full_name} has an exclusive producer")
+        await topic.refresh_dedup(await self.service.dedup_enabled(name))
         error = topic.add_producer(producer)
         if error is not None:
             raise BrokerRequestError(pb.ProducerBusy, error)
@@ -362,7 +363,8 @@ class ServerConnection(asyncio.Protocol):
         r = reply.producer_success
         r.request_id = request.request_id
         r.producer_name = producer.name
-        r.last_sequence_id = -1
+        dedup = producer.topic.dedup
+        r.last_sequence_id = dedup.last_sequence_id(producer.name) if dedup is not None else -1
         if request.HasField("schema"):
             r.schema_version = self.service.schema_version(producer.topic.full_name)
         r.producer_ready = True
@@ -389,7 +391,18 @@ class ServerConnection(asyncio.Protocol):
             self.send_command(reply)
             return
         entry = frame.entry
-        future = producer.topic.publish(producer, entry, send.num_messages if send.HasField("num_messages") else 1)
+        dedup_checked = True
+        if send.is_chunk and producer.topic.dedup is not None:
+            metadata = parse_entry_metadata(entry)
+            dedup_checked = metadata.chunk_id == metadata.num_chunks_from_msg - 1
+        future = producer.topic.publish(
+            producer,
+            entry,
+            send.num_messages if send.HasField("num_messages") else 1,
+            send.sequence_id,
+            send.highest_sequence_id,
+            dedup_checked,
+        )
         self._pending_publish_bytes += len(entry)
         if (
             not self._reading_paused
@@ -429,8 +442,8 @@ class ServerConnection(asyncio.Protocol):
         r.sequence_id = sequence_id
         if highest is not None:
             r.highest_sequence_id = highest
-        r.message_id.ledgerId = position.ledger_id
-        r.message_id.entryId = position.entry_id
+        r.message_id.ledgerId = unsigned64(position.ledger_id)
+        r.message_id.entryId = unsigned64(position.entry_id)
         self.send_command(reply)
 
     def _on_close_producer(self, frame: Frame) -> None:

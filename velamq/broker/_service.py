@@ -168,6 +168,10 @@ class BrokerService:
         if not await self._metadata.namespace_exists(name.namespace):
             raise BrokerRequestError(pb.TopicNotFound, f"namespace {name.namespace} does not exist")
 
+    async def dedup_enabled(self, name: TopicName) -> bool:
+        policies = await self._metadata.get_policies(name.namespace)
+        return bool(policies.get("deduplicationEnabled", False))
+
     def loaded_topic(self, full_name: str) -> Topic | None:
         return self.topics.get(full_name)
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from functools import partial
 from dataclasses import dataclass, field
 from typing import Any
 
 from velamq._clock import Clock
 from velamq._topic_name import TopicName
+from velamq.broker._dedup import DUPLICATE_POSITION, Deduplication
 from velamq.broker._stats import SubscriptionMetrics, TopicMetrics
 from velamq.broker._subscription import Subscription, SubType
 from velamq.storage import ManagedCursor, ManagedLedger, Position
@@ -48,6 +50,7 @@ class Topic:
         self.msg_in_total = 0
         self.bytes_in_total = 0
         self.closed = False
+        self.dedup: Deduplication | None = None
         self._subscribe_lock = asyncio.Lock()
 
     # ---- producers -------------------------------------------------------------------------------
@@ -67,13 +70,40 @@ class Topic:
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
 
-    def publish(self, producer: Producer, entry: bytes, num_messages: int) -> asyncio.Future[Position]:
-        future = asyncio.ensure_future(self.ledger.append(entry))
+    async def refresh_dedup(self, enabled: bool) -> None:
+        if not enabled:
+            self.dedup = None
+        elif self.dedup is None:
+            dedup = Deduplication()
+            await dedup.recover(self.ledger)
+            if self.dedup is None:
+                self.dedup = dedup
+
+    def publish(
+        self,
+        producer: Producer,
+        entry: bytes,
+        num_messages: int,
+        sequence_id: int,
+        highest_sequence_id: int,
+        dedup_checked: bool,
+    ) -> asyncio.Future[Position]:
+        """Append an entry. With deduplication on, a duplicate resolves at once to (-1, -1).
+        `dedup_checked` is False for all chunks of a chunked message but the last."""
+        dedup = self.dedup
+        if dedup is not None and dedup_checked and dedup.is_duplicate(producer.name, sequence_id, highest_sequence_id):
+            done: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+            done.set_result(DUPLICATE_POSITION)
+            return done
+        future: asyncio.Future[Position] = asyncio.ensure_future(self.ledger.append(entry))
         producer.msg_in_total += num_messages
         producer.bytes_in_total += len(entry)
         self.msg_in_total += num_messages
         self.bytes_in_total += len(entry)
         future.add_done_callback(self._appended)
+        if dedup is not None and dedup_checked:
+            seq = max(sequence_id, highest_sequence_id)
+            future.add_done_callback(partial(_dedup_done, dedup, producer.name, seq))
         return future
 
     def _appended(self, future: asyncio.Future[Position]) -> None:
@@ -165,3 +195,10 @@ class Topic:
         for subscription in list(self.subscriptions.values()):
             await subscription.close()
         self.subscriptions.clear()
+
+
+def _dedup_done(dedup: Deduplication, producer_name: str, sequence_id: int, future: asyncio.Future[Position]) -> None:
+    if future.cancelled() or future.exception() is not None:
+        dedup.failed(producer_name)
+    else:
+        dedup.persisted_up_to(producer_name, sequence_id)

@@ -1,0 +1,131 @@
+"""The route table: (method, path pattern) -> handler, with path parameters.
+
+Patterns are "/"-separated segments; each is a literal, `{name}` (any one segment) or
+`{name:a|b}` (one of the listed values). Segments are matched after percent-decoding, so an
+encoded "/" inside a topic name stays inside its segment.
+
+When several patterns match a path, the most specific wins, segment by segment from the left:
+literal before alternatives before a free parameter. So "/admin/v2/namespaces/{t}/{ns}/topics"
+beats "/admin/v2/{domain}/{t}/{ns}/{topic}" even without the domain's alternatives. A path that
+matches but not with that method is 405 (with Allow); no match at all is 404. HEAD is served by
+the GET handler (the server drops the body).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from velamq.admin._http import HttpError, Request, Response
+
+if TYPE_CHECKING:
+    from velamq.admin._backend import BrokerBackend
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """What a handler gets: the broker, the request and the path parameters."""
+
+    backend: BrokerBackend
+    request: Request
+    params: Mapping[str, str]
+
+
+Handler = Callable[[Call], Awaitable[Response]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Segment:
+    literal: str | None = None  # a literal segment
+    name: str | None = None  # a parameter's name
+    choices: frozenset[str] | None = None  # allowed values of a constrained parameter
+
+    @property
+    def rank(self) -> int:
+        return 0 if self.literal is not None else 1 if self.choices is not None else 2
+
+    def matches(self, value: str) -> bool:
+        if self.literal is not None:
+            return value == self.literal
+        if self.choices is not None:
+            return value in self.choices
+        return value != ""
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    method: str
+    pattern: str
+    handler: Handler
+    segments: tuple[_Segment, ...]
+
+    @property
+    def shape(self) -> tuple[tuple[str | None, frozenset[str] | None], ...]:
+        return tuple((s.literal, s.choices) for s in self.segments)
+
+    @property
+    def specificity(self) -> tuple[int, ...]:
+        return tuple(s.rank for s in self.segments)
+
+    def match(self, segments: tuple[str, ...]) -> dict[str, str] | None:
+        if len(segments) != len(self.segments):
+            return None
+        params: dict[str, str] = {}
+        for pattern, value in zip(self.segments, segments, strict=True):
+            if not pattern.matches(value):
+                return None
+            if pattern.name is not None:
+                params[pattern.name] = value
+        return params
+
+
+def _parse_pattern(pattern: str) -> tuple[_Segment, ...]:
+    if not pattern.startswith("/"):
+        raise ValueError(f"route pattern must start with '/': {pattern!r}")
+    segments: list[_Segment] = []
+    for part in pattern.split("/")[1:]:
+        if part.startswith("{") and part.endswith("}"):
+            name, _, choices = part[1:-1].partition(":")
+            if not name.isidentifier():
+                raise ValueError(f"bad parameter {part!r} in {pattern!r}")
+            segments.append(_Segment(name=name, choices=frozenset(choices.split("|")) if choices else None))
+        else:
+            segments.append(_Segment(literal=part))
+    return tuple(segments)
+
+
+class Router:
+    def __init__(self) -> None:
+        self._routes: list[Route] = []
+
+    def add(self, method: str, pattern: str, handler: Handler) -> None:
+        route = Route(method.upper(), pattern, handler, _parse_pattern(pattern))
+        for existing in self._routes:
+            # Same method and same shape (parameter names aside): the later one could never match.
+            if existing.method == route.method and existing.shape == route.shape:
+                raise ValueError(f"duplicate route {method} {pattern} (same as {existing.pattern})")
+        self._routes.append(route)
+        # Most specific first, so resolve() can take the first match.
+        self._routes.sort(key=lambda r: r.specificity)
+
+    @property
+    def routes(self) -> tuple[Route, ...]:
+        return tuple(self._routes)
+
+    def resolve(self, method: str, segments: tuple[str, ...]) -> tuple[Handler, dict[str, str]]:
+        """The handler and path parameters for a request; HttpError 404 or 405 if there is none."""
+        wanted = "GET" if method == "HEAD" else method
+        allowed: set[str] = set()
+        for route in self._routes:
+            params = route.match(segments)
+            if params is None:
+                continue
+            if route.method == wanted:
+                return route.handler, params
+            allowed.add(route.method)
+        if allowed:
+            if "GET" in allowed:
+                allowed.add("HEAD")
+            raise HttpError(405, "Method not allowed", headers=(("Allow", ", ".join(sorted(allowed))),))
+        raise HttpError(404, "Not found")

@@ -1,0 +1,163 @@
+"""Namespaces and their policies: /admin/v2/namespaces/... (WC-4).
+
+    GET    /admin/v2/namespaces/{tenant}                           ["tenant/ns", ...]; 404
+    PUT    /admin/v2/namespaces/{tenant}/{ns}                      204; 404 tenant; 409 exists
+    GET    /admin/v2/namespaces/{tenant}/{ns}                      Policies (Pulsar's shape); 404
+    DELETE /admin/v2/namespaces/{tenant}/{ns}                      204; 404; 409 while it has topics
+    GET    .../{ns}/deduplication                                  true/false, 204 if never set
+    POST   .../{ns}/deduplication           body true|false        204
+    DELETE .../{ns}/deduplication                                  204 (back to the broker default)
+    GET    .../{ns}/schemaCompatibilityStrategy                    "FORWARD" (or "UNDEFINED")
+    PUT    .../{ns}/schemaCompatibilityStrategy  body "FORWARD"    204; 400 unknown strategy
+    GET    .../{ns}/topics?mode=PERSISTENT|NON_PERSISTENT|ALL      full names, partitions included
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Collection
+from typing import Any, Final
+
+from velamq._errors import PreconditionFailedError
+from velamq._topic_name import TopicName
+from velamq.admin._http import HttpError, Response
+from velamq.admin._params import bool_body, bool_param, namespace_of, object_body, require_namespace, string_body
+from velamq.admin._router import Call, Router
+from velamq.metadata import DEFAULT_CLUSTER, MetadataStore
+
+DEDUPLICATION: Final = "deduplicationEnabled"
+SCHEMA_COMPATIBILITY: Final = "schema_compatibility_strategy"
+
+SCHEMA_COMPATIBILITY_STRATEGIES: Final = frozenset({
+    "UNDEFINED", "ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD", "FULL",
+    "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE",
+})
+
+# What Pulsar's GET namespace shows for a namespace created with no policies (standalone defaults);
+# the policies stored for the namespace are laid over it.
+POLICY_DEFAULTS: Final[dict[str, Any]] = {
+    "auth_policies": {"namespace_auth": {}, "destination_auth": {}, "subscription_auth_roles": {}},
+    "replication_clusters": [DEFAULT_CLUSTER],
+    "bundles": {
+        "boundaries": ["0x00000000", "0x40000000", "0x80000000", "0xc0000000", "0xffffffff"],
+        "numBundles": 4,
+    },
+    "backlog_quota_map": {},
+    "clusterDispatchRate": {},
+    "topicDispatchRate": {},
+    "subscriptionDispatchRate": {},
+    "replicatorDispatchRate": {},
+    "clusterSubscribeRate": {},
+    "publishMaxMessageRate": {},
+    "latency_stats_sample_rate": {},
+    "deleted": False,
+    "encryption_required": False,
+    "subscription_auth_mode": "None",
+    "offload_threshold": -1,
+    "offload_threshold_in_seconds": -1,
+    "schema_auto_update_compatibility_strategy": "Full",
+    "schema_compatibility_strategy": "UNDEFINED",
+    "is_allow_auto_update_schema": True,
+    "schema_validation_enforced": False,
+    "subscription_types_enabled": [],
+    "properties": {},
+}
+
+TOPIC_MODES: Final = {
+    "PERSISTENT": ("persistent",),
+    "NON_PERSISTENT": ("non-persistent",),
+    "ALL": ("persistent", "non-persistent"),
+}
+
+
+async def namespace_topics(metadata: MetadataStore, ns: str, domains: Collection[str]) -> list[str]:
+    """Topics of a namespace as Pulsar lists them: non-partitioned topics and every partition of each
+    partitioned topic (Pulsar creates partitions eagerly, velamq lazily: list them all the same)."""
+    names = set(await metadata.list_topics(ns))
+    for parent in await metadata.list_partitioned_topics(ns):
+        parent_name = TopicName.parse(parent)
+        if parent_name.domain in domains:
+            partitions = await metadata.get_partitions(parent)
+            names.update(str(parent_name.partition(i)) for i in range(partitions))
+    return sorted(n for n in names if TopicName.parse(n).domain in domains)
+
+
+async def list_namespaces(call: Call) -> Response:
+    return Response.json(await call.backend.metadata.list_namespaces(call.params["tenant"]))
+
+
+async def create_namespace(call: Call) -> Response:
+    await call.backend.metadata.create_namespace(namespace_of(call), object_body(call))
+    return Response.no_content()
+
+
+async def get_namespace(call: Call) -> Response:
+    stored = await call.backend.metadata.get_policies(namespace_of(call))
+    return Response.json({**copy.deepcopy(POLICY_DEFAULTS), **stored})
+
+
+async def delete_namespace(call: Call) -> Response:
+    if bool_param(call, "force"):
+        # Pulsar's default (forceDeleteNamespaceAllowed=false); recursive deletion is not offered.
+        raise HttpError(405, "Broker doesn't allow forced deletion of namespaces")
+    try:
+        await call.backend.metadata.delete_namespace(namespace_of(call))
+    except PreconditionFailedError as exc:
+        raise HttpError(409, str(exc)) from None  # Pulsar answers Conflict here, not 412
+    return Response.no_content()
+
+
+async def get_deduplication(call: Call) -> Response:
+    policies = await call.backend.metadata.get_policies(namespace_of(call))
+    value = policies.get(DEDUPLICATION)
+    # Pulsar returns a null Boolean when the namespace has no setting, which JAX-RS sends as 204.
+    return Response.no_content() if value is None else Response.json(bool(value))
+
+
+async def set_deduplication(call: Call) -> Response:
+    ns = namespace_of(call)
+    enabled = bool_body(call)
+    await call.backend.metadata.set_policy(ns, DEDUPLICATION, enabled)
+    return Response.no_content()
+
+
+async def remove_deduplication(call: Call) -> Response:
+    await call.backend.metadata.set_policy(namespace_of(call), DEDUPLICATION, None)
+    return Response.no_content()
+
+
+async def get_schema_compatibility(call: Call) -> Response:
+    policies = await call.backend.metadata.get_policies(namespace_of(call))
+    return Response.json(policies.get(SCHEMA_COMPATIBILITY, "UNDEFINED"))
+
+
+async def set_schema_compatibility(call: Call) -> Response:
+    strategy = string_body(call).strip()
+    if strategy not in SCHEMA_COMPATIBILITY_STRATEGIES:
+        raise HttpError(400, f"Unknown schema compatibility strategy {strategy[:100]!r}")
+    await call.backend.metadata.set_policy(namespace_of(call), SCHEMA_COMPATIBILITY, strategy)
+    return Response.no_content()
+
+
+async def list_namespace_topics(call: Call) -> Response:
+    mode = (call.request.query_param("mode") or "PERSISTENT").upper()
+    domains = TOPIC_MODES.get(mode)
+    if domains is None:
+        raise HttpError(400, f"mode must be one of {', '.join(TOPIC_MODES)}")
+    ns = namespace_of(call)
+    await require_namespace(call, ns)
+    return Response.json(await namespace_topics(call.backend.metadata, ns, domains))
+
+
+def register(router: Router) -> None:
+    base = "/admin/v2/namespaces/{tenant}/{namespace}"
+    router.add("GET", "/admin/v2/namespaces/{tenant}", list_namespaces)
+    router.add("PUT", base, create_namespace)
+    router.add("GET", base, get_namespace)
+    router.add("DELETE", base, delete_namespace)
+    router.add("GET", base + "/deduplication", get_deduplication)
+    router.add("POST", base + "/deduplication", set_deduplication)
+    router.add("DELETE", base + "/deduplication", remove_deduplication)
+    router.add("GET", base + "/schemaCompatibilityStrategy", get_schema_compatibility)
+    router.add("PUT", base + "/schemaCompatibilityStrategy", set_schema_compatibility)
+    router.add("GET", base + "/topics", list_namespace_topics)

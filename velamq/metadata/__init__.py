@@ -1,0 +1,16 @@
+"""The metadata store: tenants, namespaces, policies and topics, in SQLite (tier 1).
+
+    store = MetadataStore(data_dir / "metadata.db")
+    await store.start()            # schema + cluster "standalone", tenant "public", "public/default"
+    await store.create_partitioned_topic("persistent://public/default/t", 3)
+    await store.get_partitions("persistent://public/default/t")   # 3 (cached for lookups)
+    await store.close()
+
+Errors: NotFoundError, AlreadyExistsError, PreconditionFailedError, MetadataError (velamq._errors),
+and InvalidTopicNameError for names that do not parse.
+"""
+
+from velamq.metadata._schema import DEFAULT_CLUSTER, DEFAULT_NAMESPACE, DEFAULT_TENANT
+from velamq.metadata._store import MetadataStore, partitions_max
+
+__all__ = ["DEFAULT_CLUSTER", "DEFAULT_NAMESPACE", "DEFAULT_TENANT", "MetadataStore", "partitions_max"]

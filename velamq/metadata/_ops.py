@@ -1,0 +1,251 @@
+"""The store's operations as plain functions of a SQLite connection, run in the store's thread.
+
+Each function is one logical operation; `_worker.py` wraps it in a SAVEPOINT, so raising after a
+partial write undoes that write. Names arrive already validated and normalised by `_store.py`
+(full topic names, "tenant/ns" namespaces). Error messages follow the reasons Pulsar's admin API
+gives, because the admin layer passes them on to HTTP clients as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from typing import Any
+
+from velamq._errors import AlreadyExistsError, NotFoundError, PreconditionFailedError
+from velamq._topic_name import PARTITION_SUFFIX
+from velamq.metadata._schema import DEFAULT_CLUSTER, DEFAULT_NAMESPACE, DEFAULT_TENANT
+
+Json = dict[str, Any]
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _loads(text: str) -> Json:
+    value = json.loads(text)
+    return value if isinstance(value, dict) else {}
+
+
+def _exists(conn: sqlite3.Connection, table: str, name: str) -> bool:
+    # `table` is one of our constant table names, never user input.
+    return conn.execute(f"SELECT 1 FROM {table} WHERE name = ?", (name,)).fetchone() is not None
+
+
+def _names(conn: sqlite3.Connection, sql: str, *args: Any) -> list[str]:
+    return [str(row[0]) for row in conn.execute(sql, args)]
+
+
+# ---------------------------------------------------------------------------- defaults
+
+
+def ensure_defaults(conn: sqlite3.Connection) -> None:
+    """Cluster "standalone", tenant "public" and namespace "public/default" (WC-2).
+
+    Like Pulsar standalone, this runs at every start and only adds what is missing.
+    """
+    conn.execute("INSERT OR IGNORE INTO clusters(name, data) VALUES (?, ?)", (DEFAULT_CLUSTER, "{}"))
+    conn.execute(
+        "INSERT OR IGNORE INTO tenants(name, info) VALUES (?, ?)",
+        (DEFAULT_TENANT, _dumps({"adminRoles": [], "allowedClusters": [DEFAULT_CLUSTER]})),
+    )
+    conn.execute(
+        "INSERT OR IGNORE INTO namespaces(name, tenant, policies) VALUES (?, ?, ?)",
+        (DEFAULT_NAMESPACE, DEFAULT_TENANT, "{}"),
+    )
+
+
+# ---------------------------------------------------------------------------- clusters
+
+
+def list_clusters(conn: sqlite3.Connection) -> list[str]:
+    return _names(conn, "SELECT name FROM clusters ORDER BY name")
+
+
+def get_cluster(conn: sqlite3.Connection, name: str) -> Json:
+    row = conn.execute("SELECT data FROM clusters WHERE name = ?", (name,)).fetchone()
+    if row is None:
+        raise NotFoundError("Cluster does not exist")
+    return _loads(row[0])
+
+
+def create_cluster(conn: sqlite3.Connection, name: str, data: Json) -> None:
+    if _exists(conn, "clusters", name):
+        raise AlreadyExistsError("Cluster already exists")
+    conn.execute("INSERT INTO clusters(name, data) VALUES (?, ?)", (name, _dumps(data)))
+
+
+# ---------------------------------------------------------------------------- tenants
+
+
+def _check_clusters(conn: sqlite3.Connection, info: Json) -> None:
+    known = set(list_clusters(conn))
+    missing = [c for c in info.get("allowedClusters", []) if c not in known]
+    if missing:
+        raise PreconditionFailedError(f"Clusters do not exist: {missing}")
+
+
+def create_tenant(conn: sqlite3.Connection, name: str, info: Json) -> None:
+    if _exists(conn, "tenants", name):
+        raise AlreadyExistsError("Tenant already exists")
+    _check_clusters(conn, info)
+    conn.execute("INSERT INTO tenants(name, info) VALUES (?, ?)", (name, _dumps(info)))
+
+
+def get_tenant(conn: sqlite3.Connection, name: str) -> Json:
+    row = conn.execute("SELECT info FROM tenants WHERE name = ?", (name,)).fetchone()
+    if row is None:
+        raise NotFoundError("Tenant does not exist")
+    return _loads(row[0])
+
+
+def update_tenant(conn: sqlite3.Connection, name: str, info: Json) -> None:
+    if not _exists(conn, "tenants", name):
+        raise NotFoundError("Tenant does not exist")
+    _check_clusters(conn, info)
+    conn.execute("UPDATE tenants SET info = ? WHERE name = ?", (_dumps(info), name))
+
+
+def list_tenants(conn: sqlite3.Connection) -> list[str]:
+    return _names(conn, "SELECT name FROM tenants ORDER BY name")
+
+
+def delete_tenant(conn: sqlite3.Connection, name: str) -> None:
+    if not _exists(conn, "tenants", name):
+        raise NotFoundError("Tenant does not exist")
+    if conn.execute("SELECT 1 FROM namespaces WHERE tenant = ? LIMIT 1", (name,)).fetchone():
+        raise PreconditionFailedError("The tenant still has active namespaces")
+    conn.execute("DELETE FROM tenants WHERE name = ?", (name,))
+
+
+# ---------------------------------------------------------------------------- namespaces
+
+
+def create_namespace(conn: sqlite3.Connection, ns: str, tenant: str, policies: Json) -> None:
+    if not _exists(conn, "tenants", tenant):
+        raise NotFoundError("Tenant does not exist")
+    if _exists(conn, "namespaces", ns):
+        raise AlreadyExistsError("Namespace already exists")
+    conn.execute("INSERT INTO namespaces(name, tenant, policies) VALUES (?, ?, ?)", (ns, tenant, _dumps(policies)))
+
+
+def namespace_exists(conn: sqlite3.Connection, ns: str) -> bool:
+    return _exists(conn, "namespaces", ns)
+
+
+def list_namespaces(conn: sqlite3.Connection, tenant: str) -> list[str]:
+    if not _exists(conn, "tenants", tenant):
+        raise NotFoundError("Tenant does not exist")
+    return _names(conn, "SELECT name FROM namespaces WHERE tenant = ? ORDER BY name", tenant)
+
+
+def delete_namespace(conn: sqlite3.Connection, ns: str) -> None:
+    if not _exists(conn, "namespaces", ns):
+        raise NotFoundError("Namespace does not exist")
+    for table in ("topics", "partitioned_topics"):
+        if conn.execute(f"SELECT 1 FROM {table} WHERE namespace = ? LIMIT 1", (ns,)).fetchone():
+            raise PreconditionFailedError("Cannot delete non empty namespace")
+    conn.execute("DELETE FROM namespaces WHERE name = ?", (ns,))
+
+
+def get_policies(conn: sqlite3.Connection, ns: str) -> Json:
+    row = conn.execute("SELECT policies FROM namespaces WHERE name = ?", (ns,)).fetchone()
+    if row is None:
+        raise NotFoundError("Namespace does not exist")
+    return _loads(row[0])
+
+
+def set_policy(conn: sqlite3.Connection, ns: str, key: str, value: Any) -> None:
+    policies = get_policies(conn, ns)
+    if value is None:
+        policies.pop(key, None)
+    else:
+        policies[key] = value
+    conn.execute("UPDATE namespaces SET policies = ? WHERE name = ?", (_dumps(policies), ns))
+
+
+def _require_namespace(conn: sqlite3.Connection, ns: str) -> None:
+    if not _exists(conn, "namespaces", ns):
+        raise NotFoundError("Namespace does not exist")
+
+
+# ---------------------------------------------------------------------------- topics
+
+
+def create_partitioned_topic(conn: sqlite3.Connection, topic: str, ns: str, partitions: int) -> None:
+    _require_namespace(conn, ns)
+    if _exists(conn, "partitioned_topics", topic):
+        raise AlreadyExistsError("Partitioned topic already exists")
+    if _exists(conn, "topics", topic):
+        raise AlreadyExistsError("This topic already exists")
+    conn.execute(
+        "INSERT INTO partitioned_topics(name, namespace, partitions) VALUES (?, ?, ?)", (topic, ns, partitions)
+    )
+
+
+def get_partitions(conn: sqlite3.Connection, topic: str) -> int:
+    row = conn.execute("SELECT partitions FROM partitioned_topics WHERE name = ?", (topic,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def update_partitions(conn: sqlite3.Connection, topic: str, partitions: int) -> None:
+    current = get_partitions(conn, topic)
+    if current == 0:
+        raise NotFoundError("Partitioned topic does not exist")
+    if partitions < current:
+        raise PreconditionFailedError(
+            f"Expect partitions {partitions} can't less than current partitions {current}."
+        )
+    conn.execute("UPDATE partitioned_topics SET partitions = ? WHERE name = ?", (partitions, topic))
+
+
+def delete_partitioned_topic(conn: sqlite3.Connection, topic: str) -> None:
+    if not _exists(conn, "partitioned_topics", topic):
+        raise NotFoundError("Partitioned topic does not exist")
+    conn.execute("DELETE FROM partitioned_topics WHERE name = ?", (topic,))
+    # Its partitions go with it, whichever of them were ever created; a row left behind would keep
+    # the namespace from being deleted and show up in topic lists.
+    prefix = topic + PARTITION_SUFFIX
+    # A range on the primary key ('0' <= first digit < ':'), not LIKE: LIKE ignores ASCII case and
+    # "X-partition-0" is not a partition of "x"; the range also uses the index.
+    candidates = _names(conn, "SELECT name FROM topics WHERE name >= ? AND name < ?", prefix + "0", prefix + ":")
+    for name in candidates:
+        suffix = name[len(prefix):]
+        if suffix.isascii() and suffix.isdigit():
+            conn.execute("DELETE FROM topics WHERE name = ?", (name,))
+
+
+def list_partitioned_topics(conn: sqlite3.Connection, ns: str) -> list[str]:
+    _require_namespace(conn, ns)
+    return _names(conn, "SELECT name FROM partitioned_topics WHERE namespace = ? ORDER BY name", ns)
+
+
+def create_topic(conn: sqlite3.Connection, topic: str, ns: str, exist_ok: bool) -> bool:
+    """Returns True if the topic was created, False if it existed already (and exist_ok)."""
+    _require_namespace(conn, ns)
+    if _exists(conn, "partitioned_topics", topic):
+        raise AlreadyExistsError("This topic already exists (as a partitioned topic)")
+    if _exists(conn, "topics", topic):
+        if exist_ok:
+            return False
+        raise AlreadyExistsError("This topic already exists")
+    conn.execute(
+        "INSERT INTO topics(name, namespace, created_ms) VALUES (?, ?, ?)", (topic, ns, time.time_ns() // 1_000_000)
+    )
+    return True
+
+
+def topic_exists(conn: sqlite3.Connection, topic: str) -> bool:
+    return _exists(conn, "topics", topic)
+
+
+def delete_topic(conn: sqlite3.Connection, topic: str) -> None:
+    if conn.execute("DELETE FROM topics WHERE name = ?", (topic,)).rowcount == 0:
+        raise NotFoundError("Topic not found")
+
+
+def list_topics(conn: sqlite3.Connection, ns: str) -> list[str]:
+    _require_namespace(conn, ns)
+    return _names(conn, "SELECT name FROM topics WHERE namespace = ? ORDER BY name", ns)

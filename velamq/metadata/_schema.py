@@ -1,0 +1,111 @@
+"""The SQLite schema of the metadata store and how a connection to it is opened.
+
+Tables (every JSON column holds a JSON object, written with sorted keys):
+
+    meta               key TEXT PK, value TEXT             schema_version
+    clusters           name TEXT PK, data JSON             Pulsar ClusterData as given by PUT
+    tenants            name TEXT PK, info JSON             Pulsar TenantInfo {adminRoles, allowedClusters}
+    namespaces         name TEXT PK, tenant TEXT, policies JSON
+                       "tenant/ns" (or "tenant/cluster/ns" for V1 names); policies keep Pulsar's
+                       Policies field names (deduplicationEnabled, schema_compatibility_strategy, ...)
+    partitioned_topics name TEXT PK, namespace TEXT, partitions INTEGER
+                       full names "persistent://t/ns/x" of partitioned topics
+    topics             name TEXT PK, namespace TEXT, created_ms INTEGER
+                       non-partitioned topics and the partitions ("x-partition-3") that exist
+
+Referential rules (a tenant with namespaces, a namespace with topics cannot be deleted) are checked
+by the operations in `_ops.py`, which give Pulsar's error for each case; the foreign keys below are a
+second line of defence.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from velamq._errors import MetadataError
+
+SCHEMA_VERSION = 1
+
+# SQLite waits this long for a lock held by another process (e.g. a backup tool) before failing.
+busy_timeout_ms = 5_000
+
+DEFAULT_CLUSTER = "standalone"
+DEFAULT_TENANT = "public"
+DEFAULT_NAMESPACE = "public/default"
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS clusters (
+    name TEXT PRIMARY KEY,
+    data TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tenants (
+    name TEXT PRIMARY KEY,
+    info TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS namespaces (
+    name     TEXT PRIMARY KEY,
+    tenant   TEXT NOT NULL REFERENCES tenants(name),
+    policies TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS namespaces_by_tenant ON namespaces(tenant);
+CREATE TABLE IF NOT EXISTS partitioned_topics (
+    name       TEXT PRIMARY KEY,
+    namespace  TEXT NOT NULL REFERENCES namespaces(name),
+    partitions INTEGER NOT NULL CHECK (partitions > 0)
+);
+CREATE INDEX IF NOT EXISTS partitioned_topics_by_namespace ON partitioned_topics(namespace);
+CREATE TABLE IF NOT EXISTS topics (
+    name       TEXT PRIMARY KEY,
+    namespace  TEXT NOT NULL REFERENCES namespaces(name),
+    created_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS topics_by_namespace ON topics(namespace);
+"""
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """Open (creating if needed) the store at `path`. Runs in the store's own thread.
+
+    WAL lets readers of the file (backups, a second process) proceed during our writes, and
+    synchronous=FULL fsyncs the WAL at each commit: an acknowledged admin change survives power loss.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # isolation_level=None: we issue BEGIN/COMMIT ourselves so that one transaction can carry a
+    # whole batch of operations (group commit, see _worker.py).
+    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=True)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise MetadataError(f"could not switch {path} to WAL mode (got {mode!r})")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        _create_schema(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _create_schema(conn: sqlite3.Connection) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in _DDL.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        if row is None:
+            conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        elif int(row[0]) > SCHEMA_VERSION:
+            raise MetadataError(
+                f"metadata schema version {row[0]} is newer than this velamq understands ({SCHEMA_VERSION})"
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise

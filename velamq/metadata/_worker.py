@@ -1,0 +1,198 @@
+"""The one thread that owns the SQLite connection, fed by a queue (DESIGN §3).
+
+The event loop never touches SQLite: `run(fn)` puts `fn` on the queue and awaits a future that the
+thread settles through `loop.call_soon_threadsafe`. The thread drains whatever is queued (up to
+`batch_ops_max`) and runs it in ONE transaction, each operation inside its own SAVEPOINT, so that:
+
+- an operation that fails (NotFoundError, ...) rolls back only its own changes;
+- many concurrent writes cost one fsync (group commit, like the journal's), not one each;
+- no caller hears "done" before the COMMIT that made its change durable has returned.
+
+The number of operations queued or running is bounded by `ops_in_flight_max` through a semaphore on
+the loop side, so a burst of callers waits (backpressure) instead of growing the queue without end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+from velamq._errors import MetadataError, VelamqError
+
+T = TypeVar("T")
+
+# Operations one transaction carries at most; bounds the latency a long batch adds to its first caller.
+batch_ops_max: Final = 256
+# Operations queued or running at once; further callers wait on the loop.
+ops_in_flight_max_default: Final = 1024
+
+
+@dataclass(slots=True)
+class _Job:
+    fn: Callable[[sqlite3.Connection], Any]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any]
+
+
+class _Stop:
+    """Queue sentinel: finish what came before, close the connection, end the thread."""
+
+
+_STOP: Final = _Stop()
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    # Runs on the loop. The caller may have given up (timeout, cancellation) meanwhile.
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+def _translate(exc: BaseException) -> BaseException:
+    """Foreign exceptions become MetadataError here, the store's one boundary with sqlite3."""
+    if isinstance(exc, VelamqError):
+        return exc
+    if isinstance(exc, sqlite3.Error):
+        err = MetadataError(f"metadata store: {type(exc).__name__}: {exc}")
+        err.__cause__ = exc
+        return err
+    return exc  # a bug in an operation: let it surface as itself
+
+
+class SqliteWorker:
+    """Runs callables against one SQLite connection in one dedicated thread."""
+
+    def __init__(
+        self,
+        connect: Callable[[], sqlite3.Connection],
+        *,
+        name: str = "velamq-metadata",
+        ops_in_flight_max: int = ops_in_flight_max_default,
+    ) -> None:
+        self._connect = connect
+        self._name = name
+        self._queue: queue.SimpleQueue[_Job | _Stop] = queue.SimpleQueue()
+        self._in_flight = asyncio.Semaphore(ops_in_flight_max)
+        self._thread: threading.Thread | None = None
+        self._closing = False
+        self._stopped: asyncio.Future[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and not self._closing
+
+    async def start(self) -> None:
+        if self._thread is not None:
+            raise MetadataError("metadata store already started")
+        loop = asyncio.get_running_loop()
+        opened: asyncio.Future[None] = loop.create_future()
+        self._stopped = loop.create_future()
+        self._thread = threading.Thread(
+            target=self._main, args=(loop, opened, self._stopped), name=self._name, daemon=True
+        )
+        self._thread.start()
+        try:
+            await opened
+        except BaseException:
+            self._closing = True
+            raise
+
+    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn(conn)` in the store's thread, inside a transaction; return its result."""
+        async with self._in_flight:
+            if self._thread is None or self._closing:
+                raise MetadataError("metadata store is not running")
+            loop = asyncio.get_running_loop()
+            future: asyncio.Future[T] = loop.create_future()
+            self._queue.put(_Job(fn, loop, future))
+            return await future
+
+    async def close(self) -> None:
+        if self._thread is None or self._stopped is None:
+            return
+        if not self._closing:
+            self._closing = True
+            self._queue.put(_STOP)
+        # The thread settles `_stopped` after closing the connection; it only returns after that.
+        await asyncio.shield(self._stopped)
+
+    # ----------------------------------------------------------------- the thread
+
+    def _main(
+        self, loop: asyncio.AbstractEventLoop, opened: asyncio.Future[None], stopped: asyncio.Future[None]
+    ) -> None:
+        try:
+            conn = self._connect()
+        except BaseException as exc:
+            self._deliver(loop, opened, None, _translate(exc))
+            self._deliver(loop, stopped, None, None)
+            return
+        self._deliver(loop, opened, None, None)
+        try:
+            while True:
+                batch = [self._queue.get()]
+                while len(batch) < batch_ops_max:
+                    try:
+                        batch.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+                jobs = [item for item in batch if isinstance(item, _Job)]
+                if jobs:
+                    self._execute(conn, jobs)
+                if len(jobs) != len(batch):
+                    break  # _STOP: everything queued before it has run
+        finally:
+            conn.close()
+            self._deliver(loop, stopped, None, None)
+
+    def _execute(self, conn: sqlite3.Connection, jobs: list[_Job]) -> None:
+        outcomes: list[tuple[_Job, Any, BaseException | None]] = []
+        try:
+            conn.execute("BEGIN")
+            for job in jobs:
+                outcomes.append(self._run_one(conn, job))
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            # The transaction itself failed (disk full, I/O error): nothing of the batch is stored,
+            # so every job fails, including those whose own part had gone well.
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            batch_error = _translate(exc)
+            for job in jobs:
+                self._deliver(job.loop, job.future, None, batch_error)
+            return
+        for job, result, error in outcomes:
+            self._deliver(job.loop, job.future, result, error)
+
+    @staticmethod
+    def _run_one(conn: sqlite3.Connection, job: _Job) -> tuple[_Job, Any, BaseException | None]:
+        conn.execute("SAVEPOINT job")
+        try:
+            result = job.fn(conn)
+        except Exception as exc:
+            # Undo this job's partial changes only; the batch goes on. Errors of the savepoint
+            # machinery itself propagate to _execute and fail the batch.
+            conn.execute("ROLLBACK TO job")
+            conn.execute("RELEASE job")
+            return job, None, _translate(exc)
+        conn.execute("RELEASE job")
+        return job, result, None
+
+    @staticmethod
+    def _deliver(
+        loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], result: Any, error: BaseException | None
+    ) -> None:
+        try:
+            loop.call_soon_threadsafe(_settle, future, result, error)
+        except RuntimeError:
+            pass  # that loop is closed: nobody is waiting any more

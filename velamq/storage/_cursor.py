@@ -1,0 +1,205 @@
+"""A durable cursor: mark-delete position, individually acked ranges and batch ack sets (BR-2).
+
+Everything at or before `mark_delete_position` is acknowledged. Positions acknowledged one by one
+after it live in a RangeSet; the gaps between its ranges are the "ack holes". When the first range
+starts right after mark-delete (by the ledger's next_position, so across ledger boundaries too),
+mark-delete jumps to its end. A batch entry that is only partly acknowledged keeps Pulsar's ack
+set (a BitSet as long[], set bit = not yet acknowledged) until it is fully acknowledged.
+
+The cursor lives on the loop and is changed only by its topic's code. A change marks it dirty with
+its ledger, which writes dirty cursors at a bounded rate and on close; a crash therefore loses at
+most the last interval of acknowledgements, which means redeliveries, never a lost message.
+
+Cursor file `cursors/<encoded name>.json` (UTF-8 JSON, replaced atomically):
+
+    {"format": 1,
+     "name": "<cursor name>",
+     "mark_delete": [ledger_id, entry_id],
+     "individually_acked": [[ledger_id, first_entry_id, last_entry_id], ...],   # RangeSet.to_json
+     "batch_ack_sets": [[ledger_id, entry_id, [long, ...]], ...]}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from velamq._errors import StorageError
+from velamq.storage._position import Position
+from velamq.storage._range_set import RangeSet
+
+CURSOR_FORMAT = 1
+
+
+class CursorOwner(Protocol):
+    """What a cursor needs from its managed ledger."""
+
+    @property
+    def last_confirmed(self) -> Position | None: ...
+
+    def next_position(self, pos: Position) -> Position: ...
+
+    def count_entries(self, after: Position, up_to: Position) -> int: ...
+
+    def entry_exists(self, pos: Position) -> bool: ...
+
+    def cursor_changed(self, cursor: ManagedCursor) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CursorState:
+    """A cursor's persisted state; a snapshot, so it can be serialized off the loop."""
+
+    name: str
+    mark_delete: Position
+    individually_acked: list[list[int]]
+    batch_ack_sets: list[tuple[Position, list[int]]]
+
+    def to_json_bytes(self) -> bytes:
+        doc = {
+            "format": CURSOR_FORMAT,
+            "name": self.name,
+            "mark_delete": list(self.mark_delete),
+            "individually_acked": self.individually_acked,
+            "batch_ack_sets": [[p.ledger_id, p.entry_id, bits] for p, bits in self.batch_ack_sets],
+        }
+        return json.dumps(doc, separators=(",", ":")).encode("utf-8")
+
+    @classmethod
+    def from_json_bytes(cls, raw: bytes, where: str) -> CursorState:
+        try:
+            doc: Any = json.loads(raw)
+            if doc.get("format") != CURSOR_FORMAT:
+                raise ValueError(f"unknown format {doc.get('format')!r}")
+            name = doc["name"]
+            ledger_id, entry_id = doc["mark_delete"]
+            acked = doc["individually_acked"]
+            RangeSet.from_json(acked)  # validate now rather than when the cursor is built
+            batch = [(Position(int(x[0]), int(x[1])), [int(w) for w in x[2]]) for x in doc["batch_ack_sets"]]
+            if not isinstance(name, str):
+                raise ValueError("name is not a string")
+            return cls(name, Position(int(ledger_id), int(entry_id)), acked, batch)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+            raise StorageError(f"cursor file {where} is not valid: {exc}") from exc
+
+
+class ManagedCursor:
+    __slots__ = ("_acked", "_batch_ack_sets", "_ledger", "_mark_delete", "name")
+
+    def __init__(self, name: str, ledger: CursorOwner, mark_delete: Position) -> None:
+        self.name = name
+        self._ledger = ledger
+        self._mark_delete = mark_delete
+        self._acked = RangeSet()
+        self._batch_ack_sets: dict[Position, list[int]] = {}
+
+    @classmethod
+    def from_state(cls, state: CursorState, ledger: CursorOwner) -> ManagedCursor:
+        cursor = cls(state.name, ledger, state.mark_delete)
+        cursor._acked = RangeSet.from_json(state.individually_acked)
+        cursor._acked.remove_up_to(state.mark_delete)
+        cursor._batch_ack_sets = {p: bits for p, bits in state.batch_ack_sets if p > state.mark_delete}
+        return cursor
+
+    def state(self) -> CursorState:
+        return CursorState(
+            self.name,
+            self._mark_delete,
+            self._acked.to_json(),
+            [(p, list(bits)) for p, bits in sorted(self._batch_ack_sets.items())],
+        )
+
+    def __repr__(self) -> str:
+        return f"ManagedCursor({self.name!r}, mark_delete={self._mark_delete}, acked={self._acked!r})"
+
+    # -- queries -------------------------------------------------------------------------------
+
+    @property
+    def mark_delete_position(self) -> Position:
+        return self._mark_delete
+
+    @property
+    def individually_acked(self) -> RangeSet:
+        """The live set, not a copy: read it, do not change it (changes would not be persisted)."""
+        return self._acked
+
+    def is_acked(self, pos: Position) -> bool:
+        return pos <= self._mark_delete or pos in self._acked
+
+    def batch_ack_set(self, pos: Position) -> list[int] | None:
+        bits = self._batch_ack_sets.get(pos)
+        return None if bits is None else list(bits)
+
+    @property
+    def batch_ack_sets(self) -> dict[Position, list[int]]:
+        return {p: list(bits) for p, bits in self._batch_ack_sets.items()}
+
+    @property
+    def backlog(self) -> int:
+        """Entries after mark-delete up to last_confirmed that are not individually acked."""
+        last = self._ledger.last_confirmed
+        if last is None or self._mark_delete >= last:
+            return 0
+        # Every individually acked position exists and lies in (mark-delete, last_confirmed].
+        return self._ledger.count_entries(self._mark_delete, last) - len(self._acked)
+
+    # -- changes -------------------------------------------------------------------------------
+
+    def ack(self, positions: Iterable[Position]) -> None:
+        """Acknowledge positions one by one; positions not in the log, or already acked, are ignored."""
+        mark_delete = self._mark_delete
+        acked = self._acked
+        exists = self._ledger.entry_exists
+        changed = False
+        for pos in positions:
+            if pos <= mark_delete or not exists(pos):
+                continue
+            pos = Position(*pos)
+            acked.add(pos)
+            self._batch_ack_sets.pop(pos, None)
+            changed = True
+        if changed:
+            self._advance()
+            self._ledger.cursor_changed(self)
+
+    def ack_cumulative(self, pos: Position) -> None:
+        if pos <= self._mark_delete:
+            return
+        self._mark_delete = Position(*pos)
+        self._acked.remove_up_to(pos)
+        self._advance()
+        self._ledger.cursor_changed(self)
+
+    def reset(self, mark_delete: Position) -> None:
+        """Seek: everything <= mark_delete counts as acknowledged, nothing after it does."""
+        self._mark_delete = Position(*mark_delete)
+        self._acked.clear()
+        self._batch_ack_sets.clear()
+        self._ledger.cursor_changed(self)
+
+    def set_batch_ack_set(self, pos: Position, ack_set: list[int] | None) -> None:
+        if ack_set is None:
+            if self._batch_ack_sets.pop(pos, None) is not None:
+                self._ledger.cursor_changed(self)
+            return
+        if self.is_acked(pos):
+            return  # the whole entry is acknowledged already: nothing partial to remember
+        self._batch_ack_sets[Position(*pos)] = list(ack_set)
+        self._ledger.cursor_changed(self)
+
+    def _advance(self) -> None:
+        """Move mark-delete over the acked ranges that continue it, then forget what it covers."""
+        acked = self._acked
+        next_position = self._ledger.next_position
+        while True:
+            first = acked.first_range()
+            if first is None or first[0] != next_position(self._mark_delete):
+                break
+            self._mark_delete = first[1]
+            acked.remove_up_to(first[1])
+        if self._batch_ack_sets:
+            mark_delete = self._mark_delete
+            for pos in [p for p in self._batch_ack_sets if p <= mark_delete]:
+                del self._batch_ack_sets[pos]
