@@ -340,23 +340,33 @@ class ServerConnection(asyncio.Protocol):
             epoch=request.epoch,
             access_mode=int(request.producer_access_mode),
         )
-        if request.producer_access_mode != pb.Shared and any(
-            p.name != producer_name for p in topic.producers.values()
-        ):
-            raise BrokerRequestError(pb.ProducerBusy, f"topic {topic.full_name} already has producers")
-        if any(p.access_mode != pb.Shared and p.name != producer_name for p in topic.producers.values()):
-            raise BrokerRequestError(pb.ProducerBusy, f"topic {topic.full_name} has an exclusive producer")
         await topic.refresh_dedup(await self.service.dedup_enabled(name))
-        error = topic.add_producer(producer)
+        # No await between admission and registration: admission decisions stay valid.
+        await topic.admit_producer(
+            producer,
+            request.topic_epoch if request.HasField("topic_epoch") else None,
+            lambda: self._producer_queued(request, producer_name),
+        )
+        error = None if self.state is not State.CLOSED else "connection closed"
+        error = error or topic.add_producer(producer)
         if error is not None:
+            if topic.exclusive_producer == producer_name and producer_name not in topic.producers:
+                topic.exclusive_producer = None
+            if self.state is State.CLOSED:
+                return
             raise BrokerRequestError(pb.ProducerBusy, error)
-        if self.state is State.CLOSED:
-            topic.remove_producer(producer)
-            return
         self._producers[request.producer_id] = producer
         if request.HasField("schema"):
             self.service.remember_schema(topic.full_name, request.schema)
         self._producer_success(request, producer)
+
+    def _producer_queued(self, request: pb.CommandProducer, producer_name: str) -> None:
+        """WaitForExclusive: tell the client it is queued (it then waits without a timeout)."""
+        reply = pb.BaseCommand(type=T.PRODUCER_SUCCESS)
+        reply.producer_success.request_id = request.request_id
+        reply.producer_success.producer_name = producer_name
+        reply.producer_success.producer_ready = False
+        self.send_command(reply)
 
     def _producer_success(self, request: pb.CommandProducer, producer: Producer) -> None:
         reply = pb.BaseCommand(type=T.PRODUCER_SUCCESS)
@@ -367,6 +377,8 @@ class ServerConnection(asyncio.Protocol):
         r.last_sequence_id = dedup.last_sequence_id(producer.name) if dedup is not None else -1
         if request.HasField("schema"):
             r.schema_version = self.service.schema_version(producer.topic.full_name)
+        if producer.access_mode != pb.Shared:
+            r.topic_epoch = producer.topic.topic_epoch
         r.producer_ready = True
         self.send_command(reply)
 

@@ -150,12 +150,7 @@ class BrokerService:
 
     def _disconnect_topic(self, topic: Topic) -> None:
         for producer in list(topic.producers.values()):
-            topic.remove_producer(producer)
-            producer.connection.forget_producer(producer)
-            command = pb.BaseCommand(type=pb.BaseCommand.CLOSE_PRODUCER)
-            command.close_producer.producer_id = producer.producer_id
-            command.close_producer.request_id = (1 << 64) - 1
-            producer.connection.send_command(command)
+            producer.close_by_broker()
         for subscription in topic.subscriptions.values():
             for consumer in list(subscription.consumers):
                 subscription.remove_consumer(consumer)

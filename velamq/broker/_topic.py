@@ -18,7 +18,9 @@ from velamq._clock import Clock
 from velamq._topic_name import TopicName
 from velamq.broker._dedup import DUPLICATE_POSITION, Deduplication
 from velamq.broker._stats import SubscriptionMetrics, TopicMetrics
+from velamq.broker._errors import BrokerRequestError
 from velamq.broker._subscription import Subscription, SubType
+from velamq.protocol import pb
 from velamq.storage import ManagedCursor, ManagedLedger, Position
 
 log = logging.getLogger(__name__)
@@ -34,8 +36,16 @@ class Producer:
     access_mode: int
     msg_in_total: int = 0
     bytes_in_total: int = 0
-    pending_publishes: int = 0
     extra: dict[str, str] = field(default_factory=dict)
+
+    def close_by_broker(self) -> None:
+        """Detach from the connection and tell the client; it reconnects (or learns it is fenced)."""
+        self.topic.remove_producer(self)
+        self.connection.forget_producer(self)
+        command = pb.BaseCommand(type=pb.BaseCommand.CLOSE_PRODUCER)
+        command.close_producer.producer_id = self.producer_id
+        command.close_producer.request_id = (1 << 64) - 1
+        self.connection.send_command(command)
 
 
 class Topic:
@@ -51,6 +61,11 @@ class Topic:
         self.bytes_in_total = 0
         self.closed = False
         self.dedup: Deduplication | None = None
+        # Producer access modes: the epoch moves each time an exclusive producer takes the topic;
+        # a producer reconnecting with an older epoch has been fenced.
+        self.topic_epoch = 0
+        self.exclusive_producer: str | None = None
+        self._producers_changed = asyncio.Event()
         self._subscribe_lock = asyncio.Lock()
 
     # ---- producers -------------------------------------------------------------------------------
@@ -69,6 +84,44 @@ class Topic:
     def remove_producer(self, producer: Producer) -> None:
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
+            if self.exclusive_producer == producer.name:
+                self.exclusive_producer = None
+            self._producers_changed.set()
+
+    async def admit_producer(self, producer: Producer, request_epoch: int | None, on_queued: Callable[[], None]) -> None:
+        """Apply the producer access mode (Shared, Exclusive, WaitForExclusive, ExclusiveWithFencing).
+
+        Raises BrokerRequestError with ProducerBusy or ProducerFenced. WaitForExclusive calls
+        `on_queued` once and waits until the topic has no other producer."""
+        mode = producer.access_mode
+        if mode == pb.Shared:
+            if self.exclusive_producer not in (None, producer.name):
+                raise BrokerRequestError(
+                    pb.ProducerBusy, f"Topic has an existing exclusive producer: {self.exclusive_producer}"
+                )
+            return
+        if request_epoch is not None and request_epoch < self.topic_epoch and mode != pb.ExclusiveWithFencing:
+            raise BrokerRequestError(pb.ProducerFenced, f"producer {producer.name} was fenced (topic epoch moved)")
+        queued = False
+        while True:
+            others = [p for p in self.producers.values() if p.name != producer.name]
+            if not others:
+                break
+            if mode == pb.Exclusive:
+                kind = "exclusive" if self.exclusive_producer else "shared"
+                raise BrokerRequestError(pb.ProducerFenced, f"Topic has existing {kind} producers")
+            if mode == pb.ExclusiveWithFencing:
+                for other in others:
+                    other.close_by_broker()
+                continue
+            if not queued:
+                queued = True
+                on_queued()
+            self._producers_changed.clear()
+            await self._producers_changed.wait()
+        if self.exclusive_producer != producer.name or request_epoch is None or request_epoch < self.topic_epoch:
+            self.topic_epoch += 1
+        self.exclusive_producer = producer.name
 
     async def refresh_dedup(self, enabled: bool) -> None:
         if not enabled:

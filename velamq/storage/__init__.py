@@ -7,13 +7,14 @@ _cursor (cursor files).
 """
 
 from velamq.storage._config import StorageConfig
-from velamq.storage._cursor import ManagedCursor
+from velamq.storage._cursor import CursorOwner, ManagedCursor
 from velamq.storage._managed_ledger import ManagedLedger
 from velamq.storage._position import Entry, LedgerInfo, Position
 from velamq.storage._range_set import RangeSet
 from velamq.storage._storage import Storage
 
 __all__ = [
+    "CursorOwner",
     "Entry",
     "LedgerInfo",
     "ManagedCursor",

@@ -34,7 +34,11 @@ CURSOR_FORMAT = 1
 
 
 class CursorOwner(Protocol):
-    """What a cursor needs from its managed ledger."""
+    """What a cursor needs from its managed ledger.
+
+    ManagedLedger is one; the broker builds non-durable cursors (readers) as
+    ManagedCursor(name, owner, mark_delete) with an owner whose cursor_changed does nothing.
+    """
 
     @property
     def last_confirmed(self) -> Position | None: ...
@@ -188,6 +192,24 @@ class ManagedCursor:
             return  # the whole entry is acknowledged already: nothing partial to remember
         self._batch_ack_sets[Position(*pos)] = list(ack_set)
         self._ledger.cursor_changed(self)
+
+    def clip_to(self, last: Position) -> None:
+        """Forget state beyond `last`, the end of the log as recovered.
+
+        Only a log that lost acknowledged entries (sync_policy "none" and a power loss) can end
+        before its cursors; left alone they would count the entries appended next as acknowledged.
+        """
+        if self._mark_delete > last:
+            self._mark_delete = last
+        if self._acked and self._acked.ranges()[-1][1] > last:
+            kept = RangeSet()
+            for first, end in self._acked.ranges():
+                if first > last:
+                    break
+                kept.add_range(first, min(end, last))  # a straddling range is in last's ledger
+            self._acked = kept
+        for pos in [p for p in self._batch_ack_sets if p > last]:
+            del self._batch_ack_sets[pos]
 
     def _advance(self) -> None:
         """Move mark-delete over the acked ranges that continue it, then forget what it covers."""

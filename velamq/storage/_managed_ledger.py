@@ -8,8 +8,8 @@ contiguous prefix of the log, since the writer reports each file's appends in or
 Ledgers: every ledger but the newest is sealed (its file has an offset index, _ledger_file). The
 newest is the current ledger, where appends go; when it holds ledger_entries_max entries or
 ledger_bytes_max bytes, the next append first seals it and opens a new one, whose entries start
-again at 0. Recovery (`open`) runs in a storage thread: sealed ledgers are known from their index
-files, the unsealed one is scanned and a torn tail is cut off (see _ledger_file); appending then
+again at 0. Recovery (`open`, see _ledger_dir) runs in a storage thread: sealed ledgers are known
+from their index files, the unsealed one is scanned and a torn tail is cut off; appending then
 continues in that ledger.
 
 Reads are served from the tail cache (the latest entries, by bytes) when they can be, otherwise
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from array import array
 from bisect import bisect_left, bisect_right
@@ -43,14 +42,12 @@ from velamq.storage._config import (
     tail_cache_bytes_max,
 )
 from velamq.storage._cursor import CursorState, ManagedCursor
+from velamq.storage._ledger_dir import LedgerState, recover_dir, remove_file, write_cursor_files
 from velamq.storage._ledger_file import (
     RECORD_HEADER_BYTES,
-    LedgerIndex,
-    encode_index,
     new_offsets,
     read_index,
     read_records,
-    recover,
 )
 from velamq.storage._position import Entry, LedgerInfo, Position
 from velamq.storage._writer import AppendOp, CloseOp, FileHandle, OpenOp, SealOp, Writer
@@ -66,34 +63,13 @@ class _Offsets(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class _ArrayOffsets:
-    """Offsets of a ledger sealed by this process, kept until its index file is on disk."""
+    """Offsets held in memory: the current ledger's, or a just-sealed one's until its index is on disk."""
 
     offsets: array[int]
     file_bytes: int
 
     def offset(self, entry_id: int) -> int:
         return self.offsets[entry_id] if entry_id < len(self.offsets) else self.file_bytes
-
-
-@dataclass(slots=True)
-class _Ledger:
-    ledger_id: int
-    entries: int  # durable
-    size_bytes: int  # durable, record headers included
-    assigned: int  # entries with a position, durable or still in flight
-
-
-@dataclass(slots=True)
-class _Recovered:
-    """What the recovery thread found on disk, handed to the loop."""
-
-    ledgers: list[_Ledger]
-    last_sealed: bool  # the newest ledger is sealed (or there is none): start a new one
-    current_offsets: array[int]
-    tail: list[bytes]  # data of the newest entries of the unsealed ledger
-    indexes: dict[int, LedgerIndex]
-    cursors: list[CursorState]
-    torn_tails: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,13 +93,13 @@ class ManagedLedger:
         self._writer = ctx.writer
         self._loop = loop
         self._ledger_ids: list[int] = []
-        self._ledgers: dict[int, _Ledger] = {}
+        self._ledgers: dict[int, LedgerState] = {}
         self._entries_total = 0
         self._size_bytes = 0
         self._last_confirmed: Position | None = None
         # The current ledger, as assigned (ahead of durable while appends are in flight).
         self._current_id = -1
-        self._current = _Ledger(-1, 0, 0, 0)
+        self._current = LedgerState(-1, 0, 0, 0)
         self._assigned_total = 0
         self._handle: FileHandle | None = None
         self._offsets = new_offsets()
@@ -147,7 +123,7 @@ class ManagedLedger:
     async def open(cls, name: str, directory: Path, ctx: StorageContext) -> ManagedLedger:
         loop = asyncio.get_running_loop()
         ml = cls(name, directory, ctx, loop)
-        found = await loop.run_in_executor(ctx.io, _recover_dir, directory, ctx.config.sync)
+        found = await loop.run_in_executor(ctx.io, recover_dir, directory, ctx.config.sync)
         ctx.counters.torn_tails_truncated_total += found.torn_tails
         for ledger in found.ledgers:
             ml._ledger_ids.append(ledger.ledger_id)
@@ -173,8 +149,10 @@ class ManagedLedger:
             first_tail = current.entries - len(found.tail)
             for i, data in enumerate(found.tail):
                 ml._tail_put(Position(current.ledger_id, first_tail + i), data)
+        end = ml._last_confirmed or Position(ml._current_id, -1)
         for state in found.cursors:
-            ml._cursors[state.name] = ManagedCursor.from_state(state, ml)
+            cursor = ml._cursors[state.name] = ManagedCursor.from_state(state, ml)
+            cursor.clip_to(end)
         await opened
         return ml
 
@@ -184,7 +162,7 @@ class ManagedLedger:
         self._handle = FileHandle(self._ledger_path(ledger_id), ledger_id, self)
         self._writer.submit(OpenOp(self._handle, True, ledger_id + 1, opened))
         self._ledger_ids.append(ledger_id)
-        self._current = _Ledger(ledger_id, 0, 0, 0)
+        self._current = LedgerState(ledger_id, 0, 0, 0)
         self._ledgers[ledger_id] = self._current
         self._current_id = ledger_id
         self._offsets = new_offsets()
@@ -203,8 +181,11 @@ class ManagedLedger:
 
     def _on_sealed(self, ledger_id: int, offsets: _ArrayOffsets, future: asyncio.Future[None]) -> None:
         self._sealing.pop(ledger_id, None)
-        if not future.cancelled() and future.exception() is None:
+        error = future.exception()
+        if error is None:
             self._remember_offsets(ledger_id, offsets)
+        elif isinstance(error, StorageError):
+            self.on_write_failed(ledger_id, error)
 
     def _ledger_path(self, ledger_id: int) -> Path:
         return self._dir / _layout.ledger_file_name(ledger_id)
@@ -216,7 +197,7 @@ class ManagedLedger:
         if self._state != "open":
             raise LedgerClosedError(f"managed ledger {self.name} is closed")
         if self._failure is not None:
-            raise self._failure
+            raise StorageError(f"managed ledger {self.name} failed; close and reopen it: {self._failure}")
         if type(data) is not bytes:
             data = bytes(data)  # a caller's bytearray could change under the cache
         size = len(data)
@@ -495,7 +476,7 @@ class ManagedLedger:
         self._dirty.discard(name)
         path = self._cursor_path(name)
         async with self._persist_lock:  # not while a persist of it may be in flight
-            await self._run_to_end(_remove_file, path, self._config.sync)
+            await self._run_to_end(remove_file, path, self._config.sync)
 
     def cursor_changed(self, cursor: ManagedCursor) -> None:
         """Called by a cursor on every change: it is written within cursor_persist_interval_s."""
@@ -535,7 +516,7 @@ class ManagedLedger:
             return
         paths = [self._cursor_path(s.name) for s in states]
         try:
-            await self._run_to_end(_write_cursor_files, paths, states, self._config.sync)
+            await self._run_to_end(write_cursor_files, paths, states, self._config.sync)
         except OSError as exc:
             raise StorageError(f"managed ledger {self.name}: cannot write cursors: {exc}") from exc
         self._ctx.counters.cursor_persists_total += len(states)
@@ -578,63 +559,5 @@ class ManagedLedger:
     async def remove_files(self) -> None:
         """Close without writing cursors, then delete the directory (Storage.delete_ledger)."""
         await self._close(persist=False)
-        await self._run(_layout.remove_tree, self._dir, self._config.sync)
-
-
-# -- blocking helpers, run in storage threads ---------------------------------------------------
-
-
-def _recover_dir(directory: Path, sync: bool) -> _Recovered:
-    names = os.listdir(directory)
-    ids = sorted(i for n in names if (i := _layout.parse_ledger_id(n, _layout.LOG_SUFFIX)) is not None)
-    ledgers: list[_Ledger] = []
-    indexes: dict[int, LedgerIndex] = {}
-    found = _Recovered(ledgers, True, new_offsets(), [], indexes, [], 0)
-    for n, ledger_id in enumerate(ids):
-        path = directory / _layout.ledger_file_name(ledger_id)
-        index_path = directory / _layout.index_file_name(ledger_id)
-        index = read_index(index_path, ledger_id)
-        if index is not None:
-            ledgers.append(_Ledger(ledger_id, index.entries, index.file_bytes, index.entries))
-            indexes[ledger_id] = index
-            if len(indexes) > index_cache_ledgers_max:
-                del indexes[min(indexes)]
-            continue
-        newest = n == len(ids) - 1
-        if index_path.exists():
-            log.error("ledger %s: index %s does not verify, rescanning the ledger", path, index_path)
-        result = recover(path, tail_cache_bytes_max if newest else 0, sync=sync)
-        found.torn_tails += result.valid_bytes < result.file_bytes
-        ledgers.append(_Ledger(ledger_id, len(result.offsets), result.valid_bytes, len(result.offsets)))
-        if newest:
-            found.last_sealed = False
-            found.current_offsets = result.offsets
-            found.tail = result.tail
-        else:
-            # An older ledger without its index (a crash, or damage): seal it now.
-            _layout.write_atomic(index_path, encode_index(ledger_id, result.offsets, result.valid_bytes), sync=sync)
-    cursors_dir = directory / _layout.CURSORS_DIR
-    cursors_dir.mkdir(exist_ok=True)
-    for name in sorted(os.listdir(cursors_dir)):
-        path = cursors_dir / name
-        if name.endswith(_layout.TMP_SUFFIX):
-            path.unlink()  # an atomic write cut short; the previous file is intact
-        elif name.endswith(_layout.CURSOR_SUFFIX):
-            found.cursors.append(CursorState.from_json_bytes(path.read_bytes(), str(path)))
-    return found
-
-
-def _write_cursor_files(paths: list[Path], states: list[CursorState], sync: bool) -> None:
-    for path, state in zip(paths, states, strict=True):
-        _layout.write_atomic(path, state.to_json_bytes(), sync=sync, sync_parent=False)
-    if sync:
-        _layout.fsync_dir(paths[0].parent)  # one directory fsync for all the renames
-
-
-def _remove_file(path: Path, sync: bool) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        return
-    if sync:
-        _layout.fsync_dir(path.parent)
+        async with self._persist_lock:  # no cursor file write may still be running in there
+            await self._run(_layout.remove_tree, self._dir, self._config.sync)

@@ -168,7 +168,6 @@ class Storage:
             "velamq_storage_entries_per_fsync": writer.entries_per_fsync if writer else 0.0,
             "velamq_storage_open_ledgers": len(self._open),
             "velamq_storage_pending_appends": sum(ml.pending_appends for ml in self._open.values()),
-            "velamq_storage_size_bytes": sum(ml.size_bytes for ml in self._open.values()),
             "velamq_storage_ledgers_rolled_total": counters.ledgers_rolled_total,
             "velamq_storage_read_entries_cache_total": counters.read_entries_cache_total,
             "velamq_storage_read_entries_disk_total": counters.read_entries_disk_total,

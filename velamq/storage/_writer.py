@@ -105,6 +105,8 @@ class _Group:
     ops: list[AppendOp] = field(default_factory=list)
     buffers: list[bytes] = field(default_factory=list)  # not yet written: header, data, header, ...
     size_bytes: int = 0
+    # The handle's state when this group was done: a later group may fail it meanwhile.
+    error: StorageError | None = None
 
 
 class Writer:
@@ -197,6 +199,7 @@ class Writer:
             handle = group.handle
             if handle.unsynced and handle.failed is None:
                 fsyncs += self._fsync(handle)
+            group.error = handle.failed
             appends += len(group.ops)
         self.fsyncs_total += fsyncs
         self.group_commits_total += 1
@@ -222,7 +225,7 @@ class Writer:
             log.error("%s", handle.failed)
             return
         handle.unsynced = True
-        self.bytes_written_total += group.size_bytes
+        self.bytes_written_total += sum(len(b) for b in buffers)
 
     def _fsync(self, handle: FileHandle) -> int:
         handle.unsynced = False
@@ -292,7 +295,7 @@ class Writer:
         for op in batch:
             op.handle.failed = op.handle.failed or error
             if isinstance(op, AppendOp):
-                groups.setdefault(op.handle, _Group(op.handle)).ops.append(op)
+                groups.setdefault(op.handle, _Group(op.handle, error=op.handle.failed)).ops.append(op)
             elif op.future is not None:
                 failed.append((op.future, error))
         try:
@@ -306,16 +309,16 @@ def _deliver(groups: list[_Group], replies: list[tuple[asyncio.Future[None], Sto
     for group in groups:
         handle = group.handle
         ops = group.ops
-        if handle.failed is None:
+        if group.error is None:
             handle.owner.on_durable(handle.ledger_id, ops[-1].position.entry_id, len(ops), group.size_bytes)
             for op in ops:
                 if not op.future.done():
                     op.future.set_result(op.position)
         else:
-            handle.owner.on_write_failed(handle.ledger_id, handle.failed)
+            handle.owner.on_write_failed(handle.ledger_id, group.error)
             for op in ops:
                 if not op.future.done():
-                    op.future.set_exception(handle.failed)
+                    op.future.set_exception(group.error)
     for future, error in replies:
         if future.done():
             continue

@@ -1,0 +1,216 @@
+"""/metrics parses as Prometheus text 0.0.4 with Pulsar's names; the console escapes what it shows (OP-3)."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import pytest
+from admin_harness import SNAPSHOT, Admin
+
+from velamq.admin import _console, _metrics
+from velamq.broker._stats import BrokerMetrics, TopicMetrics
+
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+@dataclass
+class Family:
+    type: str | None = None
+    help: str | None = None
+    samples: dict[tuple[tuple[str, str], ...], float] = field(default_factory=dict)
+
+
+def _parse_labels(text: str, pos: int) -> tuple[tuple[tuple[str, str], ...], int]:
+    """Labels from just after "{" to just after "}"; the escapes are \\\\, \\" and \\n."""
+    labels: list[tuple[str, str]] = []
+    while text[pos] != "}":
+        m = _LABEL.match(text, pos)
+        assert m, f"bad label name at {text[pos:]!r}"
+        name, pos = m.group(0), m.end()
+        assert text[pos:pos + 2] == '="', text[pos:]
+        pos += 2
+        value = []
+        while text[pos] != '"':
+            if text[pos] == "\\":
+                escaped = text[pos + 1]
+                assert escaped in '\\"n', f"bad escape \\{escaped}"
+                value.append("\n" if escaped == "n" else escaped)
+                pos += 2
+            else:
+                assert text[pos] != "\n"
+                value.append(text[pos])
+                pos += 1
+        pos += 1
+        labels.append((name, "".join(value)))
+        if text[pos] == ",":
+            pos += 1
+    return tuple(labels), pos + 1
+
+
+def parse_prometheus(text: str) -> dict[str, Family]:
+    """A strict reader of the text format: TYPE before samples, families contiguous, no duplicates."""
+    families: dict[str, Family] = {}
+    finished: set[str] = set()
+    current: str | None = None
+    assert text.endswith("\n")
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if line.startswith("#"):
+            parts = line.split(" ", 3)
+            if len(parts) >= 3 and parts[1] in ("HELP", "TYPE"):
+                name = parts[2]
+                assert _NAME.fullmatch(name), name
+                assert name not in finished, f"family {name} is split"
+                family = families.setdefault(name, Family())
+                if parts[1] == "TYPE":
+                    assert family.type is None and not family.samples, f"TYPE of {name} repeated or late"
+                    assert parts[3] in ("counter", "gauge", "untyped", "summary", "histogram")
+                    family.type = parts[3]
+                else:
+                    family.help = parts[3] if len(parts) > 3 else ""
+                if current is not None and current != name:
+                    finished.add(current)
+                current = name
+            continue
+        m = _NAME.match(line)
+        assert m, line
+        name, pos = m.group(0), m.end()
+        labels: tuple[tuple[str, str], ...] = ()
+        if line[pos:pos + 1] == "{":
+            labels, pos = _parse_labels(line, pos + 1)
+        assert line[pos] == " ", line
+        value_text = line[pos + 1:].split(" ")[0]
+        value = float(value_text.replace("+Inf", "inf").replace("-Inf", "-inf"))
+        assert name not in finished, f"samples of {name} are split"
+        if current is not None and current != name:
+            finished.add(current)
+        current = name
+        family = families.setdefault(name, Family())
+        assert family.type is not None, f"{name} has samples before its TYPE"
+        assert labels not in family.samples, f"duplicate series {name}{labels}"
+        family.samples[labels] = value
+    return families
+
+
+def test_metrics_endpoint_parses_with_pulsar_names(admin: Admin) -> None:
+    reply = admin.request("GET", "/metrics")
+    assert reply.status == 200
+    assert reply.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    families = parse_prometheus(reply.body.decode())
+    c = (("cluster", "standalone"),)
+    orders = (*c, ("namespace", "public/default"), ("topic", "persistent://public/default/orders"))
+
+    assert families["pulsar_active_connections"].samples == {c: 3}
+    assert families["pulsar_connection_created_total_count"].samples == {c: 17}
+    assert families["pulsar_connection_created_total_count"].type == "counter"
+    assert families["pulsar_topics_count"].samples == {
+        (*c, ("namespace", "acme/ns")): 1,
+        (*c, ("namespace", "public/default")): 1,
+    }
+    expected = {
+        "pulsar_producers_count": 2, "pulsar_consumers_count": 1, "pulsar_subscriptions_count": 2,
+        "pulsar_in_messages_total": 100, "pulsar_in_bytes_total": 2048, "pulsar_out_messages_total": 90,
+        "pulsar_out_bytes_total": 1800, "pulsar_storage_size": 4096, "pulsar_msg_backlog": 10,
+        "velamq_topic_entries": 100,
+    }
+    for name, value in expected.items():
+        assert families[name].samples[orders] == value, name
+        assert len(families[name].samples) == 2  # both topics
+    assert families["pulsar_in_messages_total"].type == "counter"
+    assert families["pulsar_storage_size"].type == "gauge"
+
+    backlog = families["pulsar_subscription_back_log"].samples
+    assert backlog[(*orders, ("subscription", "sub-a"))] == 10
+    # The label value survives escaping: quote, backslash and newline.
+    assert backlog[(*orders, ("subscription", 'we"ird\\sub\nname'))] == 0
+    assert families["pulsar_subscription_unacked_messages"].samples[(*orders, ("subscription", "sub-a"))] == 4
+    assert families["velamq_subscription_consumers"].samples[(*orders, ("subscription", "sub-a"))] == 1
+
+    # Storage counters, under their own names; a name Prometheus can't take is made valid.
+    assert families["velamq_storage_fsyncs_total"].samples == {c: 42}
+    assert families["velamq_storage_fsyncs_total"].type == "counter"
+    assert families["velamq_journal_bytes"].samples == {c: 1.5e6}
+    assert families["velamq_journal_bytes"].type == "gauge"
+    assert families["bad_name_1"].samples == {c: 1}
+
+
+def test_metrics_with_no_topics_and_special_values() -> None:
+    snapshot = BrokerMetrics(0, 0, (), {"x_total": float("nan"), "y": float("inf"), "z": -float("inf"),
+                                        "pulsar_active_connections": 9, "1st": 2})
+    families = parse_prometheus(_metrics.render(snapshot))
+    assert math.isnan(families["x_total"].samples[(("cluster", "standalone"),)])
+    assert families["y"].samples[(("cluster", "standalone"),)] == math.inf
+    assert families["z"].samples[(("cluster", "standalone"),)] == -math.inf
+    assert families["_1st"].samples[(("cluster", "standalone"),)] == 2
+    # A storage key that collides with a broker metric is dropped, not duplicated.
+    assert families["pulsar_active_connections"].samples == {(("cluster", "standalone"),): 0}
+    assert families["pulsar_topics_count"].samples == {}
+
+
+@pytest.mark.parametrize(
+    ("raw", "escaped"),
+    [("plain", "plain"), ('a"b', 'a\\"b'), ("a\\b", "a\\\\b"), ("a\nb", "a\\nb"), ("\\n", "\\\\n")],
+)
+def test_label_escaping(raw: str, escaped: str) -> None:
+    assert _metrics.escape_label_value(raw) == escaped
+
+
+def test_value_format() -> None:
+    assert _metrics.format_value(3) == "3"
+    assert _metrics.format_value(True) == "1"
+    assert _metrics.format_value(0.5) == "0.5"
+    assert _metrics.format_value(float("nan")) == "NaN"
+    assert _metrics.format_value(float("-inf")) == "-Inf"
+
+
+def test_metrics_is_answered_with_trailing_slash(admin: Admin) -> None:
+    assert admin.request("GET", "/metrics/").status == 200
+
+
+# ----------------------------------------------------------------------------- console
+
+
+def test_console_lists_topics_and_escapes_names(admin: Admin) -> None:
+    assert admin.request("PUT", "/admin/v2/persistent/public/default/console-topic").status == 204
+    reply = admin.request("GET", "/")
+    assert reply.status == 200
+    assert reply.headers["content-type"] == "text/html; charset=utf-8"
+    page = reply.body.decode()
+    assert "persistent://public/default/orders" in page
+    assert "sub-a" in page and "Shared" in page
+    assert "non-persistent://acme/ns/&lt;script&gt;" in page
+    assert "<script>" not in page
+    assert "we&quot;ird" in page
+    assert "public/default" in page
+    # Second view: rates appear (the first view set the baseline).
+    assert admin.request("GET", "/").status == 200
+
+
+def _topic(name: str, msg_in: int, bytes_in: int) -> TopicMetrics:
+    return TopicMetrics(name, 0, 0, msg_in, bytes_in, 0, 0, 0, 0, 0)
+
+
+def test_rate_tracker() -> None:
+    tracker = _console.RateTracker()
+    assert tracker.rates(BrokerMetrics(0, 0, (_topic("a", 10, 100),)), now_s=100.0) == {}
+    rates = tracker.rates(BrokerMetrics(0, 0, (_topic("a", 30, 300), _topic("b", 5, 5))), now_s=102.0)
+    assert rates == {"a": (10.0, 100.0, 0.0, 0.0)}  # b is new: no rate yet
+    # A reload within the window keeps the older baseline.
+    rates = tracker.rates(BrokerMetrics(0, 0, (_topic("a", 40, 400),)), now_s=102.5)
+    assert rates == {"a": (20.0, 200.0, 0.0, 0.0)}
+    # A counter that went backwards (topic reloaded) gives 0, not a negative rate.
+    rates = tracker.rates(BrokerMetrics(0, 0, (_topic("a", 0, 0),)), now_s=110.0)
+    assert rates == {"a": (0.0, 0.0, 0.0, 0.0)}
+
+
+def test_console_renders_empty_broker() -> None:
+    page = _console.render(BrokerMetrics(0, 0, ()), {}, [], "pulsar://h:1", "http://h:2")
+    assert "no topic loaded" in page
+
+
+def test_snapshot_fixture_is_what_the_harness_serves(admin: Admin) -> None:
+    assert admin.broker.metrics_snapshot() is SNAPSHOT

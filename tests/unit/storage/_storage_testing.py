@@ -1,0 +1,41 @@
+"""Helpers shared by the storage tests (a unique module name: tests/ has no __init__.py files)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from velamq.storage import Storage, StorageConfig
+
+T = TypeVar("T")
+
+TOPIC = "persistent://public/default/t"
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """pytest-asyncio is not a dependency: each test drives its coroutine with asyncio.run."""
+    return asyncio.run(coro)
+
+
+def config(data_dir: Path, **kwargs: Any) -> StorageConfig:
+    kwargs.setdefault("sync_policy", "none")
+    return StorageConfig(data_dir=data_dir, **kwargs)
+
+
+@asynccontextmanager
+async def started(data_dir: Path, **kwargs: Any) -> AsyncIterator[Storage]:
+    storage = Storage(config(data_dir, **kwargs))
+    await storage.start()
+    try:
+        yield storage
+    finally:
+        await storage.close()
+
+
+def payload(i: int, size: int = 0) -> bytes:
+    """Recognizable, non-empty entry data of about `size` bytes."""
+    head = f"entry-{i}-".encode()
+    return head + bytes((i + k) % 251 for k in range(max(0, size - len(head))))

@@ -1,0 +1,112 @@
+"""kill -9 during appends: every append that resolved is there after recovery (ME-6)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from _storage_testing import run, started
+
+import velamq
+from velamq.storage import Position
+
+# The child appends with fsync from several producers to two topics, and prints one line per
+# append once it resolved: "<topic> <ledger_id> <entry_id> <data>".
+CHILD = r"""
+import asyncio, sys
+from pathlib import Path
+from velamq.storage import Storage, StorageConfig
+
+async def main():
+    config = StorageConfig(Path(sys.argv[1]), sync_policy="fsync", ledger_entries_max=300)
+    storage = Storage(config)
+    await storage.start()
+    topics = [await storage.open_ledger(f"persistent://public/default/kill-{k}") for k in range(2)]
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+
+    async def produce(topic, producer):
+        i = 0
+        while True:
+            data = f"{topic}.{producer}.{i}." * (1 + i % 7)
+            pos = await topics[topic].append(data.encode())
+            sys.stdout.write(f"{topic} {pos.ledger_id} {pos.entry_id} {data}\n")
+            sys.stdout.flush()
+            i += 1
+
+    await asyncio.gather(*(produce(t, p) for t in range(2) for p in range(4)))
+
+asyncio.run(main())
+"""
+
+
+def run_child_and_kill(data_dir: Path, delay_s: float) -> list[tuple[int, Position, bytes]]:
+    env = dict(os.environ, PYTHONPATH=str(Path(velamq.__file__).resolve().parent.parent))
+    stderr_path = data_dir.parent / "child-stderr.txt"
+    with open(stderr_path, "wb") as stderr:
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(data_dir)], stdout=subprocess.PIPE, stderr=stderr, env=env, bufsize=0
+        )
+    assert child.stdout is not None
+    chunks: list[bytes] = []
+    ready = threading.Event()
+
+    def drain() -> None:  # keep the pipe empty so the child never blocks on stdout
+        assert child.stdout is not None
+        while chunk := child.stdout.read(65536):
+            chunks.append(chunk)
+            if not ready.is_set() and b"\n" in b"".join(chunks):
+                ready.set()
+        ready.set()
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        if not ready.wait(30):
+            raise AssertionError(f"child did not start: {stderr_path.read_text()}")
+        time.sleep(delay_s)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+        reader.join(10)
+    assert child.returncode == -signal.SIGKILL, stderr_path.read_text()
+    lines = b"".join(chunks).split(b"\n")
+    assert lines[0] == b"ready", stderr_path.read_text()
+    lines = lines[1:-1]  # drop "ready" and the unterminated last line, if any
+    out = []
+    for line in lines:
+        topic, ledger_id, entry_id, data = line.split(b" ", 3)
+        out.append((int(topic), Position(int(ledger_id), int(entry_id)), data))
+    return out
+
+
+def test_sigkill_never_loses_a_resolved_append(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    rng = random.Random(os.getpid())
+    confirmed: list[tuple[int, Position, bytes]] = []
+    for _ in range(3):  # each child recovers what the previous one left, then is killed too
+        printed = run_child_and_kill(data_dir, rng.uniform(0.1, 0.6))
+        assert printed, "the child resolved no append before it was killed"
+        confirmed += printed
+
+        async def check(confirmed: list[tuple[int, Position, bytes]]) -> None:
+            async with started(data_dir, sync_policy="fsync", ledger_entries_max=300) as storage:
+                for topic in range(2):
+                    ml = await storage.open_ledger(f"persistent://public/default/kill-{topic}")
+                    entries = await ml.read_entries(Position(0, 0), 1_000_000)
+                    stored = {e.position: e.data for e in entries}
+                    for t, pos, data in confirmed:
+                        if t == topic:
+                            assert stored.get(pos) == data, pos
+                    # Dense ids: each ledger holds entries 0..n-1, nothing missing in between.
+                    for info in ml.ledgers():
+                        ids = [e.position.entry_id for e in entries if e.position.ledger_id == info.ledger_id]
+                        assert ids == list(range(info.entries))
+
+        run(check(confirmed))
