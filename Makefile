@@ -25,7 +25,7 @@ lint: $(VENV)/.test-installed
 	$(BIN)/mypy --strict velamq
 
 test: lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -q
 
 # Regenerate the protobuf module from velamq/protocol/_pulsar_api.proto.
 proto: | $(BIN)/python

@@ -403,9 +403,11 @@ class ServerConnection(asyncio.Protocol):
             self.send_command(reply)
             return
         entry = frame.entry
+        # Stored entries must be readable by every consumer: a send whose metadata does not
+        # decode is refused here (ProtocolError closes this connection only).
+        metadata = parse_entry_metadata(entry)
         dedup_checked = True
-        if send.is_chunk and producer.topic.dedup is not None:
-            metadata = parse_entry_metadata(entry)
+        if send.is_chunk:
             dedup_checked = metadata.chunk_id == metadata.num_chunks_from_msg - 1
         future = producer.topic.publish(
             producer,
@@ -556,7 +558,10 @@ class ServerConnection(asyncio.Protocol):
             else:
                 subscription.acknowledge(
                     consumer,
-                    [(Position(signed64(m.ledgerId), signed64(m.entryId)), list(m.ack_set) or None) for m in ack.message_id],
+                    [
+                        (Position(signed64(m.ledgerId), signed64(m.entryId)), list(m.ack_set) or None)
+                        for m in ack.message_id
+                    ],
                 )
         if ack.HasField("request_id"):
             reply = pb.BaseCommand(type=T.ACK_RESPONSE)
@@ -583,9 +588,7 @@ class ServerConnection(asyncio.Protocol):
             raise BrokerRequestError(pb.ConsumerNotFound, f"consumer {request.consumer_id} not found")
         subscription = consumer.subscription
         if any(c is not consumer for c in subscription.consumers):
-            raise BrokerRequestError(
-                pb.UnknownError, "Unconnected or shared consumer attempting to unsubscribe"
-            )
+            raise BrokerRequestError(pb.UnknownError, "Unconnected or shared consumer attempting to unsubscribe")
         self._consumers.pop(request.consumer_id, None)
         subscription.remove_consumer(consumer)
         topic = self.service.loaded_topic(subscription.ledger.name)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from velamq._clock import Clock
+from velamq._errors import ProtocolError
 from velamq.broker._consumer import Consumer
 from velamq.broker._key_shared import KeySharedSelector
 from velamq.protocol import parse_entry_metadata
@@ -53,7 +54,12 @@ class EntryInfo:
 
 
 def entry_info(data: bytes) -> EntryInfo:
-    metadata = parse_entry_metadata(data)
+    try:
+        metadata = parse_entry_metadata(data)
+    except ProtocolError:
+        # Never block a subscription on one bad entry: deliver it as one message; the client
+        # acknowledges it with a validation error.
+        return EntryInfo(1, _NONE_KEY, 0)
     num = metadata.num_messages_in_batch if metadata.HasField("num_messages_in_batch") else 1
     if metadata.HasField("ordering_key"):
         key = metadata.ordering_key

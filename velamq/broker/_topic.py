@@ -10,15 +10,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from functools import partial
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from velamq._clock import Clock
 from velamq._topic_name import TopicName
 from velamq.broker._dedup import DUPLICATE_POSITION, Deduplication
-from velamq.broker._stats import SubscriptionMetrics, TopicMetrics
 from velamq.broker._errors import BrokerRequestError
+from velamq.broker._stats import SubscriptionMetrics, TopicMetrics
 from velamq.broker._subscription import Subscription, SubType
 from velamq.protocol import pb
 from velamq.storage import ManagedCursor, ManagedLedger, Position
@@ -88,7 +88,9 @@ class Topic:
                 self.exclusive_producer = None
             self._producers_changed.set()
 
-    async def admit_producer(self, producer: Producer, request_epoch: int | None, on_queued: Callable[[], None]) -> None:
+    async def admit_producer(
+        self, producer: Producer, request_epoch: int | None, on_queued: Callable[[], None]
+    ) -> None:
         """Apply the producer access mode (Shared, Exclusive, WaitForExclusive, ExclusiveWithFencing).
 
         Raises BrokerRequestError with ProducerBusy or ProducerFenced. WaitForExclusive calls

@@ -67,6 +67,8 @@ def parse_entry_metadata(entry: bytes) -> pb.MessageMetadata:
         metadata.ParseFromString(entry_metadata_bytes(entry))
     except (DecodeError, RuntimeError, ValueError) as exc:
         raise ProtocolError(f"undecodable message metadata: {exc}") from None
+    if not metadata.IsInitialized():
+        raise ProtocolError("message metadata is missing required fields")
     return metadata
 
 

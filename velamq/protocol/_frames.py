@@ -106,6 +106,7 @@ class FrameDecoder:
             command.ParseFromString(frame[4 : 4 + command_size])
         except (DecodeError, RuntimeError, ValueError) as exc:
             raise ProtocolError(f"undecodable command: {exc}") from None
+        _check_command(command)
         if len(frame) == 4 + command_size:
             return Frame(command)
         try:
@@ -127,6 +128,27 @@ class FrameDecoder:
             return rest
         _check_entry_shape(rest, 0)
         return with_checksum(rest)
+
+
+# Commands whose body may be absent (an empty message is all they carry).
+_BODY_OPTIONAL = frozenset((pb.BaseCommand.PING, pb.BaseCommand.PONG))
+_FIELD_OF_TYPE = {f.number: f.name for f in pb.BaseCommand.DESCRIPTOR.fields if f.number > 1}
+
+
+def _check_command(command: pb.BaseCommand) -> None:
+    """The protobuf runtime does not enforce proto2 `required` on parse, so a frame without a
+    type would read as CONNECT and one without its body as all zeros: refuse both."""
+    if not command.HasField("type"):
+        raise ProtocolError("command without a type")
+    body = _FIELD_OF_TYPE.get(command.type)
+    if body is None:
+        raise ProtocolError(f"unknown command type {command.type}")
+    if not command.HasField(body):  # type: ignore[arg-type]
+        if command.type in _BODY_OPTIONAL:
+            return
+        raise ProtocolError(f"{body} command without its body")
+    if not command.IsInitialized():
+        raise ProtocolError(f"{body} command is missing required fields")
 
 
 def _check_entry_shape(entry: bytes, metadata_size_at: int) -> None:

@@ -124,7 +124,9 @@ def test_corrupt_compressed_payload_is_a_compression_error(codec: int) -> None:
 @settings(max_examples=40, deadline=None)
 @given(
     messages=st.lists(
-        st.tuples(st.binary(max_size=300), st.text(max_size=10), st.dictionaries(st.text(max_size=5), st.text(max_size=5))),
+        st.tuples(
+            st.binary(max_size=300), st.text(max_size=10), st.dictionaries(st.text(max_size=5), st.text(max_size=5))
+        ),
         min_size=1,
         max_size=20,
     ),
