@@ -66,7 +66,7 @@ class BrokerService:
         self.listeners: set[str] = set()
         self.storage = Storage(
             StorageConfig(
-                data_dir=config.data_dir / "ledgers",
+                data_dir=config.data_dir,
                 sync_policy="none" if config.sync_policy == "none" else "fsync",
                 ledger_entries_max=config.ledger_entries_max,
                 ledger_bytes_max=config.ledger_megabytes_max * 1024 * 1024,

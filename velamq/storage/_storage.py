@@ -39,7 +39,7 @@ class Storage:
         self._ledger_id_next = 1
         self._dirs: dict[str, Path] = {}  # every managed ledger on disk, by name
         self._open: dict[str, ManagedLedger] = {}
-        self._opening: dict[str, asyncio.Future[ManagedLedger]] = {}
+        self._opening: dict[str, asyncio.Task[ManagedLedger]] = {}
         self._counters = Counters()
         self._state = "new"
 
@@ -103,12 +103,17 @@ class Storage:
         ml = self._open.get(name)
         if ml is not None:
             return ml
-        pending = self._opening.get(name)
-        if pending is not None:
-            return await asyncio.shield(pending)
+        task = self._opening.get(name)
+        if task is None:
+            # A task of its own, so a cancelled caller never leaves a recovery half done.
+            assert self._loop is not None
+            task = self._loop.create_task(self._open_ledger(name, ctx))
+            task.add_done_callback(_retrieve_exception)
+            self._opening[name] = task
+        return await asyncio.shield(task)
+
+    async def _open_ledger(self, name: str, ctx: StorageContext) -> ManagedLedger:
         assert self._loop is not None
-        future: asyncio.Future[ManagedLedger] = self._loop.create_future()
-        self._opening[name] = future
         try:
             directory = self._dirs.get(name)
             if directory is None:
@@ -117,13 +122,7 @@ class Storage:
                 )
                 self._dirs[name] = directory
             ml = await ManagedLedger.open(name, directory, ctx)
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: only the waiters, if any, need it
-            raise
-        else:
             self._open[name] = ml
-            future.set_result(ml)
             return ml
         finally:
             del self._opening[name]
@@ -187,3 +186,9 @@ def _start_blocking(data_dir: Path) -> tuple[int, dict[str, Path], int]:
         _layout.unlock_data_dir(lock_fd)
         raise
     return lock_fd, dirs, ledger_id_next
+
+
+def _retrieve_exception(task: asyncio.Task[ManagedLedger]) -> None:
+    # Whoever awaited the open has the error; this keeps asyncio from warning when nobody did.
+    if not task.cancelled():
+        task.exception()
