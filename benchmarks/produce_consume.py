@@ -1,0 +1,238 @@
+"""How fast does the official Pulsar client produce to and consume from velamq? (WC-1, OP-4)
+
+Produces fixed-size messages with the official client (PyPI pulsar-client), batched and unbatched,
+with send_async and a bounded number of messages in flight (max_pending_messages, blocking when full),
+then flush; then consumes each topic from the start with receive + acknowledge. Prints a table
+(mode, messages, seconds, msg/s, MB/s of payload), the ratios between rows and the machine.
+
+    .venv/bin/python benchmarks/produce_consume.py                      # starts its own broker
+    .venv/bin/python benchmarks/produce_consume.py --service-url pulsar://127.0.0.1:6650
+    .venv/bin/python benchmarks/produce_consume.py --batched 500000 --unbatched 50000
+
+Without --service-url a broker is started with velamq.testing.run_broker (free ports, temp data dir,
+default settings: fsync before each receipt) and stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import functools
+import importlib.metadata
+import os
+import platform
+import resource
+import shlex
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pulsar
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    mode: str
+    messages: int
+    seconds: float
+    payload_bytes: int
+    client_cpu_s: float = 0.0
+    broker_cpu_s: float | None = None
+
+    @property
+    def msgs_per_s(self) -> float:
+        return self.messages / self.seconds if self.seconds > 0 else float("inf")
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.payload_bytes / 1e6 / self.seconds if self.seconds > 0 else float("inf")
+
+
+def produce(client: Any, topic: str, n: int, size: int, batched: bool, in_flight: int,
+            batch_messages: int) -> Row:
+    producer = client.create_producer(
+        topic,
+        batching_enabled=batched,
+        batching_max_messages=batch_messages,
+        batching_max_publish_delay_ms=10,
+        max_pending_messages=in_flight,
+        block_if_queue_full=True,
+        send_timeout_millis=120_000,
+    )
+    payload = os.urandom(size)
+    done = threading.Event()
+    lock = threading.Lock()
+    state = {"completed": 0, "failed": 0}
+
+    def callback(res: Any, _msg_id: Any) -> None:
+        with lock:
+            state["completed"] += 1
+            if res != pulsar.Result.Ok:
+                state["failed"] += 1
+            if state["completed"] == n:
+                done.set()
+
+    t0 = time.perf_counter()
+    for _ in range(n):
+        producer.send_async(payload, callback)
+    producer.flush()
+    if not done.wait(300):
+        raise RuntimeError(f"only {state['completed']} of {n} sends completed")
+    elapsed = time.perf_counter() - t0
+    producer.close()
+    if state["failed"]:
+        raise RuntimeError(f"{state['failed']} of {n} sends failed")
+    return Row(f"produce {'batched' if batched else 'unbatched'}", n, elapsed, n * size)
+
+
+def consume(client: Any, topic: str, n: int, size: int, label: str) -> Row:
+    consumer = client.subscribe(topic, "bench", initial_position=pulsar.InitialPosition.Earliest,
+                                receiver_queue_size=1000)
+    first = consumer.receive(30_000)
+    t0 = time.perf_counter()
+    consumer.acknowledge(first)
+    for _ in range(n - 1):
+        consumer.acknowledge(consumer.receive(30_000))
+    elapsed = time.perf_counter() - t0
+    consumer.close()
+    return Row(f"consume {label}", n, elapsed, n * size)
+
+
+def process_cpu_s(pid: int | None) -> float | None:
+    """User + system CPU seconds of a local process (Linux /proc), None if unknown."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def self_cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def measured(row_fn: Callable[[], Row], broker_pid: int | None) -> Row:
+    """Run one row and attach the CPU seconds this process and the broker spent on it."""
+    c0, b0 = self_cpu_s(), process_cpu_s(broker_pid)
+    row = row_fn()
+    c1, b1 = self_cpu_s(), process_cpu_s(broker_pid)
+    broker = b1 - b0 if b0 is not None and b1 is not None else None
+    return dataclasses.replace(row, client_cpu_s=c1 - c0, broker_cpu_s=broker)
+
+
+def machine() -> list[tuple[str, str]]:
+    cpu = platform.processor() or "unknown"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    ram = "unknown"
+    with contextlib.suppress(OSError, ValueError), open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                ram = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+                break
+    return [
+        ("CPU", cpu),
+        ("cores", str(os.cpu_count())),
+        ("RAM", ram),
+        ("OS", f"{platform.system()} {platform.release()}"),
+        ("Python", platform.python_version()),
+        ("pulsar-client", importlib.metadata.version("pulsar-client")),
+    ]
+
+
+def table(rows: list[Row]) -> str:
+    head = (f"| {'mode':<20} | {'messages':>9} | {'seconds':>8} | {'msg/s':>9} | {'MB/s':>6} "
+            f"| {'client CPU s':>12} | {'broker CPU s':>12} |")
+    sep = "|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|"
+    lines = [head, sep]
+    for r in rows:
+        broker = f"{r.broker_cpu_s:.2f}" if r.broker_cpu_s is not None else "-"
+        lines.append(f"| {r.mode:<20} | {r.messages:>9,} | {r.seconds:>8.2f} | {r.msgs_per_s:>9,.0f} "
+                     f"| {r.mb_per_s:>6.2f} | {r.client_cpu_s:>12.2f} | {broker:>12} |")
+    return "\n".join(lines)
+
+
+def ratios(rows: list[Row]) -> list[str]:
+    by = {r.mode: r for r in rows}
+    pairs = [
+        ("produce batched", "produce unbatched"),
+        ("consume batched", "consume unbatched"),
+        ("consume batched", "produce batched"),
+        ("consume unbatched", "produce unbatched"),
+    ]
+    out = []
+    for a, b in pairs:
+        if a in by and b in by:
+            out.append(f"{a} / {b}: {by[a].msgs_per_s / by[b].msgs_per_s:.2f}x msg/s")
+    return out
+
+
+@contextlib.contextmanager
+def broker_url(service_url: str | None, broker_args: list[str]) -> Iterator[tuple[str, int | None]]:
+    """(service URL, broker pid or None when the broker is not ours)."""
+    if service_url:
+        yield service_url, None
+        return
+    from velamq.testing import run_broker
+
+    with run_broker(extra_args=broker_args) as b:
+        yield b.service_url, b.pid
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--service-url", help="use this broker instead of starting one")
+    ap.add_argument("--batched", type=int, default=500_000, help="messages in the batched run")
+    ap.add_argument("--unbatched", type=int, default=100_000, help="messages in the unbatched run")
+    ap.add_argument("--size", type=int, default=100, help="payload bytes per message")
+    ap.add_argument("--in-flight", type=int, default=1000, help="max_pending_messages of the producer")
+    ap.add_argument("--batch-messages", type=int, default=1000, help="batching_max_messages (client default 1000)")
+    ap.add_argument("--broker-args", default="", help="extra `velamq standalone` args for the started broker")
+    args = ap.parse_args(argv)
+
+    with broker_url(args.service_url, shlex.split(args.broker_args)) as (url, pid):
+        client = pulsar.Client(url, operation_timeout_seconds=30,
+                               logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+        try:
+            run = uuid.uuid4().hex[:8]
+            rows: list[Row] = []
+            for batched, n in ((True, args.batched), (False, args.unbatched)):
+                if n <= 0:
+                    continue
+                label = "batched" if batched else "unbatched"
+                topic = f"bench-{label}-{run}"
+                rows.append(measured(functools.partial(produce, client, topic, n, args.size, batched,
+                                                       args.in_flight, args.batch_messages), pid))
+                print(f"  {rows[-1].mode}: {rows[-1].msgs_per_s:,.0f} msg/s", file=sys.stderr, flush=True)
+                rows.append(measured(functools.partial(consume, client, topic, n, args.size, label), pid))
+                print(f"  {rows[-1].mode}: {rows[-1].msgs_per_s:,.0f} msg/s", file=sys.stderr, flush=True)
+        finally:
+            client.close()
+
+    where = f"at {url}" if args.service_url else f"started locally {args.broker_args}".rstrip()
+    print(f"\nvelamq produce/consume with the official client: {args.size}-byte messages, "
+          f"{args.in_flight} in flight, batches of up to {args.batch_messages}, broker {where}\n")
+    print(table(rows))
+    print()
+    for line in ratios(rows):
+        print(f"- {line}")
+    print()
+    for k, v in machine():
+        print(f"- {k}: {v}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

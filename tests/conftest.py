@@ -1,0 +1,79 @@
+"""Fixtures shared by the test tree: a real `velamq standalone` process and official-client helpers.
+
+- `broker`: one broker per test module (start-up is cheap, OP-1), for tests that do not restart it.
+- `fresh_broker`: one broker per test, for tests that stop, kill or restart it.
+- `topic`: a topic name unique to the test (derived from the test name plus a random suffix).
+- `make_client`: builds `pulsar.Client`s with short operation timeouts and quiet logging, and closes
+  every one of them when the test ends, whatever happened.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from velamq.testing import BrokerProcess, run_broker
+
+# How long an operation of the official client may take before it fails instead of retrying for the
+# default 30 s: keeps a broken broker from turning a test run into a long hang.
+client_operation_timeout_s = 10
+
+ClientFactory = Callable[..., Any]
+
+
+def new_client(service_url: str, **kwargs: Any) -> Any:
+    """A `pulsar.Client` with a short operation timeout and warnings-only logging."""
+    import pulsar
+
+    kwargs.setdefault("operation_timeout_seconds", client_operation_timeout_s)
+    kwargs.setdefault("logger", pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    return pulsar.Client(service_url, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[BrokerProcess]:
+    """One broker process for the whole test module."""
+    with run_broker() as b:
+        yield b
+
+
+@pytest.fixture
+def fresh_broker() -> Iterator[BrokerProcess]:
+    """One broker process for this test only (it may stop, kill and start it)."""
+    with run_broker() as b:
+        yield b
+
+
+@pytest.fixture
+def topic(request: pytest.FixtureRequest) -> str:
+    """A short topic name unique to this test."""
+    base = re.sub(r"[^A-Za-z0-9]+", "-", request.node.name).strip("-")[:60]
+    return f"{base}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def make_client() -> Iterator[ClientFactory]:
+    """`make_client(service_url, **kwargs)` -> pulsar.Client; all of them are closed at teardown."""
+    clients: list[Any] = []
+
+    def factory(service_url: str, **kwargs: Any) -> Any:
+        c = new_client(service_url, **kwargs)
+        clients.append(c)
+        return c
+
+    yield factory
+    for c in reversed(clients):
+        try:
+            c.close()
+        except Exception:
+            pass  # already closed by the test, or its broker is gone
+
+
+@pytest.fixture
+def client(broker: BrokerProcess, make_client: ClientFactory) -> Any:
+    """An official client connected to the module's broker."""
+    return make_client(broker.service_url)
