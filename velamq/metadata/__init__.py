@@ -4,13 +4,26 @@
     await store.start()            # schema + cluster "standalone", tenant "public", "public/default"
     await store.create_partitioned_topic("persistent://public/default/t", 3)
     await store.get_partitions("persistent://public/default/t")   # 3 (cached for lookups)
+    await store.set_topic_policy("persistent://public/default/t", "messageTTLInSeconds", 60)
+    resolve_policies(await store.get_policies("public/default"),
+                     await store.get_topic_policies("persistent://public/default/t"), Policies())
     await store.close()
 
 Errors: NotFoundError, AlreadyExistsError, PreconditionFailedError, MetadataError (velamq._errors),
 and InvalidTopicNameError for names that do not parse.
 """
 
+from velamq.metadata._policies import BacklogQuota, Policies, resolve_policies
 from velamq.metadata._schema import DEFAULT_CLUSTER, DEFAULT_NAMESPACE, DEFAULT_TENANT
 from velamq.metadata._store import MetadataStore, partitions_max
 
-__all__ = ["DEFAULT_CLUSTER", "DEFAULT_NAMESPACE", "DEFAULT_TENANT", "MetadataStore", "partitions_max"]
+__all__ = [
+    "DEFAULT_CLUSTER",
+    "DEFAULT_NAMESPACE",
+    "DEFAULT_TENANT",
+    "BacklogQuota",
+    "MetadataStore",
+    "Policies",
+    "partitions_max",
+    "resolve_policies",
+]

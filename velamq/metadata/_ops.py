@@ -147,6 +147,8 @@ def delete_namespace(conn: sqlite3.Connection, ns: str) -> None:
     for table in ("topics", "partitioned_topics"):
         if conn.execute(f"SELECT 1 FROM {table} WHERE namespace = ? LIMIT 1", (ns,)).fetchone():
             raise PreconditionFailedError("Cannot delete non empty namespace")
+    # With no topics left, any topic policies still here are orphans (BR-8): they go too.
+    conn.execute("DELETE FROM topic_policies WHERE namespace = ?", (ns,))
     conn.execute("DELETE FROM namespaces WHERE name = ?", (ns,))
 
 
@@ -207,14 +209,18 @@ def delete_partitioned_topic(conn: sqlite3.Connection, topic: str) -> None:
     conn.execute("DELETE FROM partitioned_topics WHERE name = ?", (topic,))
     # Its partitions go with it, whichever of them were ever created; a row left behind would keep
     # the namespace from being deleted and show up in topic lists.
+    for name in _partition_rows(conn, topic):
+        conn.execute("DELETE FROM topics WHERE name = ?", (name,))
+    _drop_orphan_topic_policies(conn, topic)
+
+
+def _partition_rows(conn: sqlite3.Connection, topic: str) -> list[str]:
+    """Rows of `topics` named "<topic>-partition-<digits>"."""
     prefix = topic + PARTITION_SUFFIX
     # A range on the primary key ('0' <= first digit < ':'), not LIKE: LIKE ignores ASCII case and
     # "X-partition-0" is not a partition of "x"; the range also uses the index.
     candidates = _names(conn, "SELECT name FROM topics WHERE name >= ? AND name < ?", prefix + "0", prefix + ":")
-    for name in candidates:
-        suffix = name[len(prefix):]
-        if suffix.isascii() and suffix.isdigit():
-            conn.execute("DELETE FROM topics WHERE name = ?", (name,))
+    return [n for n in candidates if n[len(prefix):].isascii() and n[len(prefix):].isdigit()]
 
 
 def list_partitioned_topics(conn: sqlite3.Connection, ns: str) -> list[str]:
@@ -241,11 +247,62 @@ def topic_exists(conn: sqlite3.Connection, topic: str) -> bool:
     return _exists(conn, "topics", topic)
 
 
-def delete_topic(conn: sqlite3.Connection, topic: str) -> None:
+def delete_topic(conn: sqlite3.Connection, topic: str, policy_key: str) -> None:
     if conn.execute("DELETE FROM topics WHERE name = ?", (topic,)).rowcount == 0:
         raise NotFoundError("Topic not found")
+    _drop_orphan_topic_policies(conn, policy_key)
 
 
 def list_topics(conn: sqlite3.Connection, ns: str) -> list[str]:
     _require_namespace(conn, ns)
     return _names(conn, "SELECT name FROM topics WHERE namespace = ? ORDER BY name", ns)
+
+
+# ---------------------------------------------------------------------------- topic policies
+# Keyed by the name policies are kept under (`policy_key`): the topic itself, or for a partition
+# its partitioned topic (see _policies.py). The key "belongs to" a live topic while a non-partitioned
+# topic, a partitioned topic or a partition row carries that name.
+
+
+def _policy_owner_exists(conn: sqlite3.Connection, policy_key: str) -> bool:
+    return (
+        _exists(conn, "topics", policy_key)
+        or _exists(conn, "partitioned_topics", policy_key)
+        or bool(_partition_rows(conn, policy_key))
+    )
+
+
+def _drop_orphan_topic_policies(conn: sqlite3.Connection, policy_key: str) -> None:
+    """After a topic is deleted: its policies go once nothing carries their name any more (BR-8)."""
+    if not _policy_owner_exists(conn, policy_key):
+        conn.execute("DELETE FROM topic_policies WHERE name = ?", (policy_key,))
+
+
+def get_topic_policies(conn: sqlite3.Connection, policy_key: str) -> Json:
+    row = conn.execute("SELECT policies FROM topic_policies WHERE name = ?", (policy_key,)).fetchone()
+    return _loads(row[0]) if row else {}
+
+
+def set_topic_policy(conn: sqlite3.Connection, policy_key: str, ns: str, key: str, value: Any) -> None:
+    _require_namespace(conn, ns)
+    if not _policy_owner_exists(conn, policy_key):
+        raise NotFoundError("Topic not found")
+    policies = get_topic_policies(conn, policy_key)
+    if value is None:
+        policies.pop(key, None)
+    else:
+        policies[key] = value
+    if policies:
+        conn.execute(
+            "INSERT INTO topic_policies(name, namespace, policies) VALUES (?, ?, ?) "
+            "ON CONFLICT(name) DO UPDATE SET policies = excluded.policies",
+            (policy_key, ns, _dumps(policies)),
+        )
+    else:
+        # Nothing left set: no row, so "no policies" has one representation.
+        conn.execute("DELETE FROM topic_policies WHERE name = ?", (policy_key,))
+
+
+def list_topic_policies(conn: sqlite3.Connection, ns: str) -> list[str]:
+    """Names that have topic policies in a namespace (for checkers and tests)."""
+    return _names(conn, "SELECT name FROM topic_policies WHERE namespace = ? ORDER BY name", ns)

@@ -12,6 +12,10 @@ Tables (every JSON column holds a JSON object, written with sorted keys):
                        full names "persistent://t/ns/x" of partitioned topics
     topics             name TEXT PK, namespace TEXT, created_ms INTEGER
                        non-partitioned topics and the partitions ("x-partition-3") that exist
+    topic_policies     name TEXT PK, namespace TEXT, policies JSON              (schema version 2)
+                       policies set on a topic, Pulsar's TopicPolicies field names (see
+                       _policies.py); a partitioned topic's are under its own name, never a
+                       partition's; the row goes when the last topic it belongs to does (BR-8)
 
 Referential rules (a tenant with namespaces, a namespace with topics cannot be deleted) are checked
 by the operations in `_ops.py`, which give Pulsar's error for each case; the foreign keys below are a
@@ -25,7 +29,9 @@ from pathlib import Path
 
 from velamq._errors import MetadataError
 
-SCHEMA_VERSION = 1
+# 2 added topic_policies. Opening a version-1 file adds the table and records version 2, so a
+# version-1 velamq (which would ignore topic policies) refuses the file afterwards.
+SCHEMA_VERSION = 2
 
 # SQLite waits this long for a lock held by another process (e.g. a backup tool) before failing.
 busy_timeout_ms = 5_000
@@ -65,6 +71,12 @@ CREATE TABLE IF NOT EXISTS topics (
     created_ms INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS topics_by_namespace ON topics(namespace);
+CREATE TABLE IF NOT EXISTS topic_policies (
+    name      TEXT PRIMARY KEY,
+    namespace TEXT NOT NULL REFERENCES namespaces(name),
+    policies  TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS topic_policies_by_namespace ON topic_policies(namespace);
 """
 
 
@@ -105,6 +117,9 @@ def _create_schema(conn: sqlite3.Connection) -> None:
             raise MetadataError(
                 f"metadata schema version {row[0]} is newer than this velamq understands ({SCHEMA_VERSION})"
             )
+        elif int(row[0]) < SCHEMA_VERSION:
+            # Every change so far only added tables, which the DDL above has just created.
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")

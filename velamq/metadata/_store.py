@@ -263,9 +263,37 @@ class MetadataStore:
         return await self._run(_ops.topic_exists, topic=str(_check_topic(topic)))
 
     async def delete_topic(self, topic: str) -> None:
-        await self._run(_ops.delete_topic, topic=str(_check_topic(topic)))
+        """Delete a topic's row, and its topic policies unless another topic still carries them
+        (a partition's are its partitioned topic's): deleting a topic leaves no rows (BR-8)."""
+        tn = _check_topic(topic)
+        await self._run(_ops.delete_topic, topic=str(tn), policy_key=str(tn.partitioned_parent))
 
     async def list_topics(self, ns: str) -> list[str]:
         """Non-partitioned topics and the partitions that exist, both domains, sorted."""
         ns, _ = _check_namespace(ns)
         return await self._run(_ops.list_topics, ns=ns)
+
+    # ------------------------------------------------------------------------ topic policies
+
+    async def get_topic_policies(self, topic: str) -> dict[str, Any]:
+        """Policies set on a topic (Pulsar's TopicPolicies field names, see _policies.py); {} if none
+        or if there is no such topic. A partition answers with its partitioned topic's policies."""
+        key = str(_check_topic(topic).partitioned_parent)
+        return await self._run(_ops.get_topic_policies, policy_key=key)
+
+    async def set_topic_policy(self, topic: str, key: str, value: Any) -> None:
+        """Set one topic policy (e.g. "messageTTLInSeconds"); a value of None removes it.
+
+        Set on a partition, it is set on the partitioned topic (as Pulsar does). NotFoundError if
+        neither the topic nor its partitioned topic exists. The policies go with the topic.
+        """
+        tn = _check_topic(topic)
+        if not isinstance(key, str) or not key:
+            raise PreconditionFailedError("policy name must be a non-empty string")
+        parent = tn.partitioned_parent
+        await self._run(_ops.set_topic_policy, policy_key=str(parent), ns=parent.namespace, key=key, value=value)
+
+    async def list_topic_policies(self, ns: str) -> list[str]:
+        """Names (full topic names) that have topic policies in a namespace, sorted."""
+        ns, _ = _check_namespace(ns)
+        return await self._run(_ops.list_topic_policies, ns=ns)
