@@ -1,0 +1,105 @@
+"""velamq's own Pulsar client: asyncio first, with a blocking facade of the same shape.
+
+    from velamq.client import AsyncClient, Client
+    async with AsyncClient("pulsar://localhost:6650") as client:
+        producer = await client.create_producer("t", batching_enabled=True, compression_type="lz4")
+        msg_id = await producer.send(b"x", key="k", properties={"a": "b"})
+        consumer = await client.subscribe("t", "sub", subscription_type="shared", initial_position="earliest")
+        msg = await consumer.receive(); await consumer.acknowledge(msg)
+    with Client("pulsar://localhost:6650") as client:
+        client.create_producer("t").send(b"x")
+
+It speaks the Pulsar binary protocol through velamq.protocol and never imports the broker.
+"""
+
+from velamq.client._blocking import BlockingConsumer, BlockingProducer, BlockingReader, Client
+from velamq.client._boost_hash import boost_hash, java_string_hash, murmur3_32_hash
+from velamq.client._client import AsyncClient
+from velamq.client._config import ClientConfig, ConsumerConfig, DeadLetterPolicy, KeySharedPolicy, ProducerConfig
+from velamq.client._errors import (
+    AlreadyClosedError,
+    AuthenticationError,
+    AuthorizationError,
+    BrokerError,
+    ChecksumError,
+    ConnectError,
+    ConsumerAssignError,
+    ConsumerBusyError,
+    ConsumerNotFoundError,
+    IncompatibleSchemaError,
+    InvalidConfigurationError,
+    InvalidTopicError,
+    MemoryBufferIsFullError,
+    MessageTooBigError,
+    NotAllowedError,
+    OperationTimeoutError,
+    ProducerBlockedQuotaExceededError,
+    ProducerBusyError,
+    ProducerFencedError,
+    ProducerQueueIsFullError,
+    SendTimeoutError,
+    ServiceNotReadyError,
+    SubscriptionNotFoundError,
+    TooManyRequestsError,
+    TopicNotFoundError,
+    TopicTerminatedError,
+    error_from_server,
+)
+from velamq.client._interceptors import ProducerInterceptor
+from velamq.client._message import Message, MessageId, ProducerMessage
+from velamq.client._multi_consumer import Consumer
+from velamq.client._partitioned_producer import Producer
+from velamq.client._reader import Reader
+from velamq.client._routing import MessageRouter, sign_safe_mod
+
+__all__ = [
+    "AlreadyClosedError",
+    "AsyncClient",
+    "AuthenticationError",
+    "AuthorizationError",
+    "BlockingConsumer",
+    "BlockingProducer",
+    "BlockingReader",
+    "BrokerError",
+    "ChecksumError",
+    "Client",
+    "ClientConfig",
+    "ConnectError",
+    "Consumer",
+    "ConsumerAssignError",
+    "ConsumerBusyError",
+    "ConsumerConfig",
+    "ConsumerNotFoundError",
+    "DeadLetterPolicy",
+    "IncompatibleSchemaError",
+    "InvalidConfigurationError",
+    "InvalidTopicError",
+    "KeySharedPolicy",
+    "MemoryBufferIsFullError",
+    "Message",
+    "MessageId",
+    "MessageRouter",
+    "MessageTooBigError",
+    "NotAllowedError",
+    "OperationTimeoutError",
+    "Producer",
+    "ProducerBlockedQuotaExceededError",
+    "ProducerBusyError",
+    "ProducerConfig",
+    "ProducerFencedError",
+    "ProducerInterceptor",
+    "ProducerMessage",
+    "ProducerQueueIsFullError",
+    "Reader",
+    "SendTimeoutError",
+    "ServiceNotReadyError",
+    "SubscriptionNotFoundError",
+    "TooManyRequestsError",
+    "TopicNotFoundError",
+    "TopicTerminatedError",
+    "boost_hash",
+    "error_from_server",
+    "java_string_hash",
+    "murmur3_32_hash",
+    "sign_safe_mod",
+]

@@ -1,0 +1,144 @@
+"""Acknowledgements on the consumer side (CO-2): grouping, and acks of messages inside batches.
+
+    AckGroupingTracker  individual acks collect for ack_grouping_time_ms (or until
+                        ack_grouping_max_size of them) and leave in one ACK command; a cumulative
+                        ack keeps only the highest id. ack_grouping_time_ms = 0 sends at once.
+    BatchAcks           per batch entry, which indexes the application has not acknowledged yet.
+                        The entry is acknowledged as a whole when the last index is; with
+                        batch_index_ack_enabled each index ack also goes out with an ack_set.
+
+ack_set is Pulsar's java.util.BitSet as long[]: bit i SET means message i is NOT yet acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+
+from velamq.client._message import MessageId
+from velamq.protocol import pb
+
+EntryKey = tuple[int, int]
+
+
+def encode_ack_set(batch_size: int, unacked: Iterable[int]) -> list[int]:
+    """long[] words of a BitSet with the unacked indexes set (as signed int64)."""
+    words = [0] * ((batch_size + 63) // 64)
+    for i in unacked:
+        words[i // 64] |= 1 << (i % 64)
+    return [w - (1 << 64) if w >= 1 << 63 else w for w in words]
+
+
+def decode_ack_set(words: Iterable[int], batch_size: int) -> set[int]:
+    """The indexes whose bit is set (not yet acknowledged)."""
+    out: set[int] = set()
+    for w_index, word in enumerate(words):
+        word &= (1 << 64) - 1
+        for bit in range(64):
+            i = w_index * 64 + bit
+            if i < batch_size and word >> bit & 1:
+                out.add(i)
+    return out
+
+
+class BatchAcks:
+    """Which messages of each received batch entry are still unacknowledged."""
+
+    def __init__(self) -> None:
+        self._unacked: dict[EntryKey, tuple[int, set[int]]] = {}
+
+    def register(self, key: EntryKey, batch_size: int, unacked: set[int]) -> None:
+        if key not in self._unacked:
+            self._unacked[key] = (batch_size, set(unacked))
+
+    def ack(self, key: EntryKey, index: int) -> tuple[bool, list[int]]:
+        """Acknowledge one index: (whole entry done, ack_set of what remains)."""
+        entry = self._unacked.get(key)
+        if entry is None:
+            return True, []
+        size, remaining = entry
+        remaining.discard(index)
+        if not remaining:
+            del self._unacked[key]
+            return True, []
+        return False, encode_ack_set(size, remaining)
+
+    def ack_up_to(self, key: EntryKey, index: int) -> tuple[bool, list[int]]:
+        """Cumulative inside an entry: indexes 0..index are done."""
+        entry = self._unacked.get(key)
+        if entry is None:
+            return True, []
+        size, remaining = entry
+        remaining.difference_update(range(index + 1))
+        for k in [k for k in self._unacked if k < key]:
+            del self._unacked[k]
+        if not remaining:
+            del self._unacked[key]
+            return True, []
+        return False, encode_ack_set(size, remaining)
+
+    def forget_up_to(self, key: EntryKey) -> None:
+        for k in [k for k in self._unacked if k <= key]:
+            del self._unacked[k]
+
+    def __len__(self) -> int:
+        return len(self._unacked)
+
+
+class AckGroupingTracker:
+    """Collects acks and sends them in groups through `send(ack_type, ids)`."""
+
+    def __init__(self, send: Callable[[int, list[pb.MessageIdData]], None], grouping_time_ms: int,
+                 max_size: int) -> None:
+        self._send = send
+        self.grouping_time_ms = grouping_time_ms
+        self.max_size = max(1, max_size)
+        self._individual: dict[EntryKey, pb.MessageIdData] = {}
+        self._cumulative: pb.MessageIdData | None = None
+        self._cumulative_key: tuple[int, int, int] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    @staticmethod
+    def _data(message_id: MessageId, ack_set: list[int] | None) -> pb.MessageIdData:
+        data = pb.MessageIdData(ledgerId=message_id.ledger_id % (1 << 64), entryId=message_id.entry_id % (1 << 64))
+        if ack_set:
+            data.ack_set.extend(ack_set)
+        return data
+
+    def add_individual(self, message_id: MessageId, ack_set: list[int] | None = None) -> None:
+        key = message_id.entry_key()
+        existing = self._individual.get(key)
+        if existing is not None and not existing.ack_set:
+            return  # the whole entry is already going to be acknowledged
+        self._individual[key] = self._data(message_id, ack_set)
+        self._after_add()
+
+    def add_cumulative(self, message_id: MessageId, ack_set: list[int] | None = None) -> None:
+        key = (message_id.ledger_id, message_id.entry_id, message_id.batch_index)
+        if self._cumulative_key is not None and key <= self._cumulative_key:
+            return
+        self._cumulative_key = key
+        self._cumulative = self._data(message_id, ack_set)
+        self._after_add()
+
+    def _after_add(self) -> None:
+        if self.grouping_time_ms <= 0 or len(self._individual) >= self.max_size:
+            self.flush()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.grouping_time_ms / 1000, self.flush)
+
+    def flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._cumulative is not None:
+            cumulative, self._cumulative = self._cumulative, None
+            self._send(pb.CommandAck.Cumulative, [cumulative])
+        if self._individual:
+            ids = list(self._individual.values())
+            self._individual.clear()
+            for start in range(0, len(ids), self.max_size):
+                self._send(pb.CommandAck.Individual, ids[start : start + self.max_size])
+
+    def close(self) -> None:
+        self.flush()

@@ -1,0 +1,263 @@
+"""The blocking facade (PR-10): the same client, producers, consumers and readers with plain
+methods, for code that is not asyncio. The AsyncClient runs on its own event-loop thread; every
+call is submitted to that loop and waited for.
+
+    with Client("pulsar://localhost:6650") as client:
+        producer = client.create_producer("t")
+        producer.send(b"x")                        # waits for the receipt
+        future = producer.send_async(b"y")         # waits only for admission (block_if_queue_full)
+        consumer = client.subscribe("t", "sub")
+        msg = consumer.receive(timeout_ms=1000)
+        consumer.acknowledge(msg)
+
+send_async returns a concurrent.futures.Future of the MessageId; an optional callback is called
+with (message_id, None) or (None, error) on the client's loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, TypeVar
+
+from velamq.client._client import AsyncClient
+from velamq.client._config import ClientConfig
+from velamq.client._errors import AlreadyClosedError
+from velamq.client._message import Message, MessageId
+from velamq.client._multi_consumer import Consumer
+from velamq.client._partitioned_producer import Producer
+from velamq.client._reader import Reader
+
+R = TypeVar("R")
+SendCallback = Callable[[MessageId | None, BaseException | None], None]
+
+
+class _LoopThread:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="velamq-client-loop", daemon=True)
+        self._thread.start()
+
+    def run(self, coroutine: Coroutine[Any, Any, R], timeout_s: float | None = None) -> R:
+        if threading.current_thread() is self._thread:
+            coroutine.close()
+            raise RuntimeError("blocking client call from inside its own event loop: use AsyncClient there")
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        try:
+            return future.result(timeout_s)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        if not self.loop.is_running():
+            self.loop.close()
+
+
+class Client:
+    def __init__(self, service_url: str, config: ClientConfig | None = None, **options: Any) -> None:
+        self._thread = _LoopThread()
+
+        async def make() -> AsyncClient:
+            return AsyncClient(service_url, config, **options)
+
+        try:
+            self._client = self._thread.run(make())
+        except BaseException:
+            self._thread.stop()
+            raise
+        self._closed = False
+
+    @property
+    def async_client(self) -> AsyncClient:
+        return self._client
+
+    def _run(self, coroutine: Coroutine[Any, Any, R]) -> R:
+        if self._closed:
+            coroutine.close()
+            raise AlreadyClosedError("client is closed")
+        return self._thread.run(coroutine)
+
+    def create_producer(self, topic: str, *args: Any, **options: Any) -> BlockingProducer:
+        return BlockingProducer(self, self._run(self._client.create_producer(topic, *args, **options)))
+
+    def subscribe(self, topic: Any = None, subscription_name: str | None = None, *args: Any,
+                  **options: Any) -> BlockingConsumer:
+        return BlockingConsumer(self, self._run(self._client.subscribe(topic, subscription_name, *args, **options)))
+
+    def create_reader(self, topic: str, start_message_id: Any = "latest", *args: Any, **options: Any) -> BlockingReader:
+        return BlockingReader(self, self._run(self._client.create_reader(topic, start_message_id, *args, **options)))
+
+    def get_topic_partitions(self, topic: str) -> list[str]:
+        return self._run(self._client.get_topic_partitions(topic))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._thread.run(self._client.close())
+        self._closed = True
+        self._thread.stop()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class BlockingProducer:
+    def __init__(self, client: Client, producer: Producer) -> None:
+        self._client = client
+        self.async_producer = producer
+
+    @property
+    def topic(self) -> str:
+        return self.async_producer.topic
+
+    @property
+    def producer_name(self) -> str:
+        return self.async_producer.producer_name
+
+    @property
+    def last_sequence_id(self) -> int:
+        return self.async_producer.last_sequence_id
+
+    def send(self, value: Any, **kwargs: Any) -> MessageId:
+        return self._client._run(self.async_producer.send(value, **kwargs))
+
+    def send_async(self, value: Any, callback: SendCallback | None = None,
+                   **kwargs: Any) -> concurrent.futures.Future[MessageId]:
+        result: concurrent.futures.Future[MessageId] = concurrent.futures.Future()
+
+        def transfer(future: asyncio.Future[MessageId]) -> None:
+            error = future.exception() if not future.cancelled() else AlreadyClosedError("send cancelled")
+            if error is not None:
+                result.set_exception(error)
+            else:
+                result.set_result(future.result())
+            if callback is not None:
+                callback(None if error is not None else future.result(), error)
+
+        async def admit() -> None:
+            inner = await self.async_producer.send_async(value, **kwargs)
+            inner.add_done_callback(transfer)
+
+        self._client._run(admit())
+        return result
+
+    def flush(self) -> None:
+        self._client._run(self.async_producer.flush())
+
+    def is_connected(self) -> bool:
+        return self.async_producer.is_connected()
+
+    def close(self) -> None:
+        self._client._run(self.async_producer.close())
+
+    def __enter__(self) -> BlockingProducer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class BlockingConsumer:
+    def __init__(self, client: Client, consumer: Consumer) -> None:
+        self._client = client
+        self.async_consumer = consumer
+
+    @property
+    def topic(self) -> str:
+        return self.async_consumer.topic
+
+    @property
+    def subscription_name(self) -> str:
+        return self.async_consumer.subscription
+
+    def receive(self, timeout_ms: int | None = None) -> Message:
+        return self._client._run(self.async_consumer.receive(timeout_ms))
+
+    def batch_receive(self, max_messages: int = 100, timeout_ms: int = 100) -> list[Message]:
+        return self._client._run(self.async_consumer.batch_receive(max_messages, timeout_ms))
+
+    def acknowledge(self, target: Message | MessageId) -> None:
+        self._client._run(self.async_consumer.acknowledge(target))
+
+    def acknowledge_cumulative(self, target: Message | MessageId) -> None:
+        self._client._run(self.async_consumer.acknowledge_cumulative(target))
+
+    def negative_acknowledge(self, target: Message | MessageId) -> None:
+        self._client._run(self.async_consumer.negative_acknowledge(target))
+
+    def redeliver_unacknowledged_messages(self) -> None:
+        self._client._run(self.async_consumer.redeliver_unacknowledged_messages())
+
+    def seek(self, target: Any) -> None:
+        self._client._run(self.async_consumer.seek(target))
+
+    def get_last_message_id(self) -> MessageId:
+        return self._client._run(self.async_consumer.get_last_message_id())
+
+    def is_connected(self) -> bool:
+        return self.async_consumer.is_connected()
+
+    def unsubscribe(self) -> None:
+        self._client._run(self.async_consumer.unsubscribe())
+
+    def close(self) -> None:
+        self._client._run(self.async_consumer.close())
+
+    def __iter__(self) -> Iterator[Message]:
+        while True:
+            try:
+                yield self.receive()
+            except AlreadyClosedError:
+                return
+
+    def __enter__(self) -> BlockingConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class BlockingReader:
+    def __init__(self, client: Client, reader: Reader) -> None:
+        self._client = client
+        self.async_reader = reader
+
+    @property
+    def topic(self) -> str:
+        return self.async_reader.topic
+
+    def read_next(self, timeout_ms: int | None = None) -> Message:
+        return self._client._run(self.async_reader.read_next(timeout_ms))
+
+    def has_message_available(self) -> bool:
+        return self._client._run(self.async_reader.has_message_available())
+
+    def seek(self, target: Any) -> None:
+        self._client._run(self.async_reader.seek(target))
+
+    def is_connected(self) -> bool:
+        return self.async_reader.is_connected()
+
+    def close(self) -> None:
+        self._client._run(self.async_reader.close())
+
+    def __iter__(self) -> Iterator[Message]:
+        while True:
+            try:
+                yield self.read_next()
+            except AlreadyClosedError:
+                return
+
+    def __enter__(self) -> BlockingReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

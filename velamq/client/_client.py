@@ -1,0 +1,229 @@
+"""AsyncClient: the entry point. Owns the connection pool, lookups, the client-wide memory limit
+and every producer, consumer and reader it made; closing it closes them all.
+
+    async with AsyncClient("pulsar://localhost:6650") as client:
+        producer = await client.create_producer("t", batching_enabled=True, compression_type="lz4")
+        consumer = await client.subscribe("t", "sub", subscription_type="shared")
+        reader = await client.create_reader("t", start_message_id="earliest")
+
+Options are given as keyword arguments with Pulsar's names in snake_case, or as a ProducerConfig /
+ConsumerConfig (keywords then override its fields).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import re
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+from velamq._clock import Clock, system_clock
+from velamq._topic_name import TopicName
+from velamq.client._backpressure import MemoryLimit
+from velamq.client._config import ClientConfig, ConsumerConfig, ProducerConfig
+from velamq.client._errors import AlreadyClosedError, InvalidConfigurationError, OperationTimeoutError, is_retriable
+from velamq.client._lookup import LookupService
+from velamq.client._message import MessageId
+from velamq.client._multi_consumer import Consumer
+from velamq.client._partitioned_producer import Producer
+from velamq.client._pool import ConnectionPool, parse_service_url
+from velamq.client._reader import Reader
+
+log = logging.getLogger("velamq.client")
+
+
+def _start_id(value: MessageId | str | bytes) -> MessageId:
+    if isinstance(value, MessageId):
+        return value
+    if isinstance(value, bytes):
+        return MessageId.deserialize(value)
+    if value == "earliest":
+        return MessageId.earliest
+    if value == "latest":
+        return MessageId.latest
+    raise InvalidConfigurationError(f"start_message_id must be a MessageId, 'earliest' or 'latest', not {value!r}")
+
+
+class AsyncClient:
+    def __init__(self, service_url: str, config: ClientConfig | None = None, *, clock: Clock = system_clock,
+                 **options: Any) -> None:
+        parse_service_url(service_url)  # fail early on a bad URL
+        config = config or ClientConfig()
+        if options:
+            config = _replace(config, options)
+        self.service_url = service_url
+        self.config = config
+        self.clock = clock
+        self.pool = ConnectionPool(config)
+        self.request_ids: itertools.count[int] = itertools.count()
+        self._producer_ids: itertools.count[int] = itertools.count()
+        self._consumer_ids: itertools.count[int] = itertools.count()
+        self.lookup = LookupService(self.pool, service_url, config, self.request_ids)
+        self.memory = MemoryLimit(config.memory_limit_bytes)
+        self._producers: set[Producer] = set()
+        self._consumers: set[Consumer] = set()
+        self._closed = False
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise AlreadyClosedError("client is closed")
+
+    async def _retrying(self, what: str, operation: Any) -> Any:
+        deadline = self.clock.monotonic_s() + self.config.operation_timeout_s
+        delay = self.config.initial_backoff_s
+        while True:
+            try:
+                return await operation()
+            except Exception as exc:
+                if not is_retriable(exc) or self._closed:
+                    raise
+                if self.clock.monotonic_s() + delay > deadline:
+                    raise OperationTimeoutError(f"{what}: {exc}") from exc
+                await asyncio.sleep(delay)
+                delay = min(self.config.max_backoff_s, delay * 2)
+
+    async def partitions_of(self, topic: str) -> int:
+        """0 for a non-partitioned topic, else its partition count (PARTITIONED_METADATA)."""
+        self._check_open()
+        name = str(TopicName.parse(topic))
+        result: int = await self._retrying(f"partitions of {name}", lambda: self.lookup.partitions(name))
+        return result
+
+    async def get_topic_partitions(self, topic: str) -> list[str]:
+        name = TopicName.parse(topic)
+        n = await self.partitions_of(topic)
+        return [str(name.partition(i)) for i in range(n)] if n else [str(name)]
+
+    # ---- producers -----------------------------------------------------------------------------
+
+    async def create_producer(self, topic: str, config: ProducerConfig | None = None, **options: Any) -> Producer:
+        self._check_open()
+        config = config or ProducerConfig()
+        if options:
+            config = config.with_options(**options)
+        if config.memory_limit_bytes and self.config.memory_limit_bytes and \
+                config.memory_limit_bytes > self.config.memory_limit_bytes:
+            log.warning("producer tuned for a %d-byte memory limit, the client has %d",
+                        config.memory_limit_bytes, self.config.memory_limit_bytes)
+        name = str(TopicName.parse(topic))
+        partitions = await self.partitions_of(name)
+        producer = Producer(self, name, partitions, config, self._producer_ids)
+        self._producers.add(producer)
+        try:
+            await producer.start()
+        except BaseException:
+            self._producers.discard(producer)
+            raise
+        return producer
+
+    # ---- consumers and readers -----------------------------------------------------------------
+
+    async def subscribe(self, topic: str | Sequence[str] | re.Pattern[str] | None = None,
+                        subscription_name: str | None = None, config: ConsumerConfig | None = None, *,
+                        topics: Sequence[str] | None = None, topics_pattern: str | re.Pattern[str] | None = None,
+                        **options: Any) -> Consumer:
+        self._check_open()
+        if subscription_name is None:
+            raise InvalidConfigurationError("subscribe needs a subscription name")
+        config = config or ConsumerConfig()
+        if options:
+            config = config.with_options(**options)
+        pattern: re.Pattern[str] | None = None
+        names: list[str] = []
+        if isinstance(topic, re.Pattern):
+            pattern = topic
+        elif isinstance(topic, str):
+            names = [topic]
+        elif topic is not None:
+            names = list(topic)
+        if topics:
+            names.extend(topics)
+        if topics_pattern is not None:
+            pattern = re.compile(topics_pattern) if isinstance(topics_pattern, str) else topics_pattern
+        if pattern is not None and names:
+            raise InvalidConfigurationError("give topics or a topics pattern, not both")
+        namespace = None
+        if pattern is not None:
+            namespace = _pattern_namespace(pattern.pattern)
+        elif not names:
+            raise InvalidConfigurationError("subscribe needs a topic, topics or topics_pattern")
+        full = [str(TopicName.parse(n)) for n in names]
+        if config.dead_letter_policy is not None and config.subscription_type not in ("shared", "key_shared"):
+            log.info("dead_letter_policy on a %s subscription: ids are redelivered all at once",
+                     config.subscription_type)
+        consumer = Consumer(self, full, subscription_name, config, self._consumer_ids, pattern=pattern,
+                            pattern_namespace=namespace)
+        return await self._start_consumer(consumer)
+
+    async def _start_consumer(self, consumer: Consumer) -> Consumer:
+        self._consumers.add(consumer)
+        try:
+            await consumer.start()
+        except BaseException:
+            self._consumers.discard(consumer)
+            raise
+        return consumer
+
+    async def create_reader(self, topic: str, start_message_id: MessageId | str | bytes = "latest",
+                            config: ConsumerConfig | None = None, *, reader_name: str | None = None,
+                            subscription_role_prefix: str = "reader", **options: Any) -> Reader:
+        self._check_open()
+        config = config or ConsumerConfig()
+        options.setdefault("subscription_type", "exclusive")
+        if reader_name is not None:
+            options.setdefault("consumer_name", reader_name)
+        config = config.with_options(**options)
+        start = _start_id(start_message_id)
+        subscription = f"{subscription_role_prefix}-{secrets.token_hex(5)}"
+        consumer = Consumer(self, [str(TopicName.parse(topic))], subscription, config, self._consumer_ids,
+                            durable=False, start_message_id=start)
+        await self._start_consumer(consumer)
+        return Reader(consumer)
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    def _forget(self, thing: Producer | Consumer) -> None:
+        if isinstance(thing, Producer):
+            self._producers.discard(thing)
+        else:
+            self._consumers.discard(thing)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        closing = [p.close() for p in list(self._producers)] + [c.close() for c in list(self._consumers)]
+        await asyncio.gather(*closing, return_exceptions=True)
+        self._closed = True
+        self.pool.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def _replace(config: ClientConfig, options: dict[str, Any]) -> ClientConfig:
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(config)}
+    unknown = sorted(set(options) - names)
+    if unknown:
+        raise InvalidConfigurationError(f"unknown client option(s) {unknown}")
+    return dataclasses.replace(config, **options)
+
+
+def _pattern_namespace(pattern: str) -> str:
+    """The namespace a topics pattern lives in: 'persistent://t/ns/x.*' or 't/ns/x.*' -> 't/ns'."""
+    rest = pattern.split("://", 1)[1] if "://" in pattern else pattern
+    parts = rest.split("/")
+    if len(parts) < 3:
+        return "public/default"
+    return f"{parts[0]}/{parts[1]}"

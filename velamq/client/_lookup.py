@@ -1,0 +1,81 @@
+"""Binary-protocol discovery: partitioned metadata, topic lookup with redirects, namespace topics.
+
+    PARTITIONED_METADATA  -> partitions (0: not a partitioned topic)
+    LOOKUP                -> Connect: use brokerServiceUrl (through the service URL when
+                                      proxy_through_service_url); Redirect: ask that broker again,
+                                      with its authoritative flag, at most max_lookup_redirects times
+    GET_TOPICS_OF_NAMESPACE -> the namespace's topics (pattern subscriptions filter them here)
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from velamq.client._config import ClientConfig
+from velamq.client._errors import ConnectError
+from velamq.client._pool import ConnectionPool
+from velamq.protocol import pb
+
+T = pb.BaseCommand
+_MODES = {"persistent_only": pb.CommandGetTopicsOfNamespace.PERSISTENT,
+          "non_persistent_only": pb.CommandGetTopicsOfNamespace.NON_PERSISTENT,
+          "all_topics": pb.CommandGetTopicsOfNamespace.ALL}
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerAddress:
+    logical_url: str
+    physical_url: str
+
+
+class LookupService:
+    def __init__(self, pool: ConnectionPool, service_url: str, config: ClientConfig,
+                 request_ids: itertools.count[int]) -> None:
+        self.pool = pool
+        self.service_url = service_url
+        self.config = config
+        self._request_ids = request_ids
+
+    def new_request_id(self) -> int:
+        return next(self._request_ids)
+
+    async def partitions(self, topic: str) -> int:
+        connection = await self.pool.get(self.service_url)
+        request_id = self.new_request_id()
+        command = pb.BaseCommand(type=T.PARTITIONED_METADATA)
+        command.partitionMetadata.topic = topic
+        command.partitionMetadata.request_id = request_id
+        reply = await connection.request(command, request_id)
+        return int(reply.partitionMetadataResponse.partitions)
+
+    async def lookup(self, topic: str) -> BrokerAddress:
+        url = self.service_url
+        authoritative = False
+        for _ in range(self.config.max_lookup_redirects + 1):
+            connection = await self.pool.get(url)
+            request_id = self.new_request_id()
+            command = pb.BaseCommand(type=T.LOOKUP)
+            command.lookupTopic.topic = topic
+            command.lookupTopic.request_id = request_id
+            command.lookupTopic.authoritative = authoritative
+            reply = (await connection.request(command, request_id)).lookupTopicResponse
+            target = reply.brokerServiceUrl or url
+            if reply.response == pb.CommandLookupTopicResponse.Redirect:
+                url = target
+                authoritative = reply.authoritative
+                continue
+            if reply.proxy_through_service_url:
+                return BrokerAddress(target, self.service_url)
+            return BrokerAddress(target, target)
+        raise ConnectError(f"lookup of {topic} redirected more than {self.config.max_lookup_redirects} times")
+
+    async def topics_of_namespace(self, namespace: str, mode: str = "persistent_only") -> list[str]:
+        connection = await self.pool.get(self.service_url)
+        request_id = self.new_request_id()
+        command = pb.BaseCommand(type=T.GET_TOPICS_OF_NAMESPACE)
+        command.getTopicsOfNamespace.request_id = request_id
+        command.getTopicsOfNamespace.namespace = namespace
+        command.getTopicsOfNamespace.mode = _MODES[mode]
+        reply = await connection.request(command, request_id)
+        return list(reply.getTopicsOfNamespaceResponse.topics)

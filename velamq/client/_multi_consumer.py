@@ -1,0 +1,279 @@
+"""The consumer the application holds: one subscription over one or many topic partitions.
+
+    subscribe("t", ...)                 one TopicConsumer (non-partitioned) or one per partition
+    subscribe(["a", "b"], ...)          all partitions of every topic, one receiver queue
+    subscribe(re.compile("ns/x-.*"))    the namespace's topics matching the pattern, rediscovered
+                                        every pattern_auto_discovery_period_s (GET_TOPICS_OF_NAMESPACE)
+
+Every TopicConsumer puts its messages into the one ReceiverQueue; receive() takes the next one
+and gives its permit back to the TopicConsumer it came from. Acknowledgements are routed to that
+TopicConsumer too (by the message, or by the message id's topic / partition).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import itertools
+import logging
+import re
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING
+
+from velamq._topic_name import TopicName
+from velamq.client._config import ConsumerConfig
+from velamq.client._consumer import ReceiverQueue, TopicConsumer
+from velamq.client._dead_letter import DeadLetterSender, default_dead_letter_topic
+from velamq.client._errors import AlreadyClosedError, InvalidConfigurationError, OperationTimeoutError
+from velamq.client._message import Message, MessageId
+
+if TYPE_CHECKING:
+    from velamq.client._client import AsyncClient
+
+log = logging.getLogger("velamq.client")
+MessageOrId = Message | MessageId
+
+
+class Consumer:
+    def __init__(self, client: AsyncClient, topics: Sequence[str], subscription: str, config: ConsumerConfig,
+                 consumer_ids: itertools.count[int], *, pattern: re.Pattern[str] | None = None,
+                 pattern_namespace: str | None = None, durable: bool = True,
+                 start_message_id: MessageId | None = None) -> None:
+        self.client = client
+        self.topics = list(topics)
+        self.subscription = subscription
+        self.config = config
+        self.pattern = pattern
+        self.pattern_namespace = pattern_namespace
+        self.durable = durable
+        self.start_message_id = start_message_id
+        self.queue = ReceiverQueue()
+        self._consumer_ids = consumer_ids
+        self._children: dict[str, TopicConsumer] = {}
+        self._dead_letters: DeadLetterSender | None = None
+        self._discovery_task: asyncio.Task[None] | None = None
+        self._closed = False
+        policy = config.dead_letter_policy
+        if policy is not None:
+            first = self.topics[0] if self.topics else (pattern_namespace or "pattern")
+            self._dead_letters = DeadLetterSender(
+                client, policy.dead_letter_topic or default_dead_letter_topic(first, subscription))
+
+    def __repr__(self) -> str:
+        return f"Consumer({self.topics!r}, {self.subscription!r})"
+
+    @property
+    def topic(self) -> str:
+        return self.topics[0] if len(self.topics) == 1 else ",".join(self.topics)
+
+    @property
+    def subscription_name(self) -> str:
+        return self.subscription
+
+    @property
+    def consumer_name(self) -> str:
+        for c in self._children.values():
+            return c.consumer_name
+        return self.config.consumer_name or ""
+
+    @property
+    def children(self) -> list[TopicConsumer]:
+        return list(self._children.values())
+
+    # ---- starting ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        try:
+            if self.pattern is not None:
+                self.topics = await self._discover()
+            await asyncio.gather(*(self._add_topic(t) for t in self.topics))
+        except BaseException:
+            await self.close()
+            raise
+        if self.pattern is not None and self.config.pattern_auto_discovery_period_s > 0:
+            self._discovery_task = asyncio.get_running_loop().create_task(self._discovery_loop())
+
+    async def _discover(self) -> list[str]:
+        assert self.pattern is not None and self.pattern_namespace is not None
+        names = await self.client.lookup.topics_of_namespace(self.pattern_namespace,
+                                                             self.config.regex_subscription_mode)
+        out: list[str] = []
+        for name in names:
+            parent = str(TopicName.parse(name).partitioned_parent)
+            without_domain = parent.split("://", 1)[1]
+            if (self.pattern.fullmatch(parent) or self.pattern.fullmatch(without_domain)) and parent not in out:
+                out.append(parent)
+        return out
+
+    async def _discovery_loop(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(self.config.pattern_auto_discovery_period_s)
+            try:
+                for topic in await self._discover():
+                    if topic not in self.topics:
+                        self.topics.append(topic)
+                        await self._add_topic(topic)
+            except asyncio.CancelledError:
+                return
+            except Exception as exc:
+                log.warning("pattern discovery for %s failed: %s", self.subscription, exc)
+
+    async def _add_topic(self, topic: str) -> None:
+        partitions = await self.client.partitions_of(topic)
+        total = max(1, partitions) * max(1, len(self.topics))
+        queue_size = self.config.receiver_queue_size
+        if total > 1 and self.config.max_total_receiver_queue_size_across_partitions > 0:
+            queue_size = min(queue_size, max(1, self.config.max_total_receiver_queue_size_across_partitions // total))
+        name = TopicName.parse(topic)
+        if partitions > 0 and self.start_message_id not in (None, MessageId.earliest, MessageId.latest):
+            raise InvalidConfigurationError("a partitioned reader starts at earliest or latest only")
+        targets = [(str(name.partition(i)), i) for i in range(partitions)] if partitions > 0 else \
+            [(str(name), name.partition_index)]
+        new = [TopicConsumer(self.client, t, index, self.subscription, self.config, self.queue,
+                             next(self._consumer_ids), queue_size, durable=self.durable,
+                             start_message_id=self.start_message_id, dead_letters=self._dead_letters, owner=self)
+               for t, index in targets]
+        for child in new:
+            self._children[child.topic] = child
+        await asyncio.gather(*(child.start() for child in new))
+
+    # ---- receiving -----------------------------------------------------------------------------
+
+    async def receive(self, timeout_ms: int | None = None) -> Message:
+        """The next message; OperationTimeoutError after timeout_ms (None: wait for ever)."""
+        if timeout_ms is None:
+            return await self._receive()
+        try:
+            return await asyncio.wait_for(self._receive(), timeout_ms / 1000)
+        except TimeoutError:
+            raise OperationTimeoutError(f"no message within {timeout_ms} ms") from None
+
+    async def _receive(self) -> Message:
+        while True:
+            if self._closed:
+                raise AlreadyClosedError(f"{self.topic}: consumer is closed")
+            message = self.queue.get_nowait()
+            if message is None:
+                await self.queue.wait()
+                continue
+            owner: TopicConsumer = message._owner
+            if owner.take(message):
+                return message
+
+    def receive_nowait(self) -> Message | None:
+        while (message := self.queue.get_nowait()) is not None:
+            if message._owner.take(message):
+                return message
+        return None
+
+    async def batch_receive(self, max_messages: int = 100, timeout_ms: int = 100) -> list[Message]:
+        out: list[Message] = []
+        deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
+        while len(out) < max_messages:
+            message = self.receive_nowait()
+            if message is not None:
+                out.append(message)
+                continue
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                break
+            try:
+                out.append(await self.receive(int(remaining * 1000) + 1))
+            except OperationTimeoutError:
+                break
+        return out
+
+    def __aiter__(self) -> AsyncIterator[Message]:
+        return self
+
+    async def __anext__(self) -> Message:
+        try:
+            return await self.receive()
+        except AlreadyClosedError:
+            raise StopAsyncIteration from None
+
+    # ---- acknowledging -------------------------------------------------------------------------
+
+    def _child_of(self, target: MessageOrId) -> tuple[TopicConsumer, MessageId]:
+        if isinstance(target, Message):
+            owner = target._owner
+            if owner is not None and owner.topic in self._children:
+                return owner, target.message_id
+            target = target.message_id
+        if target.topic and target.topic in self._children:
+            return self._children[target.topic], target
+        if len(self._children) == 1:
+            return next(iter(self._children.values())), target
+        for child in self._children.values():
+            if child.partition == target.partition:
+                return child, target
+        raise ValueError(f"message id {target} does not belong to this consumer")
+
+    async def acknowledge(self, target: MessageOrId) -> None:
+        child, mid = self._child_of(target)
+        child.acknowledge(mid)
+
+    async def acknowledge_cumulative(self, target: MessageOrId) -> None:
+        child, mid = self._child_of(target)
+        child.acknowledge_cumulative(mid)
+
+    async def negative_acknowledge(self, target: MessageOrId) -> None:
+        child, mid = self._child_of(target)
+        child.negative_acknowledge(mid)
+
+    async def redeliver_unacknowledged_messages(self) -> None:
+        for child in self._children.values():
+            child.redeliver_all()
+
+    async def flush_acknowledgements(self) -> None:
+        for child in self._children.values():
+            child._acks.flush()
+
+    # ---- seek, last id, unsubscribe, close -----------------------------------------------------
+
+    async def seek(self, target: MessageId | int | datetime.datetime) -> None:
+        """Reset to a message id (inclusive) or to a publish time (epoch ms or datetime)."""
+        if isinstance(target, MessageId):
+            if target in (MessageId.earliest, MessageId.latest) or len(self._children) == 1:
+                await asyncio.gather(*(c.seek(message_id=target) for c in self._children.values()))
+            else:
+                child, mid = self._child_of(target)
+                await child.seek(message_id=mid)
+            return
+        ms = int(target.timestamp() * 1000) if isinstance(target, datetime.datetime) else int(target)
+        await asyncio.gather(*(c.seek(publish_time_ms=ms) for c in self._children.values()))
+
+    async def get_last_message_id(self) -> MessageId:
+        ids = await asyncio.gather(*(c.get_last_message_id() for c in self._children.values()))
+        return max((last for last, _ in ids), default=MessageId.earliest)
+
+    async def has_message_available(self) -> bool:
+        for child in self._children.values():
+            if await child.has_message_available():
+                return True
+        return False
+
+    def is_connected(self) -> bool:
+        return not self._closed and all(c.is_connected for c in self._children.values())
+
+    async def unsubscribe(self) -> None:
+        await asyncio.gather(*(c.unsubscribe() for c in self._children.values()))
+        await self.close()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._discovery_task is not None:
+            self._discovery_task.cancel()
+        await asyncio.gather(*(c.close() for c in self._children.values()), return_exceptions=True)
+        if self._dead_letters is not None:
+            await self._dead_letters.close()
+        self.queue.close(AlreadyClosedError(f"{self.topic}: consumer is closed"))
+        self.client._forget(self)
+
+    async def __aenter__(self) -> Consumer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

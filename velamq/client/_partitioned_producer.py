@@ -1,0 +1,215 @@
+"""The producer the application holds (PR-1..PR-3, PR-10, PR-11): one logical producer over one
+partition producer per partition (a non-partitioned topic is the one-partition case).
+
+    send_async(value, key=..., ...)  build the ProducerMessage (step 2), choose its partition
+                                      (step 3: key hash / routing mode / custom router, skipping
+                                      partitions without free permits when blocking-aware), then
+                                      hand it to that partition's producer; returns, once the
+                                      message is admitted, a future of its MessageId
+    send(...)                         send_async plus the wait for the receipt
+
+Each partition producer has its own pending permits: min(max_pending_messages,
+max_pending_messages_across_partitions / partitions) of them (PR-5). With
+lazy_start_partitioned_producers a partition producer connects on its first message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import itertools
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from velamq._topic_name import TopicName
+from velamq.client._backpressure import Permits
+from velamq.client._config import ProducerConfig
+from velamq.client._errors import AlreadyClosedError
+from velamq.client._message import MessageId, ProducerMessage
+from velamq.client._producer import PartitionProducer
+from velamq.client._routing import PartitionChooser
+
+if TYPE_CHECKING:
+    from velamq.client._client import AsyncClient
+
+Value = bytes | bytearray | memoryview | str
+
+
+def _as_bytes(value: Value) -> bytes:
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    return bytes(value)
+
+
+def _epoch_ms(value: int | float | datetime.datetime) -> int:
+    if isinstance(value, datetime.datetime):
+        return int(value.timestamp() * 1000)
+    return int(value)
+
+
+class Producer:
+    def __init__(self, client: AsyncClient, topic: str, partitions: int, config: ProducerConfig,
+                 producer_ids: itertools.count[int]) -> None:
+        self.client = client
+        self.topic = topic
+        self.config = config
+        self.num_partitions = partitions
+        count = max(1, partitions)
+        limit = config.pending_limit_per_partition(count)
+        self._permits = [Permits(limit) for _ in range(count)]
+        self._producer_ids = producer_ids
+        self._partitions: list[PartitionProducer | None] = [None] * count
+        self._starting: dict[int, asyncio.Task[PartitionProducer]] = {}
+        self._chooser = PartitionChooser(
+            config.message_routing_mode,
+            config.hashing_scheme,
+            batching_enabled=config.batching_enabled,
+            batching_max_publish_delay_ms=config.batching_max_publish_delay_ms,
+            partition_switch_frequency=config.batching_partition_switch_frequency_by_publish_delay,
+            custom_router=config.message_router,
+            blocking_aware=config.blocking_aware_routing,
+            clock=client.clock,
+        )
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"Producer({self.topic!r}, partitions={self.num_partitions})"
+
+    def _partition_topic(self, index: int) -> str:
+        if self.num_partitions == 0:
+            return self.topic
+        return str(TopicName.parse(self.topic).partition(index))
+
+    def _new_partition_producer(self, index: int) -> PartitionProducer:
+        # A user-given name is used as is on every partition: each partition is its own topic, so
+        # the broker's dedup state (name + sequence id) stays per partition (Java does the same).
+        return PartitionProducer(self.client, self, self._partition_topic(index),
+                                 index if self.num_partitions > 0 else -1, self.config, self._permits[index],
+                                 self.client.memory, next(self._producer_ids))
+
+    async def start(self) -> None:
+        """Connect every partition producer (only the first one with lazy start)."""
+        indexes = range(len(self._partitions))
+        if self.config.lazy_start_partitioned_producers and self.num_partitions > 0:
+            indexes = range(0)
+        try:
+            await asyncio.gather(*(self._partition(i) for i in indexes))
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _partition(self, index: int) -> PartitionProducer:
+        producer = self._partitions[index]
+        if producer is not None:
+            return producer
+        task = self._starting.get(index)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._start_partition(index))
+            self._starting[index] = task
+        return await asyncio.shield(task)
+
+    async def _start_partition(self, index: int) -> PartitionProducer:
+        producer = self._new_partition_producer(index)
+        try:
+            await producer.start()
+        finally:
+            self._starting.pop(index, None)
+        if self._closed:
+            await producer.close()
+            raise AlreadyClosedError(f"{self.topic}: producer closed")
+        self._partitions[index] = producer
+        return producer
+
+    # ---- sending -------------------------------------------------------------------------------
+
+    def build_message(self, value: Value, key: str | None = None, properties: Mapping[str, str] | None = None,
+                      event_time: int | datetime.datetime | None = None, ordering_key: bytes | str | None = None,
+                      sequence_id: int | None = None, deliver_at: int | datetime.datetime | None = None,
+                      deliver_after: int | datetime.timedelta | None = None,
+                      replication_clusters: tuple[str, ...] = (), disable_replication: bool = False) -> ProducerMessage:
+        if deliver_after is not None:
+            after_ms = (int(deliver_after.total_seconds() * 1000) if isinstance(deliver_after, datetime.timedelta)
+                        else int(deliver_after))
+            deliver_at = self.client.clock.now_ms() + after_ms
+        return ProducerMessage(
+            value=_as_bytes(value),
+            key=key or None,
+            properties=dict(properties or {}),
+            event_time=_epoch_ms(event_time) if event_time is not None else None,
+            ordering_key=ordering_key.encode() if isinstance(ordering_key, str) else ordering_key,
+            sequence_id=sequence_id,
+            deliver_at=_epoch_ms(deliver_at) if deliver_at is not None else None,
+            replication_clusters=tuple(replication_clusters),
+            disable_replication=disable_replication,
+        )
+
+    async def send_async(self, value: Value | ProducerMessage, key: str | None = None,
+                         properties: Mapping[str, str] | None = None, event_time: int | datetime.datetime | None = None,
+                         ordering_key: bytes | str | None = None, sequence_id: int | None = None,
+                         deliver_at: int | datetime.datetime | None = None,
+                         deliver_after: int | datetime.timedelta | None = None) -> asyncio.Future[MessageId]:
+        """Admit the message (waiting for room if block_if_queue_full) and return the future of
+        its id. Raises ProducerQueueIsFullError / MemoryBufferIsFullError when full and not blocking."""
+        if self._closed:
+            raise AlreadyClosedError(f"{self.topic}: producer is closed")
+        message = value if isinstance(value, ProducerMessage) else self.build_message(
+            value, key, properties, event_time, ordering_key, sequence_id, deliver_at, deliver_after)
+        index = self._chooser.choose(message, self.num_partitions, self._has_room)
+        producer = self._partitions[index] or await self._partition(index)
+        return await producer.send_async(message)
+
+    async def send(self, value: Value | ProducerMessage, key: str | None = None,
+                   properties: Mapping[str, str] | None = None, event_time: int | datetime.datetime | None = None,
+                   ordering_key: bytes | str | None = None, sequence_id: int | None = None,
+                   deliver_at: int | datetime.datetime | None = None,
+                   deliver_after: int | datetime.timedelta | None = None) -> MessageId:
+        future = await self.send_async(value, key, properties, event_time, ordering_key, sequence_id, deliver_at,
+                                       deliver_after)
+        return await future
+
+    def _has_room(self, index: int) -> bool:
+        return self._permits[index].available > 0
+
+    # ---- state ---------------------------------------------------------------------------------
+
+    @property
+    def producer_name(self) -> str:
+        for p in self._partitions:
+            if p is not None:
+                return p.producer_name
+        return self.config.producer_name or ""
+
+    @property
+    def last_sequence_id(self) -> int:
+        ids = [p.last_sequence_id_published for p in self._partitions if p is not None]
+        return max(ids) if ids else -1
+
+    @property
+    def partition_producers(self) -> list[PartitionProducer]:
+        return [p for p in self._partitions if p is not None]
+
+    def is_connected(self) -> bool:
+        started = self.partition_producers
+        return bool(started) and all(p.is_connected for p in started) and not self._closed
+
+    @property
+    def pending_count(self) -> int:
+        return sum(p.pending_count for p in self.partition_producers)
+
+    async def flush(self) -> None:
+        await asyncio.gather(*(p.flush() for p in self.partition_producers))
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for task in list(self._starting.values()):
+            task.cancel()
+        await asyncio.gather(*(p.close() for p in self.partition_producers), return_exceptions=True)
+        self.client._forget(self)
+
+    async def __aenter__(self) -> Producer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,109 @@
+"""Choosing the partition of a message (PR-3, PR-11).
+
+A keyed message always goes to signSafeMod(hash(key), partitions), whatever the routing mode, with
+the hashing scheme of the producer (BoostHash by default, as the official Python client does). A
+message without a key goes where the routing mode says:
+
+    single_partition  one partition picked at random when the producer starts, for every message
+    round_robin       without batching: the next partition for every message;
+                      with batching: the partition changes every partitionSwitchMs =
+                      batching_partition_switch_frequency_by_publish_delay x batching_max_publish_delay_ms,
+                      so that a batch fills up in one partition (Java's RoundRobinPartitionMessageRouter)
+    custom            message_router.choose_partition(message, partitions) (or a plain callable)
+
+Blocking-aware round robin (PR-11, vivo's improvement): when the partition round robin picks has
+no free pending permit, the router moves on to the next partition that has one, so one slow
+partition does not stall the whole topic. When no partition has a free permit the original choice
+stands and the send waits (or fails) there.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+from velamq._clock import Clock, system_clock
+from velamq.client._boost_hash import hash_function
+from velamq.client._message import ProducerMessage
+
+
+def sign_safe_mod(dividend: int, divisor: int) -> int:
+    """Java's MathUtils.signSafeMod: a modulo that is never negative."""
+    mod = dividend % divisor
+    return mod + divisor if mod < 0 else mod
+
+
+@runtime_checkable
+class MessageRouter(Protocol):
+    def choose_partition(self, message: ProducerMessage, num_partitions: int) -> int: ...
+
+
+RouterLike = MessageRouter | Callable[[ProducerMessage, int], int]
+# partition -> True when it can take a message now (it has a free pending permit)
+Availability = Callable[[int], bool]
+
+
+class PartitionChooser:
+    """One producer's routing state: mode, hash, round-robin cursor and switch clock."""
+
+    def __init__(
+        self,
+        mode: str,
+        hashing_scheme: str,
+        *,
+        batching_enabled: bool,
+        batching_max_publish_delay_ms: int,
+        partition_switch_frequency: int,
+        custom_router: RouterLike | None = None,
+        blocking_aware: bool = True,
+        clock: Clock = system_clock,
+        rng: random.Random | None = None,
+    ) -> None:
+        if mode not in ("single_partition", "round_robin", "custom"):
+            raise ValueError(f"unknown message_routing_mode {mode!r}")
+        if mode == "custom" and custom_router is None:
+            raise ValueError("message_routing_mode 'custom' needs a message_router")
+        self.mode = mode
+        self.hash = hash_function(hashing_scheme)
+        self.batching_enabled = batching_enabled
+        # At least one publish delay between switches, so a batch can fill (the article's advice).
+        self.partition_switch_ms = max(1, batching_max_publish_delay_ms * max(1, partition_switch_frequency))
+        self.custom_router = custom_router
+        self.blocking_aware = blocking_aware
+        self.clock = clock
+        rng = rng or random.Random()
+        self._start = rng.randrange(1 << 31)
+        self._counter = self._start
+
+    def choose(self, message: ProducerMessage, num_partitions: int, available: Availability | None = None) -> int:
+        if num_partitions <= 1:
+            return 0
+        if self.mode == "custom":
+            return self._custom(message, num_partitions)
+        if message.key:
+            return sign_safe_mod(self.hash(message.key), num_partitions)
+        if self.mode == "single_partition":
+            return sign_safe_mod(self._start, num_partitions)
+        if self.batching_enabled:
+            chosen = sign_safe_mod(self.clock.now_ms() // self.partition_switch_ms + self._start, num_partitions)
+        else:
+            chosen = sign_safe_mod(self._counter, num_partitions)
+            self._counter += 1
+        if self.blocking_aware and available is not None and not available(chosen):
+            for step in range(1, num_partitions):
+                candidate = (chosen + step) % num_partitions
+                if available(candidate):
+                    return candidate
+        return chosen
+
+    def _custom(self, message: ProducerMessage, num_partitions: int) -> int:
+        router = self.custom_router
+        assert router is not None
+        if isinstance(router, MessageRouter):
+            partition = router.choose_partition(message, num_partitions)
+        else:
+            partition = router(message, num_partitions)
+        if not 0 <= partition < num_partitions:
+            raise ValueError(f"message router chose partition {partition} of {num_partitions}")
+        return partition
