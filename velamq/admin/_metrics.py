@@ -7,16 +7,21 @@ samples add namespace and topic, subscription samples add subscription, as Pulsa
     pulsar_active_connections{cluster}                       gauge
     pulsar_connection_created_total_count{cluster}           counter
     pulsar_topics_count{cluster,namespace}                   gauge   (topics loaded in the broker)
-    pulsar_subscriptions_count / producers / consumers_count gauge   per topic
-    pulsar_in_messages_total, pulsar_in_bytes_total           counter per topic
-    pulsar_out_messages_total, pulsar_out_bytes_total         counter per topic
-    pulsar_storage_size                                       gauge   per topic, bytes
-    pulsar_msg_backlog                                        gauge   per topic, entries
-    velamq_topic_entries                                      gauge   per topic
-    pulsar_subscription_back_log                              gauge   per subscription
-    pulsar_subscription_unacked_messages                      gauge   per subscription
-    velamq_subscription_consumers                             gauge   per subscription
-    velamq_subscription_out_messages_total / _bytes_total     counter per subscription
+    per topic {cluster,namespace,topic}:
+    pulsar_subscriptions_count / producers / consumers_count gauge
+    pulsar_in_messages_total, pulsar_in_bytes_total           counter
+    pulsar_storage_size                                       gauge   bytes
+    pulsar_msg_backlog                                        gauge   entries, sum over subscriptions
+    velamq_topic_entries                                      gauge
+    pulsar_rate_in/out, pulsar_throughput_in/out, pulsar_storage_backlog_size,
+    pulsar_storage_backlog_quota_limit[_time]                 gauge   when the snapshot carries them
+    per subscription {cluster,namespace,topic,subscription}:
+    pulsar_subscription_back_log                              gauge   entries
+    pulsar_subscription_unacked_messages                      gauge
+    pulsar_subscription_consumers_count                       gauge
+    pulsar_out_messages_total, pulsar_out_bytes_total         counter (per subscription, as in Pulsar)
+    pulsar_subscription_delayed, _msg_rate_out, _msg_throughput_out, _msg_rate_redeliver,
+    _msg_rate_expired, _total_msg_expired                     gauge   when the snapshot carries them
     <every key of BrokerMetrics.storage>{cluster}             counter if it ends in _total, else gauge
 """
 
@@ -25,9 +30,9 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from velamq._errors import InvalidTopicNameError
 from velamq._topic_name import TopicName
@@ -86,30 +91,70 @@ def _namespace(topic: str) -> str:
         return ""
 
 
+# (name, type, help, figure): one sample per topic, labels cluster, namespace, topic.
 _TOPIC_FAMILIES: Final[tuple[tuple[str, str, str, Callable[[TopicMetrics], float]], ...]] = (
     ("pulsar_subscriptions_count", "gauge", "Subscriptions of the topic", lambda t: len(t.subscriptions)),
     ("pulsar_producers_count", "gauge", "Producers connected to the topic", lambda t: t.producers),
     ("pulsar_consumers_count", "gauge", "Consumers connected to the topic", lambda t: t.consumers),
     ("pulsar_in_messages_total", "counter", "Messages published to the topic", lambda t: t.msg_in_total),
     ("pulsar_in_bytes_total", "counter", "Bytes published to the topic", lambda t: t.bytes_in_total),
-    ("pulsar_out_messages_total", "counter", "Messages dispatched from the topic", lambda t: t.msg_out_total),
-    ("pulsar_out_bytes_total", "counter", "Bytes dispatched from the topic", lambda t: t.bytes_out_total),
     ("pulsar_storage_size", "gauge", "Bytes the topic's ledgers occupy", lambda t: t.storage_size_bytes),
-    ("pulsar_msg_backlog", "gauge", "Largest backlog among the topic's subscriptions", lambda t: t.backlog_entries),
+    # Pulsar's topic backlog is the sum over its subscriptions (NamespaceStatsAggregator).
+    ("pulsar_msg_backlog", "gauge", "Entries not yet acknowledged, summed over the topic's subscriptions",
+     lambda t: sum(s.backlog_entries for s in t.subscriptions)),
     ("velamq_topic_entries", "gauge", "Entries stored for the topic", lambda t: t.entries_total),
 )
 
+# Pulsar figures the broker's snapshot may carry (attribute name on TopicMetrics / SubscriptionMetrics):
+# rendered when present, so they appear as soon as the broker reports them.
+_OPTIONAL_TOPIC_FAMILIES: Final = (
+    ("pulsar_rate_in", "gauge", "Messages per second published to the topic", "msg_rate_in"),
+    ("pulsar_rate_out", "gauge", "Messages per second dispatched from the topic", "msg_rate_out"),
+    ("pulsar_throughput_in", "gauge", "Bytes per second published to the topic", "msg_throughput_in"),
+    ("pulsar_throughput_out", "gauge", "Bytes per second dispatched from the topic", "msg_throughput_out"),
+    ("pulsar_storage_backlog_size", "gauge", "Bytes of the topic's backlog", "backlog_size_bytes"),
+    ("pulsar_storage_backlog_quota_limit", "gauge", "Backlog quota size limit in bytes", "backlog_quota_limit_bytes"),
+    ("pulsar_storage_backlog_quota_limit_time", "gauge", "Backlog quota time limit in seconds",
+     "backlog_quota_limit_time_s"),
+)
+
+# One sample per subscription, labels cluster, namespace, topic, subscription. Like Pulsar, the out
+# counters are per subscription (sum them by topic for the topic's).
 _SUBSCRIPTION_FAMILIES: Final[tuple[tuple[str, str, str, Callable[[SubscriptionMetrics], float]], ...]] = (
     ("pulsar_subscription_back_log", "gauge", "Entries not yet acknowledged by the subscription",
      lambda s: s.backlog_entries),
     ("pulsar_subscription_unacked_messages", "gauge", "Messages delivered but not acknowledged",
      lambda s: s.unacked_messages),
-    ("velamq_subscription_consumers", "gauge", "Consumers attached to the subscription", lambda s: s.consumers),
-    ("velamq_subscription_out_messages_total", "counter", "Messages dispatched to the subscription",
-     lambda s: s.msg_out_total),
-    ("velamq_subscription_out_bytes_total", "counter", "Bytes dispatched to the subscription",
-     lambda s: s.bytes_out_total),
+    ("pulsar_subscription_consumers_count", "gauge", "Consumers attached to the subscription",
+     lambda s: s.consumers),
+    ("pulsar_out_messages_total", "counter", "Messages dispatched to the subscription", lambda s: s.msg_out_total),
+    ("pulsar_out_bytes_total", "counter", "Bytes dispatched to the subscription", lambda s: s.bytes_out_total),
 )
+
+_OPTIONAL_SUBSCRIPTION_FAMILIES: Final = (
+    ("pulsar_subscription_delayed", "gauge", "Delayed messages not yet due", "delayed_messages"),
+    ("pulsar_subscription_msg_rate_out", "gauge", "Messages per second dispatched", "msg_rate_out"),
+    ("pulsar_subscription_msg_throughput_out", "gauge", "Bytes per second dispatched", "msg_throughput_out"),
+    ("pulsar_subscription_msg_rate_redeliver", "gauge", "Messages per second redelivered", "msg_rate_redeliver"),
+    ("pulsar_subscription_msg_rate_expired", "gauge", "Messages per second expired by TTL", "msg_rate_expired"),
+    ("pulsar_subscription_total_msg_expired", "gauge", "Messages expired by TTL", "total_msg_expired"),
+)
+
+
+def _optional(
+    families: tuple[tuple[str, str, str, str], ...], items: Iterable[object]
+) -> list[tuple[str, str, str, Callable[[object], float]]]:
+    """The optional families whose attribute every item has (a snapshot type has it or not)."""
+    items = list(items)
+    present = []
+    for name, kind, text, attr in families:
+        if items and all(isinstance(getattr(i, attr, None), int | float) for i in items):
+            present.append((name, kind, text, _getter(attr)))
+    return present
+
+
+def _getter(attr: str) -> Callable[[object], float]:
+    return lambda item: float(getattr(item, attr))
 
 
 def render(metrics: BrokerMetrics, cluster: str = "standalone") -> str:
@@ -127,15 +172,23 @@ def render(metrics: BrokerMetrics, cluster: str = "standalone") -> str:
         [((*base, ("namespace", ns)), n) for ns, n in sorted(per_namespace.items())],
     ))
 
-    topic_families = [_Family(name, kind, text) for name, kind, text, _ in _TOPIC_FAMILIES]
-    sub_families = [_Family(name, kind, text) for name, kind, text, _ in _SUBSCRIPTION_FAMILIES]
-    for topic in sorted(metrics.topics, key=lambda t: t.topic):
+    topics = sorted(metrics.topics, key=lambda t: t.topic)
+    subscriptions = [s for t in topics for s in t.subscriptions]
+    topic_specs: list[tuple[str, str, str, Callable[[Any], float]]] = [
+        *_TOPIC_FAMILIES, *_optional(_OPTIONAL_TOPIC_FAMILIES, topics)
+    ]
+    sub_specs: list[tuple[str, str, str, Callable[[Any], float]]] = [
+        *_SUBSCRIPTION_FAMILIES, *_optional(_OPTIONAL_SUBSCRIPTION_FAMILIES, subscriptions)
+    ]
+    topic_families = [_Family(name, kind, text) for name, kind, text, _ in topic_specs]
+    sub_families = [_Family(name, kind, text) for name, kind, text, _ in sub_specs]
+    for topic in topics:
         labels: Labels = (*base, ("namespace", _namespace(topic.topic)), ("topic", topic.topic))
-        for family, (_, _, _, get) in zip(topic_families, _TOPIC_FAMILIES, strict=True):
+        for family, (_, _, _, get) in zip(topic_families, topic_specs, strict=True):
             family.samples.append((labels, get(topic)))
         for sub in sorted(topic.subscriptions, key=lambda s: s.name):
             sub_labels: Labels = (*labels, ("subscription", sub.name))
-            for family, (_, _, _, get_sub) in zip(sub_families, _SUBSCRIPTION_FAMILIES, strict=True):
+            for family, (_, _, _, get_sub) in zip(sub_families, sub_specs, strict=True):
                 family.samples.append((sub_labels, get_sub(sub)))
     families += topic_families + sub_families
 

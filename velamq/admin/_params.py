@@ -11,6 +11,7 @@ from typing import Any, Final
 
 from velamq._errors import InvalidTopicNameError
 from velamq._topic_name import TopicName
+from velamq.admin._backend import operations
 from velamq.admin._http import HttpError
 from velamq.admin._router import Call
 
@@ -39,6 +40,32 @@ def topic_of(call: Call) -> TopicName:
 async def require_namespace(call: Call, ns: str) -> None:
     if not await call.backend.metadata.namespace_exists(ns):
         raise HttpError(404, "Namespace does not exist")
+
+
+async def partitions_of(call: Call, topic: TopicName) -> int:
+    """Partitions of a partitioned topic, 0 for anything else (a partition, a plain topic, nothing)."""
+    if topic.partition_index >= 0:
+        return 0
+    return await call.backend.metadata.get_partitions(str(topic))
+
+
+async def require_topic(call: Call, topic: TopicName) -> None:
+    """404 unless the namespace exists and the topic does: as a topic, a partitioned topic, or a
+    partition within its partitioned topic's count (partitions are created when first used)."""
+    await require_namespace(call, topic.namespace)
+    metadata = call.backend.metadata
+    if await metadata.topic_exists(str(topic)) or await partitions_of(call, topic) > 0:
+        return
+    parent = topic.partitioned_parent
+    if topic.partition_index >= 0 and await metadata.get_partitions(str(parent)) > topic.partition_index:
+        return
+    raise HttpError(404, f"Topic {topic} not found")
+
+
+async def notify_policies_changed(call: Call, namespace: str, topic: str | None) -> None:
+    """Tell the broker to re-read policies (if this broker listens; the write is done either way)."""
+    if callable(getattr(call.backend, "policies_changed", None)):
+        await operations(call.backend, "policies_changed").policies_changed(namespace, topic)
 
 
 def bool_param(call: Call, name: str, default: bool = False) -> bool:

@@ -1,12 +1,11 @@
 """Namespaces and their policies: /admin/v2/namespaces/... (WC-4).
 
     GET    /admin/v2/namespaces/{tenant}                           ["tenant/ns", ...]; 404
-    PUT    /admin/v2/namespaces/{tenant}/{ns}                      204; 404 tenant; 409 exists
+    PUT    /admin/v2/namespaces/{tenant}/{ns}   [body Policies]    204; 404 tenant; 409 exists;
+                                                                   400/412 a policy that does not check
     GET    /admin/v2/namespaces/{tenant}/{ns}                      Policies (Pulsar's shape); 404
     DELETE /admin/v2/namespaces/{tenant}/{ns}                      204; 404; 409 while it has topics
-    GET    .../{ns}/deduplication                                  true/false, 204 if never set
-    POST   .../{ns}/deduplication           body true|false        204
-    DELETE .../{ns}/deduplication                                  204 (back to the broker default)
+    GET|POST|DELETE .../{ns}/<policy>                              see _routes_policies.py
     GET    .../{ns}/schemaCompatibilityStrategy                    "FORWARD" (or "UNDEFINED")
     PUT    .../{ns}/schemaCompatibilityStrategy  body "FORWARD"    204; 400 unknown strategy
     GET    .../{ns}/topics?mode=PERSISTENT|NON_PERSISTENT|ALL      full names, partitions included
@@ -21,11 +20,11 @@ from typing import Any, Final
 from velamq._errors import PreconditionFailedError
 from velamq._topic_name import TopicName
 from velamq.admin._http import HttpError, Response
-from velamq.admin._params import bool_body, bool_param, namespace_of, object_body, require_namespace, string_body
+from velamq.admin._params import bool_param, namespace_of, object_body, require_namespace, string_body
+from velamq.admin._policy_specs import check_namespace_body
 from velamq.admin._router import Call, Router
 from velamq.metadata import DEFAULT_CLUSTER, MetadataStore
 
-DEDUPLICATION: Final = "deduplicationEnabled"
 SCHEMA_COMPATIBILITY: Final = "schema_compatibility_strategy"
 
 SCHEMA_COMPATIBILITY_STRATEGIES: Final = frozenset({
@@ -87,7 +86,9 @@ async def list_namespaces(call: Call) -> Response:
 
 
 async def create_namespace(call: Call) -> Response:
-    await call.backend.metadata.create_namespace(namespace_of(call), object_body(call))
+    body = object_body(call)
+    policies = None if body is None else check_namespace_body(body)
+    await call.backend.metadata.create_namespace(namespace_of(call), policies)
     return Response.no_content()
 
 
@@ -104,25 +105,6 @@ async def delete_namespace(call: Call) -> Response:
         await call.backend.metadata.delete_namespace(namespace_of(call))
     except PreconditionFailedError as exc:
         raise HttpError(409, str(exc)) from None  # Pulsar answers Conflict here, not 412
-    return Response.no_content()
-
-
-async def get_deduplication(call: Call) -> Response:
-    policies = await call.backend.metadata.get_policies(namespace_of(call))
-    value = policies.get(DEDUPLICATION)
-    # Pulsar returns a null Boolean when the namespace has no setting, which JAX-RS sends as 204.
-    return Response.no_content() if value is None else Response.json(bool(value))
-
-
-async def set_deduplication(call: Call) -> Response:
-    ns = namespace_of(call)
-    enabled = bool_body(call)
-    await call.backend.metadata.set_policy(ns, DEDUPLICATION, enabled)
-    return Response.no_content()
-
-
-async def remove_deduplication(call: Call) -> Response:
-    await call.backend.metadata.set_policy(namespace_of(call), DEDUPLICATION, None)
     return Response.no_content()
 
 
@@ -155,9 +137,6 @@ def register(router: Router) -> None:
     router.add("PUT", base, create_namespace)
     router.add("GET", base, get_namespace)
     router.add("DELETE", base, delete_namespace)
-    router.add("GET", base + "/deduplication", get_deduplication)
-    router.add("POST", base + "/deduplication", set_deduplication)
-    router.add("DELETE", base + "/deduplication", remove_deduplication)
     router.add("GET", base + "/schemaCompatibilityStrategy", get_schema_compatibility)
     router.add("PUT", base + "/schemaCompatibilityStrategy", set_schema_compatibility)
     router.add("GET", base + "/topics", list_namespace_topics)

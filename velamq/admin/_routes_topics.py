@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from velamq._errors import PreconditionFailedError
 from velamq._topic_name import TopicName
+from velamq.admin._backend import operations
 from velamq.admin._http import HttpError, Response
 from velamq.admin._params import bool_param, int_body, namespace_of, require_namespace, topic_of
 from velamq.admin._router import Call, Router
@@ -94,7 +95,10 @@ async def create_topic(call: Call) -> Response:
             raise HttpError(
                 412, f"{topic} is beyond the {parent_partitions} partitions of {topic.partitioned_parent}"
             )
-    await metadata.create_topic(str(topic))
+    if callable(getattr(call.backend, "create_topic", None)):
+        await operations(call.backend, "create_topic").create_topic(str(topic))  # the broker's own checks
+    else:
+        await metadata.create_topic(str(topic))
     return Response.no_content()
 
 

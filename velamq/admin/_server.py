@@ -30,7 +30,15 @@ from velamq._errors import (
     PreconditionFailedError,
     VelamqError,
 )
-from velamq.admin import _routes_namespaces, _routes_tenants, _routes_topics, _routes_web
+from velamq.admin import (
+    _routes_namespaces,
+    _routes_policies,
+    _routes_subscriptions,
+    _routes_tenants,
+    _routes_topic_ops,
+    _routes_topics,
+    _routes_web,
+)
 from velamq.admin._backend import BrokerBackend
 from velamq.admin._http import HttpError, Request, Response, read_request, stream_limit_bytes, write_response
 from velamq.admin._router import Call, Router
@@ -44,7 +52,10 @@ close_grace_s: Final = 1.0
 
 def build_router() -> Router:
     router = Router()
-    for module in (_routes_tenants, _routes_namespaces, _routes_topics, _routes_web):
+    for module in (
+        _routes_tenants, _routes_namespaces, _routes_policies, _routes_topics, _routes_topic_ops,
+        _routes_subscriptions, _routes_web,
+    ):
         module.register(router)
     return router
 

@@ -2,7 +2,9 @@
 
 The broker is the outside world for this layer, so `FakeBroker` stands in for it: it implements
 BrokerBackend with the real store underneath and a fixed metrics snapshot, and records the calls
-that would act on live topics. Tests talk HTTP to the server from the main thread.
+that would act on live topics. `FakeBrokerWithOperations` adds BrokerOperations (broker_fake.py),
+which `start_admin` uses unless asked for the bare broker (to see the 501 answers). Tests talk HTTP
+to the server from the main thread.
 """
 
 from __future__ import annotations
@@ -15,12 +17,15 @@ import threading
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, TypeVar
+
+from broker_fake import FakeOperations
 
 from velamq._errors import NotFoundError, PreconditionFailedError
 from velamq.admin import AdminServer
 from velamq.broker._stats import BrokerMetrics, SubscriptionMetrics, TopicMetrics
-from velamq.metadata import MetadataStore
+from velamq.metadata import MetadataStore, Policies
 
 T = TypeVar("T")
 
@@ -76,6 +81,14 @@ class FakeBroker:
     def metrics_snapshot(self) -> BrokerMetrics:
         return self.snapshot
 
+    @property
+    def default_policies(self) -> Policies:
+        return Policies()
+
+    @property
+    def config(self) -> Any:
+        return SimpleNamespace(max_message_bytes=5 * 1024 * 1024)
+
     async def delete_topic(self, topic: str, force: bool) -> None:
         if self.hang_on_delete:
             await asyncio.sleep(3600)
@@ -96,6 +109,14 @@ class FakeBroker:
         await self.store.delete_partitioned_topic(topic)
 
 
+class FakeBrokerWithOperations(FakeBroker, FakeOperations):
+    """FakeBroker plus the fake BrokerOperations over the same store."""
+
+    def __init__(self, store: MetadataStore) -> None:
+        FakeBroker.__init__(self, store)
+        FakeOperations.__init__(self, store)
+
+
 @dataclass
 class Reply:
     status: int
@@ -109,7 +130,7 @@ class Reply:
 class Admin:
     """The running server plus helpers to call it."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, broker: FakeBroker, server: AdminServer) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, broker: Any, server: AdminServer) -> None:
         self.loop = loop
         self.broker = broker
         self.server = server
@@ -156,7 +177,7 @@ class Admin:
             return b"".join(chunks)
 
 
-def start_admin(tmp_path: Path, **server_kwargs: Any) -> Iterator[Admin]:
+def start_admin(tmp_path: Path, operations: bool = True, **server_kwargs: Any) -> Iterator[Admin]:
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="admin-test-loop", daemon=True)
     thread.start()
@@ -166,7 +187,7 @@ def start_admin(tmp_path: Path, **server_kwargs: Any) -> Iterator[Admin]:
 
     store = MetadataStore(tmp_path / "metadata.db")
     run(store.start())
-    broker = FakeBroker(store)
+    broker = FakeBrokerWithOperations(store) if operations else FakeBroker(store)
 
     async def make_server() -> AdminServer:
         server = AdminServer(broker, "127.0.0.1", 0, **server_kwargs)

@@ -10,7 +10,7 @@ import pytest
 from admin_harness import SNAPSHOT, Admin
 
 from velamq.admin import _console, _metrics
-from velamq.broker._stats import BrokerMetrics, TopicMetrics
+from velamq.broker._stats import BrokerMetrics, SubscriptionMetrics, TopicMetrics
 
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -113,9 +113,8 @@ def test_metrics_endpoint_parses_with_pulsar_names(admin: Admin) -> None:
     }
     expected = {
         "pulsar_producers_count": 2, "pulsar_consumers_count": 1, "pulsar_subscriptions_count": 2,
-        "pulsar_in_messages_total": 100, "pulsar_in_bytes_total": 2048, "pulsar_out_messages_total": 90,
-        "pulsar_out_bytes_total": 1800, "pulsar_storage_size": 4096, "pulsar_msg_backlog": 10,
-        "velamq_topic_entries": 100,
+        "pulsar_in_messages_total": 100, "pulsar_in_bytes_total": 2048,
+        "pulsar_storage_size": 4096, "pulsar_msg_backlog": 10, "velamq_topic_entries": 100,
     }
     for name, value in expected.items():
         assert families[name].samples[orders] == value, name
@@ -128,7 +127,15 @@ def test_metrics_endpoint_parses_with_pulsar_names(admin: Admin) -> None:
     # The label value survives escaping: quote, backslash and newline.
     assert backlog[(*orders, ("subscription", 'we"ird\\sub\nname'))] == 0
     assert families["pulsar_subscription_unacked_messages"].samples[(*orders, ("subscription", "sub-a"))] == 4
-    assert families["velamq_subscription_consumers"].samples[(*orders, ("subscription", "sub-a"))] == 1
+    sub_a = (*orders, ("subscription", "sub-a"))
+    assert families["pulsar_subscription_consumers_count"].samples[sub_a] == 1
+    # Out counters are per subscription, as Pulsar exposes them (no topic-level series to double count).
+    assert families["pulsar_out_messages_total"].samples[sub_a] == 90
+    assert families["pulsar_out_bytes_total"].samples[sub_a] == 1800
+    assert families["pulsar_out_messages_total"].type == "counter"
+    assert all(("subscription" in dict(labels)) for labels in families["pulsar_out_messages_total"].samples)
+    # Figures the snapshot does not carry are not invented.
+    assert "pulsar_rate_in" not in families and "pulsar_subscription_delayed" not in families
 
     # Storage counters, under their own names; a name Prometheus can't take is made valid.
     assert families["velamq_storage_fsyncs_total"].samples == {c: 42}
@@ -214,3 +221,32 @@ def test_console_renders_empty_broker() -> None:
 
 def test_snapshot_fixture_is_what_the_harness_serves(admin: Admin) -> None:
     assert admin.broker.metrics_snapshot() is SNAPSHOT
+
+
+@dataclass(frozen=True)
+class _RichSubscription(SubscriptionMetrics):
+    delayed_messages: int = 0
+    msg_rate_out: float = 0.0
+
+
+@dataclass(frozen=True)
+class _RichTopic(TopicMetrics):
+    msg_rate_in: float = 0.0
+    backlog_size_bytes: int = 0
+
+
+def test_optional_pulsar_figures_appear_when_the_snapshot_has_them() -> None:
+    subs = (
+        _RichSubscription("a", "Shared", 1, 5, 0, 0, 0, "1:1", delayed_messages=2, msg_rate_out=1.5),
+        _RichSubscription("b", "Shared", 0, 7, 0, 0, 0, "1:1", delayed_messages=0, msg_rate_out=0.0),
+    )
+    topic = _RichTopic("persistent://public/default/r", 0, 0, 0, 0, 0, 0, 0, 0, 7, subs,
+                       msg_rate_in=12.5, backlog_size_bytes=300)
+    families = parse_prometheus(_metrics.render(BrokerMetrics(0, 0, (topic,))))
+    labels = (("cluster", "standalone"), ("namespace", "public/default"), ("topic", "persistent://public/default/r"))
+    assert families["pulsar_rate_in"].samples == {labels: 12.5}
+    assert families["pulsar_storage_backlog_size"].samples == {labels: 300}
+    assert families["pulsar_msg_backlog"].samples == {labels: 12}  # 5 + 7: summed, as Pulsar does
+    assert families["pulsar_subscription_delayed"].samples[(*labels, ("subscription", "a"))] == 2
+    assert families["pulsar_subscription_msg_rate_out"].samples[(*labels, ("subscription", "a"))] == 1.5
+    assert "pulsar_throughput_in" not in families
