@@ -28,6 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
     standalone.add_argument("--max-message-size", type=int, help="bytes; told to clients (default 5 MiB)")
     standalone.add_argument("--uvloop", action="store_true", default=None, help="run on uvloop instead of asyncio")
     standalone.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+
+    from velamq.cli._admin import add_admin_parser
+
+    add_admin_parser(commands)
     return parser
 
 
@@ -37,5 +41,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from velamq.cli._standalone import run_standalone
 
         return run_standalone(args)
+    if args.command == "admin":
+        from velamq.cli._admin import run_admin
+
+        return run_admin(args)
     print(f"unknown command {args.command}", file=sys.stderr)
     return 2

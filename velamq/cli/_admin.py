@@ -1,0 +1,369 @@
+"""`velamq admin …`: pulsar-admin's common verbs over the admin REST API (OP-2).
+
+    velamq admin [--admin-url http://localhost:8080] [--json] GROUP VERB [ARGS]
+
+    clusters    list | get
+    tenants     list | get | create | update | delete
+    namespaces  list | topics | create | delete | policies | <policy verbs>
+    topics      list | list-partitioned-topics | create | delete | create-partitioned-topic |
+                update-partitioned-topic | delete-partitioned-topic | get-partitioned-topic-metadata |
+                stats | partitioned-stats | internal-stats (stats-internal) | partitioned-stats-internal |
+                unload | compact | compaction-status | last-message-id | subscriptions |
+                create-subscription | unsubscribe | skip | skip-all | expire-messages |
+                expire-messages-all-subscriptions | reset-cursor | peek-messages | <policy verbs>
+    storage     check [--data-dir D] [--delete]
+
+Policy verbs (set-X, get-X, remove-X) are in _admin_policies.py. Times take pulsar-admin's units
+(s, m, h, d, w, y; a bare number is seconds), sizes K, M, G, T. Output is a table (a list one item a
+line, an object as KEY VALUE rows); --json prints the server's JSON. A server error prints its
+reason and exits 1; bad arguments exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from velamq._errors import InvalidTopicNameError
+from velamq.cli import _admin_policies
+from velamq.cli._admin_http import AdminClient, AdminError, RawReply, parse_time_s, quote, render, render_json
+from velamq.cli._admin_policies import namespace_path, topic_path, verb
+
+admin_url_default = "http://localhost:8080"
+
+
+def _parse_message_id(text: str) -> dict[str, int] | None:
+    """"latest" -> None (the server's default), "earliest" -> (-1, -1), "ledger:entry[:...]"."""
+    if text == "latest":
+        return None
+    if text == "earliest":
+        return {"ledgerId": -1, "entryId": -1, "partitionIndex": -1}
+    parts = text.split(":")
+    try:
+        return {"ledgerId": int(parts[0]), "entryId": int(parts[1]), "partitionIndex": -1}
+    except (IndexError, ValueError):
+        raise ValueError(f"bad message id {text!r}: use latest, earliest or ledgerId:entryId") from None
+
+
+# ---------------------------------------------------------------------------- clusters, tenants
+
+
+def _clusters(groups: Any) -> None:
+    group = groups.add_parser("clusters", help="clusters (velamq has one: standalone)").add_subparsers(
+        dest="verb", required=True, metavar="VERB"
+    )
+    verb(group, "list", "list clusters", lambda c, a: c.call("GET", "/admin/v2/clusters"))
+    verb(group, "get", "show a cluster", lambda c, a: c.call("GET", f"/admin/v2/clusters/{quote(a.cluster)}"),
+         lambda p: p.add_argument("cluster"))
+
+
+def _split(text: str | None) -> list[str]:
+    return [x for x in (text or "").split(",") if x]
+
+
+def _tenant_body(a: argparse.Namespace) -> dict[str, Any]:
+    return {"adminRoles": _split(a.admin_roles), "allowedClusters": _split(a.allowed_clusters)}
+
+
+def _tenants(groups: Any) -> None:
+    group = groups.add_parser("tenants", help="tenants").add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    def tenant_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("tenant")
+        p.add_argument("--admin-roles", "-r", help="comma-separated roles")
+        p.add_argument("--allowed-clusters", "-c", help="comma-separated clusters (default: all)")
+
+    verb(group, "list", "list tenants", lambda c, a: c.call("GET", "/admin/v2/tenants"))
+    verb(group, "get", "show a tenant", lambda c, a: c.call("GET", f"/admin/v2/tenants/{quote(a.tenant)}"),
+         lambda p: p.add_argument("tenant"))
+    verb(group, "create", "create a tenant",
+         lambda c, a: c.call("PUT", f"/admin/v2/tenants/{quote(a.tenant)}", _tenant_body(a)), tenant_args)
+    verb(group, "update", "change a tenant's roles or clusters",
+         lambda c, a: c.call("POST", f"/admin/v2/tenants/{quote(a.tenant)}", _tenant_body(a)), tenant_args)
+    verb(group, "delete", "delete a tenant (it must have no namespaces)",
+         lambda c, a: c.call("DELETE", f"/admin/v2/tenants/{quote(a.tenant)}"), lambda p: p.add_argument("tenant"))
+
+
+# ---------------------------------------------------------------------------- namespaces
+
+
+def _namespaces(groups: Any) -> None:
+    group = groups.add_parser("namespaces", help="namespaces and their policies").add_subparsers(
+        dest="verb", required=True, metavar="VERB"
+    )
+    ns_arg = lambda p: p.add_argument("namespace", help="tenant/namespace")  # noqa: E731
+    verb(group, "list", "list the namespaces of a tenant",
+         lambda c, a: c.call("GET", f"/admin/v2/namespaces/{quote(a.tenant)}"), lambda p: p.add_argument("tenant"))
+    verb(group, "topics", "list the topics of a namespace (partitions included)",
+         lambda c, a: c.call("GET", namespace_path(a.namespace, "topics")), ns_arg)
+    verb(group, "create", "create a namespace", lambda c, a: c.call("PUT", namespace_path(a.namespace), {}), ns_arg)
+    verb(group, "delete", "delete a namespace (it must have no topics)",
+         lambda c, a: c.call("DELETE", namespace_path(a.namespace)), ns_arg)
+    verb(group, "policies", "show every policy of a namespace",
+         lambda c, a: c.call("GET", namespace_path(a.namespace)), ns_arg)
+    _admin_policies.add_policy_verbs(group, topic_level=False)
+
+
+# ---------------------------------------------------------------------------- topics
+
+
+def _partitions_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("topic")
+    p.add_argument("--partitions", "-p", type=int, required=True, help="number of partitions")
+
+
+def _sub_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("topic")
+    p.add_argument("--subscription", "-s", required=True, help="subscription name")
+
+
+def _force_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("topic")
+    p.add_argument("--force", "-f", action="store_true", help="close producers and consumers first")
+
+
+def _reset_cursor(c: AdminClient, a: argparse.Namespace) -> Any:
+    path = topic_path(a.topic, "subscription", a.subscription, "resetcursor")
+    if (a.time is None) == (a.message_id is None):
+        raise ValueError("give exactly one of --time and --messageId")
+    if a.time is not None:
+        timestamp_ms = int(time.time() * 1000) - parse_time_s(a.time) * 1000
+        return c.call("POST", f"{path}/{max(0, timestamp_ms)}")
+    body = _parse_message_id(a.message_id)
+    big = 2**63 - 1
+    return c.call("POST", path, body or {"ledgerId": big, "entryId": big, "partitionIndex": -1})
+
+
+def _topics(groups: Any) -> None:
+    group = groups.add_parser("topics", help="topics, subscriptions and topic policies").add_subparsers(
+        dest="verb", required=True, metavar="VERB"
+    )
+    topic_arg = lambda p: p.add_argument("topic")  # noqa: E731
+    ns_arg = lambda p: p.add_argument("namespace", help="tenant/namespace")  # noqa: E731
+
+    def domains(c: AdminClient, ns: str, suffix: str = "") -> list[str]:
+        tenant_ns = namespace_path(ns).removeprefix("/admin/v2/namespaces/")
+        names: list[str] = []
+        for domain in ("persistent", "non-persistent"):
+            names += c.call("GET", f"/admin/v2/{domain}/{tenant_ns}{suffix}") or []
+        return sorted(set(names))
+
+    verb(group, "list", "list the topics of a namespace", lambda c, a: domains(c, a.namespace), ns_arg)
+    verb(group, "list-partitioned-topics", "list the partitioned topics of a namespace",
+         lambda c, a: domains(c, a.namespace, "/partitioned"), ns_arg)
+    verb(group, "create", "create a non-partitioned topic", lambda c, a: c.call("PUT", topic_path(a.topic), {}),
+         topic_arg)
+    verb(group, "delete", "delete a topic",
+         lambda c, a: c.call("DELETE", topic_path(a.topic), query={"force": a.force}), _force_arg)
+    verb(group, "create-partitioned-topic", "create a partitioned topic",
+         lambda c, a: c.call("PUT", topic_path(a.topic, "partitions"), a.partitions), _partitions_arg)
+    verb(group, "update-partitioned-topic", "add partitions to a partitioned topic",
+         lambda c, a: c.call("POST", topic_path(a.topic, "partitions"), a.partitions), _partitions_arg)
+    verb(group, "delete-partitioned-topic", "delete a partitioned topic and its partitions",
+         lambda c, a: c.call("DELETE", topic_path(a.topic, "partitions"), query={"force": a.force}), _force_arg)
+    verb(group, "get-partitioned-topic-metadata", "number of partitions (0: not partitioned)",
+         lambda c, a: c.call("GET", topic_path(a.topic, "partitions")), topic_arg)
+    verb(group, "stats", "a topic's stats", lambda c, a: c.call("GET", topic_path(a.topic, "stats")), topic_arg)
+
+    def per_partition(p: argparse.ArgumentParser) -> None:
+        p.add_argument("topic")
+        p.add_argument("--per-partition", action="store_true", help="include each partition's stats")
+
+    verb(group, "partitioned-stats", "a partitioned topic's stats",
+         lambda c, a: c.call("GET", topic_path(a.topic, "partitioned-stats"), query={"perPartition": a.per_partition}),
+         per_partition)
+    verb(group, "internal-stats", "ledgers and cursors of a topic",
+         lambda c, a: c.call("GET", topic_path(a.topic, "internalStats")), topic_arg, aliases=["stats-internal"])
+    verb(group, "partitioned-stats-internal", "internal stats of every partition",
+         lambda c, a: c.call("GET", topic_path(a.topic, "partitioned-internalStats")), topic_arg)
+    verb(group, "unload", "unload a topic (clients reconnect)",
+         lambda c, a: c.call("PUT", topic_path(a.topic, "unload")), topic_arg)
+    verb(group, "compact", "start compaction", lambda c, a: c.call("PUT", topic_path(a.topic, "compaction")),
+         topic_arg)
+    verb(group, "compaction-status", "state of the last compaction",
+         lambda c, a: c.call("GET", topic_path(a.topic, "compaction")), topic_arg)
+    verb(group, "last-message-id", "id of the last message",
+         lambda c, a: c.call("GET", topic_path(a.topic, "lastMessageId")), topic_arg)
+    verb(group, "subscriptions", "list subscriptions",
+         lambda c, a: c.call("GET", topic_path(a.topic, "subscriptions")), topic_arg)
+
+    def create_sub(p: argparse.ArgumentParser) -> None:
+        _sub_arg(p)
+        p.add_argument("--messageId", "-m", dest="message_id", default="latest",
+                       help="latest (default), earliest or ledgerId:entryId")
+
+    def create_subscription(c: AdminClient, a: argparse.Namespace) -> Any:
+        body = _parse_message_id(a.message_id)
+        path = topic_path(a.topic, "subscription", a.subscription)
+        return c.call("PUT", path) if body is None else c.call("PUT", path, body)
+
+    verb(group, "create-subscription", "create a subscription", create_subscription, create_sub)
+
+    def unsubscribe_args(p: argparse.ArgumentParser) -> None:
+        _sub_arg(p)
+        p.add_argument("--force", "-f", action="store_true", help="disconnect its consumers first")
+
+    verb(group, "unsubscribe", "delete a subscription",
+         lambda c, a: c.call("DELETE", topic_path(a.topic, "subscription", a.subscription),
+                             query={"force": a.force}), unsubscribe_args)
+
+    def skip_args(p: argparse.ArgumentParser) -> None:
+        _sub_arg(p)
+        p.add_argument("--count", "-n", type=int, required=True, help="messages to skip")
+
+    verb(group, "skip", "skip messages of a subscription",
+         lambda c, a: c.call("POST", topic_path(a.topic, "subscription", a.subscription, "skip", str(a.count))),
+         skip_args)
+    verb(group, "skip-all", "skip the whole backlog of a subscription",
+         lambda c, a: c.call("POST", topic_path(a.topic, "subscription", a.subscription, "skip_all")), _sub_arg)
+
+    def expire_args(p: argparse.ArgumentParser, sub: bool = True) -> None:
+        _sub_arg(p) if sub else p.add_argument("topic")
+        p.add_argument("--expireTime", "-t", dest="expire_time", required=True,
+                       help="expire messages older than this (e.g. 1h)")
+
+    verb(group, "expire-messages", "expire (acknowledge) old messages of a subscription",
+         lambda c, a: c.call("POST", topic_path(a.topic, "subscription", a.subscription, "expireMessages",
+                                                str(parse_time_s(a.expire_time)))), expire_args)
+    verb(group, "expire-messages-all-subscriptions", "expire old messages of every subscription",
+         lambda c, a: c.call("POST", topic_path(a.topic, "all_subscription", "expireMessages",
+                                                str(parse_time_s(a.expire_time)))),
+         lambda p: expire_args(p, sub=False))
+
+    def reset_args(p: argparse.ArgumentParser) -> None:
+        _sub_arg(p)
+        p.add_argument("--time", "-t", help="move back to this long ago (e.g. 10m)")
+        p.add_argument("--messageId", "-m", dest="message_id", help="ledgerId:entryId, earliest or latest")
+
+    verb(group, "reset-cursor", "move a subscription to a time or a message id", _reset_cursor, reset_args)
+
+    def peek_args(p: argparse.ArgumentParser) -> None:
+        _sub_arg(p)
+        p.add_argument("--count", "-n", type=int, default=1, help="messages to show (default 1)")
+
+    verb(group, "peek-messages", "show the next messages of a subscription without consuming them", _peek, peek_args)
+    _admin_policies.add_policy_verbs(group, topic_level=True)
+
+
+# ---------------------------------------------------------------------------- peek
+
+
+def _peeked(reply: RawReply, position: int) -> list[dict[str, Any]]:
+    """Messages of one peeked entry; a whole batch is split as pulsar-admin splits it."""
+    message_id = reply.headers.get("X-Pulsar-Message-ID", str(position))
+    headers = {k: v for k, v in reply.headers.items() if k.lower().startswith("x-pulsar-")}
+    count = reply.headers.get("X-Pulsar-num-batch-message")
+    if count is None:
+        return [{"messageId": message_id, "headers": headers, "payload": reply.body}]
+    from velamq.protocol import parse_batch  # only here: it loads protobuf
+
+    messages = []
+    for index, (single, payload) in enumerate(parse_batch(reply.body, int(count))):
+        properties = {kv.key: kv.value for kv in single.properties}
+        item = {**headers, "X-Pulsar-Property": json.dumps(properties)} if properties else headers
+        if single.HasField("partition_key"):
+            item = {**item, "X-Pulsar-partition-key": single.partition_key}
+        messages.append({"messageId": f"{message_id}:{index}", "headers": item, "payload": payload})
+    return messages
+
+
+def _peek(c: AdminClient, a: argparse.Namespace) -> Any:
+    messages: list[dict[str, Any]] = []
+    position = 1
+    while len(messages) < a.count:
+        try:
+            reply = c.raw("GET", topic_path(a.topic, "subscription", a.subscription, "position", str(position)))
+        except AdminError as exc:
+            if exc.status == 404 and messages:
+                break  # past the end of the backlog
+            raise
+        messages += _peeked(reply, position)
+        position += 1
+    return [_printable(m) for m in messages[: a.count]]
+
+
+def _printable(message: dict[str, Any]) -> dict[str, Any]:
+    payload: bytes = message["payload"]
+    try:
+        text, encoding = payload.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        text, encoding = base64.b64encode(payload).decode("ascii"), "base64"
+    return {"messageId": message["messageId"], "headers": message["headers"], "payload": text,
+            "payloadEncoding": encoding}
+
+
+def _render_peek(messages: list[dict[str, Any]]) -> str:
+    blocks = []
+    for m in messages:
+        lines = [f"Message ID: {m['messageId']}"]
+        lines += [f"  {k}: {v}" for k, v in m["headers"].items() if k.lower() != "x-pulsar-message-id"]
+        lines.append(f"  payload ({m['payloadEncoding']}): {m['payload']}")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+# ---------------------------------------------------------------------------- storage
+
+
+def _storage(groups: Any) -> None:
+    group = groups.add_parser("storage", help="checks of the data directory").add_subparsers(
+        dest="verb", required=True, metavar="VERB"
+    )
+    check = group.add_parser("check", help="report (and with --delete remove) orphaned ledgers and metadata")
+    check.add_argument("--data-dir", help="the broker's data directory (default ./data)")
+    check.add_argument("--delete", action="store_true", help="remove what is orphaned")
+    check.set_defaults(local=_storage_check)
+
+
+def _storage_check(a: argparse.Namespace) -> int:
+    try:
+        from velamq.cli import _storage_check  # type: ignore[attr-defined,unused-ignore]
+    except ImportError:
+        print("velamq admin storage check is not available in this build (velamq.cli._storage_check is missing)",
+              file=sys.stderr)
+        return 1
+    argv = (["--data-dir", a.data_dir] if a.data_dir else []) + (["--delete"] if a.delete else [])
+    return int(_storage_check.main(argv))
+
+
+# ---------------------------------------------------------------------------- entry points
+
+
+def add_admin_parser(commands: Any) -> None:
+    """Register `velamq admin` on the top-level subparsers."""
+    admin = commands.add_parser(
+        "admin", help="administer a broker over its REST API (like pulsar-admin)",
+        description="pulsar-admin's common verbs against a velamq (or Pulsar) broker's admin REST API.",
+    )
+    admin.add_argument("--admin-url", default=os.environ.get("VELAMQ_ADMIN_URL", admin_url_default),
+                       help=f"admin REST URL (default $VELAMQ_ADMIN_URL or {admin_url_default})")
+    admin.add_argument("--json", action="store_true", help="print the server's JSON instead of a table")
+    groups = admin.add_subparsers(dest="group", required=True, metavar="GROUP")
+    for add in (_clusters, _tenants, _namespaces, _topics, _storage):
+        add(groups)
+
+
+def run_admin(args: argparse.Namespace) -> int:
+    if getattr(args, "local", None) is not None:
+        return int(args.local(args))
+    client = AdminClient(args.admin_url)
+    try:
+        result = args.handler(client, args)
+    except AdminError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except (ValueError, InvalidTopicNameError) as exc:
+        print(f"velamq admin: {exc}", file=sys.stderr)
+        return 2
+    if result is None and not args.prints_null:
+        return 0  # a set or delete that went well: nothing to show, as pulsar-admin
+    if args.handler is _peek and not args.json:
+        print(_render_peek(result))
+    else:
+        print(render_json(result) if args.json else render(result))
+    return 0
