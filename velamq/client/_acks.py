@@ -85,10 +85,18 @@ class BatchAcks:
         return len(self._unacked)
 
 
-class AckGroupingTracker:
-    """Collects acks and sends them in groups through `send(ack_type, ids)`."""
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
 
-    def __init__(self, send: Callable[[int, list[pb.MessageIdData]], None], grouping_time_ms: int,
+
+class AckGroupingTracker:
+    """Collects acks and sends them in groups through `send(ack_type, ids)`.
+
+    `send` returns False when there is no connection: the acks are then kept and go out with the
+    next flush, which the consumer does right after it subscribes again and before it asks for
+    messages, so a message acknowledged while disconnected is not delivered a second time."""
+
+    def __init__(self, send: Callable[[int, list[pb.MessageIdData]], bool], grouping_time_ms: int,
                  max_size: int) -> None:
         self._send = send
         self.grouping_time_ms = grouping_time_ms
@@ -132,13 +140,28 @@ class AckGroupingTracker:
             self._timer.cancel()
             self._timer = None
         if self._cumulative is not None:
-            cumulative, self._cumulative = self._cumulative, None
-            self._send(pb.CommandAck.Cumulative, [cumulative])
+            if not self._send(pb.CommandAck.Cumulative, [self._cumulative]):
+                return
+            self._cumulative = None
         if self._individual:
             ids = list(self._individual.values())
-            self._individual.clear()
             for start in range(0, len(ids), self.max_size):
-                self._send(pb.CommandAck.Individual, ids[start : start + self.max_size])
+                if not self._send(pb.CommandAck.Individual, ids[start : start + self.max_size]):
+                    return
+                for data in ids[start : start + self.max_size]:
+                    self._individual.pop((_signed(data.ledgerId), _signed(data.entryId)), None)
+
+    def discard(self) -> None:
+        """Forget unsent acks (after a seek they would acknowledge the wrong state)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._individual.clear()
+        self._cumulative = None
+
+    @property
+    def pending(self) -> int:
+        return len(self._individual) + (self._cumulative is not None)
 
     def close(self) -> None:
         self.flush()

@@ -219,6 +219,7 @@ class TopicConsumer(ConnectionHandler):
         self._seek_pending = False
         self._chunks.clear()
         self._available_permits = 0
+        self._acks.flush()  # acks made while disconnected go before any new delivery
         self._send_flow(self.receiver_queue_size)
 
     def on_connection_lost(self, connection: Connection) -> None:
@@ -414,10 +415,10 @@ class TopicConsumer(ConnectionHandler):
 
     # ---- acknowledging -------------------------------------------------------------------------
 
-    def _send_ack(self, ack_type: int, ids: list[pb.MessageIdData], validation_error: int | None = None) -> None:
+    def _send_ack(self, ack_type: int, ids: list[pb.MessageIdData], validation_error: int | None = None) -> bool:
         connection = self.connection
-        if connection is None or not connection.is_ready:
-            return  # unacked messages come back after the reconnect: at-least-once
+        if connection is None or not connection.is_ready or self.state is not State.READY:
+            return False  # kept by the tracker; flushed after the next SUBSCRIBE
         command = pb.BaseCommand(type=T.ACK)
         command.ack.consumer_id = self.consumer_id
         command.ack.ack_type = ack_type  # type: ignore[assignment]
@@ -427,7 +428,8 @@ class TopicConsumer(ConnectionHandler):
         try:
             connection.send_command(command)
         except ConnectError:
-            pass
+            return False
+        return True
 
     def _forget(self, message_id: MessageId) -> None:
         self._ack_timeouts.remove(message_id)
@@ -571,6 +573,7 @@ class TopicConsumer(ConnectionHandler):
         command = pb.BaseCommand(type=T.SEEK)
         command.seek.consumer_id = self.consumer_id
         command.seek.request_id = request_id
+        self._acks.flush()  # acks made before the seek belong before it
         previous = (self._start, self._filter, self.last_dequeued)
         if message_id is not None:
             target = message_id.first_chunk or message_id
@@ -593,7 +596,7 @@ class TopicConsumer(ConnectionHandler):
         # The broker dropped this consumer before answering; what is still queued is stale.
         self.generation += 1
         self._seek_pending = False
-        self._acks.flush()
+        self._acks.discard()
 
     async def get_last_message_id(self) -> tuple[MessageId, MessageId | None]:
         """(last message id of the topic, this subscription's mark-delete position or None)."""
