@@ -1,15 +1,18 @@
 """velamq's storage: per-topic durable logs ("managed ledgers") of opaque entries, and cursors.
 
 Knows nothing of the network or the Pulsar protocol. One Storage per broker, used from one asyncio
-loop; blocking file work runs in the storage's own threads (one writer doing group commit, a few
-for reads and cursor files). Byte layouts: _layout (directories), _ledger_file (records, index),
+loop; blocking file work runs in the storage's own threads: the journal (group commit for every
+topic, _journal), the flusher (write cache to ledger files, checkpoint, journal trim, _flusher) and
+a few for reads, recovery and cursor files. docs/storage.md tells the whole story. Byte layouts:
+_layout (directories), _journal_file (journal, checkpoint), _ledger_file (ledger and index files),
 _cursor (cursor files).
 """
 
-from velamq.storage._config import StorageConfig
+from velamq.storage._config import MemoryBudget, StorageConfig
 from velamq.storage._cursor import CursorOwner, ManagedCursor
 from velamq.storage._managed_ledger import ManagedLedger
 from velamq.storage._position import Entry, LedgerInfo, Position
+from velamq.storage._publish_buffer import PublishBuffer
 from velamq.storage._range_set import RangeSet
 from velamq.storage._storage import Storage
 
@@ -19,7 +22,9 @@ __all__ = [
     "LedgerInfo",
     "ManagedCursor",
     "ManagedLedger",
+    "MemoryBudget",
     "Position",
+    "PublishBuffer",
     "RangeSet",
     "Storage",
     "StorageConfig",

@@ -1,4 +1,19 @@
-"""Storage configuration, the storage's own named limits, and its counters."""
+"""Storage configuration, the one memory budget and how it is split (ME-1), and named limits.
+
+The memory budget (`memory_bytes`, default 1 GiB) is split into
+
+    publish buffer   1/2    bytes appended but not yet durable; above it the broker stops reading
+                            producer connections (ME-2, see _publish_buffer)
+    tail cache       1/5    newest entries of topics with an active cursor (ME-3, BR-10)
+    write cache      3/20   both halves of the double-buffered write cache together (ME-4)
+    read cache       1/10   entries loaded by read-ahead on a catch-up read (ME-5)
+    index cache      1/20   offset indexes of sealed ledgers
+
+Each part can be set on its own (`*_bytes` fields); a part left unset keeps its share of
+`memory_bytes`, so overriding one part does not resize the others. Every cache counts an entry as
+its data plus a fixed per-entry overhead (the Python objects around it), so the budget holds for
+small entries too.
+"""
 
 from __future__ import annotations
 
@@ -8,49 +23,164 @@ from typing import Literal
 
 from velamq import _limits
 
-MIB = 1024 * 1024
+KIB = 1024
+MIB = 1024 * KIB
+GIB = 1024 * MIB
 
-# Recent entries each managed ledger keeps in memory, so a consumer at the tail reads without I/O.
-# Keyed by position across ledgers, so a rollover does not empty it at once (BR-10). The later
-# shared write cache (ME-1, ME-4) replaces this per-ledger bound with one broker-wide budget.
-tail_cache_bytes_max = 4 * MIB
-# Sealed ledgers whose offset index a managed ledger keeps loaded (8 bytes per entry each).
-index_cache_ledgers_max = 4
-# Threads for blocking work other than appends: reads on a cache miss, recovery, cursor files.
+SyncPolicy = Literal["fsync", "interval", "none"]
+SYNC_POLICIES: tuple[str, ...] = ("fsync", "interval", "none")
+
+# Threads for blocking work other than journal and flush: reads on a cache miss, a managed
+# ledger's recovery when it is opened, cursor files.
 io_threads = 2
 # Largest entry a ledger record can hold (its length field is a u32).
 entry_bytes_max = (1 << 32) - 1
+# What one cached entry costs beyond its data: the bytes object header, the key tuple, the dict slot.
+cache_entry_overhead_bytes = 160
+# What one entry costs in the write cache beyond its data (list slot, CRC, bytes object header).
+write_cache_entry_overhead_bytes = 64
+# A cursor is active while its reads are within this many entries of the log's end (Pulsar's
+# managedLedgerCursorBackloggedThreshold); only topics with an active cursor fill the tail cache.
+active_cursor_lag_entries = 1000
+# A write cache half is handed to the flusher when it holds this many bytes, or when it is this
+# old, whichever comes first; a smaller budget makes for smaller, more frequent flushes.
+flush_interval_ms_default = 1000
+# Journal segments roll over at this size; trimming deletes whole segments.
+journal_segment_bytes_default = 64 * MIB
+# A catch-up read that misses every cache reads this much more of the ledger file, at most.
+read_ahead_bytes_default = 1 * MIB
+read_ahead_entries_max = 1000
+
+_shares = {
+    "publish_buffer": (1, 2),
+    "tail_cache": (1, 5),
+    "write_cache": (3, 20),
+    "read_cache": (1, 10),
+    "index_cache": (1, 20),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBudget:
+    """How the memory budget is split. All figures in bytes."""
+
+    total_bytes: int
+    publish_buffer_bytes: int
+    tail_cache_bytes: int
+    write_cache_bytes: int  # both halves together
+    read_cache_bytes: int
+    index_cache_bytes: int
+
+    @classmethod
+    def split(
+        cls,
+        total_bytes: int,
+        *,
+        publish_buffer_bytes: int | None = None,
+        tail_cache_bytes: int | None = None,
+        write_cache_bytes: int | None = None,
+        read_cache_bytes: int | None = None,
+        index_cache_bytes: int | None = None,
+    ) -> MemoryBudget:
+        given = {
+            "publish_buffer": publish_buffer_bytes,
+            "tail_cache": tail_cache_bytes,
+            "write_cache": write_cache_bytes,
+            "read_cache": read_cache_bytes,
+            "index_cache": index_cache_bytes,
+        }
+        parts: dict[str, int] = {}
+        for name, (num, den) in _shares.items():
+            value = given[name]
+            parts[name] = total_bytes * num // den if value is None else value
+            if parts[name] < 0:
+                raise ValueError(f"{name}_bytes must not be negative")
+        return cls(
+            total_bytes,
+            parts["publish_buffer"],
+            parts["tail_cache"],
+            parts["write_cache"],
+            parts["read_cache"],
+            parts["index_cache"],
+        )
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "total_bytes": self.total_bytes,
+            "publish_buffer_bytes": self.publish_buffer_bytes,
+            "tail_cache_bytes": self.tail_cache_bytes,
+            "write_cache_bytes": self.write_cache_bytes,
+            "read_cache_bytes": self.read_cache_bytes,
+            "index_cache_bytes": self.index_cache_bytes,
+        }
 
 
 @dataclass(frozen=True, slots=True)
 class StorageConfig:
     data_dir: Path
-    # "fsync": an append resolves once fsynced (group commit). "none": written, never fsynced:
-    # survives a process crash but not a power loss; for tests and benchmarks.
-    sync_policy: Literal["fsync", "none"] = "fsync"
+    # "fsync": an append resolves once the journal is fsynced (group commit); nothing acknowledged
+    # is ever lost. "interval": it resolves once written to the journal, which is fsynced every
+    # sync_interval_ms; a power loss or OS crash loses up to that much. "none": never fsynced;
+    # survives a process crash (kill -9), not a power loss. For tests and benchmarks.
+    sync_policy: SyncPolicy = "fsync"
+    sync_interval_ms: int = 100
     ledger_entries_max: int = _limits.ledger_entries_max  # roll over after this many entries
     ledger_bytes_max: int = _limits.ledger_bytes_max  # ... or this many bytes (record headers included)
     cursor_persist_interval_s: float = 1.0  # a dirty cursor is written at most this often
+    memory_bytes: int = 1 * GIB
+    publish_buffer_bytes: int | None = None  # None: memory_bytes / 2
+    tail_cache_bytes: int | None = None  # None: memory_bytes / 5
+    write_cache_bytes: int | None = None  # None: memory_bytes * 3 / 20, both halves
+    read_cache_bytes: int | None = None  # None: memory_bytes / 10
+    index_cache_bytes: int | None = None  # None: memory_bytes / 20
+    flush_interval_ms: int = flush_interval_ms_default
+    journal_segment_bytes: int = journal_segment_bytes_default
+    read_ahead_bytes: int = read_ahead_bytes_default
 
     def __post_init__(self) -> None:
-        if self.sync_policy not in ("fsync", "none"):
-            raise ValueError(f"unknown sync_policy {self.sync_policy!r}")
+        if self.sync_policy not in SYNC_POLICIES:
+            raise ValueError(f"unknown sync_policy {self.sync_policy!r}, expected one of {SYNC_POLICIES}")
         if self.ledger_entries_max < 1 or self.ledger_bytes_max < 1:
             raise ValueError("ledger_entries_max and ledger_bytes_max must be positive")
         if self.cursor_persist_interval_s < 0:
             raise ValueError("cursor_persist_interval_s must not be negative")
+        if self.sync_interval_ms < 1 or self.flush_interval_ms < 1:
+            raise ValueError("sync_interval_ms and flush_interval_ms must be positive")
+        if self.memory_bytes < 1:
+            raise ValueError("memory_bytes must be positive")
+        if self.journal_segment_bytes < 64 * KIB:
+            raise ValueError("journal_segment_bytes must be at least 64 KiB")
+        if self.read_ahead_bytes < 0:
+            raise ValueError("read_ahead_bytes must not be negative")
+        self.budget  # validates the overrides  # noqa: B018
 
     @property
     def sync(self) -> bool:
-        return self.sync_policy == "fsync"
+        """Whether metadata files (cursors, indexes, directories) are fsynced."""
+        return self.sync_policy != "none"
+
+    @property
+    def budget(self) -> MemoryBudget:
+        return MemoryBudget.split(
+            self.memory_bytes,
+            publish_buffer_bytes=self.publish_buffer_bytes,
+            tail_cache_bytes=self.tail_cache_bytes,
+            write_cache_bytes=self.write_cache_bytes,
+            read_cache_bytes=self.read_cache_bytes,
+            index_cache_bytes=self.index_cache_bytes,
+        )
 
 
 @dataclass(slots=True)
 class Counters:
-    """Counters kept on the loop (the writer thread keeps its own)."""
+    """Counters kept on the loop (the journal and flusher threads keep their own)."""
 
     read_entries_cache_total: int = 0
     read_entries_disk_total: int = 0
+    ledger_file_reads_total: int = 0
+    read_ahead_entries_total: int = 0
     ledgers_rolled_total: int = 0
+    ledgers_trimmed_total: int = 0
     cursor_persists_total: int = 0
     torn_tails_truncated_total: int = 0
+    tail_cache_skipped_inactive_total: int = 0

@@ -3,11 +3,15 @@
     <data_dir>/
       LOCK                          flock'd by the one Storage using this directory
       ledger_id_next                next ledger id to hand out: ASCII decimal + "\\n", atomic write
+      metadata.db                   the metadata store's SQLite file (velamq.metadata), not ours
+      journal/                      the shared write-ahead log, see _journal_file
+        <seq:020d>.wal              journal segments
+        checkpoint                  where replay starts
       ledgers/
         <encoded topic name>/       one directory per managed ledger
           name                      the topic name, UTF-8 (the directory name may be a hash)
-          <ledger id:020d>.log      one file per ledger, records as in _ledger_file
-          <ledger id:020d>.idx      present once that ledger is sealed: its offset index
+          <ledger id:020d>.log      one file per ledger: header and records, see _ledger_file
+          <ledger id:020d>.idx      present once that ledger is sealed and flushed: its offset index
           cursors/
             <encoded cursor>.json   one file per durable cursor, see _cursor
 
@@ -143,16 +147,20 @@ def unlock_data_dir(fd: int) -> None:
     os.close(fd)
 
 
-def scan_ledger_dirs(data_dir: Path) -> tuple[dict[str, Path], int]:
-    """Every managed ledger directory by topic name, and the highest ledger id found in any of them.
+def scan_ledger_dirs(
+    data_dir: Path, wanted: frozenset[int] = frozenset()
+) -> tuple[dict[str, Path], int, dict[int, Path]]:
+    """Every managed ledger directory by topic name, the highest ledger id found in any of them,
+    and the .log path of each ledger id in `wanted` that exists (journal replay looks them up).
 
     The highest id guards the persisted counter: even if ledger_id_next were lost, ids stay unique.
     """
     root = data_dir / LEDGERS_DIR
     found: dict[str, Path] = {}
+    paths: dict[int, Path] = {}
     ledger_id_max = 0
     if not root.is_dir():
-        return found, ledger_id_max
+        return found, ledger_id_max, paths
     for child in root.iterdir():
         if not child.is_dir():
             continue
@@ -164,7 +172,9 @@ def scan_ledger_dirs(data_dir: Path) -> tuple[dict[str, Path], int]:
             ledger_id = parse_ledger_id(file_name, LOG_SUFFIX)
             if ledger_id is not None:
                 ledger_id_max = max(ledger_id_max, ledger_id)
-    return found, ledger_id_max
+                if ledger_id in wanted:
+                    paths[ledger_id] = child / file_name
+    return found, ledger_id_max, paths
 
 
 def read_name_file(ledger_dir: Path) -> str | None:

@@ -30,4 +30,6 @@ class Entry:
 class LedgerInfo:
     ledger_id: int
     entries: int  # durable entries in this ledger
-    size_bytes: int  # durable bytes in its file, record headers included
+    size_bytes: int  # durable bytes of its records (record headers included, the file header not)
+    created_ms: int = 0  # epoch ms when the ledger was created (time-based retention, BR-5)
+    closed_ms: int | None = None  # epoch ms when it was sealed (rolled over); None while it is current

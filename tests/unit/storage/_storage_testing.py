@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from velamq.storage import Storage, StorageConfig
+from velamq.storage import Position, Storage, StorageConfig
 
 T = TypeVar("T")
 
@@ -39,3 +40,18 @@ def payload(i: int, size: int = 0) -> bytes:
     """Recognizable, non-empty entry data of about `size` bytes."""
     head = f"entry-{i}-".encode()
     return head + bytes((i + k) % 251 for k in range(max(0, size - len(head))))
+
+
+def snapshot(data_dir: Path, to: Path) -> Path:
+    """A copy of a data dir as it is on disk right now: what a crash (page cache intact) would leave."""
+    shutil.copytree(data_dir, to, ignore=shutil.ignore_patterns("LOCK"))
+    return to
+
+
+async def read_everything(storage: Storage, name: str) -> list[tuple[Position, bytes]]:
+    ml = await storage.open_ledger(name)
+    return [(e.position, e.data) for e in await ml.read_entries(Position(0, 0), 10_000_000)]
+
+
+# No flush before the test asks for one: halves are swapped by age only after this long.
+NEVER_MS = 3_600_000

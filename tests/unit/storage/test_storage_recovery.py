@@ -71,12 +71,12 @@ def test_torn_tail_is_truncated_and_appends_continue(
         last_ledger = positions[-1].ledger_id
         path = log_file(data_dir, last_ledger)
         in_last = [i for i, p in enumerate(positions) if p.ledger_id == last_ledger]
-        ends: list[int] = []  # end offset of each record of the last ledger
+        ends: list[int] = []  # end offset of each record of the last ledger (after a 32-byte header)
         for i in in_last:
-            ends.append((ends[-1] if ends else 0) + 8 + len(payload(i, sizes[i])))
+            ends.append((ends[-1] if ends else 32) + 8 + len(payload(i, sizes[i])))
         file_bytes = ends[-1]
         assert path.stat().st_size == file_bytes
-        cut = int(where * file_bytes)
+        cut = 32 + int(where * (file_bytes - 32))
         raw = bytearray(path.read_bytes())
         if damage == "truncate":
             del raw[cut:]
@@ -92,7 +92,7 @@ def test_torn_tail_is_truncated_and_appends_continue(
         expected += [(positions[i], payload(i, sizes[i])) for i in survivors]
 
         assert run(read_all(data_dir, ledger_entries_max=entries_per_ledger)) == expected
-        assert path.stat().st_size == (ends[len(survivors) - 1] if survivors else 0)
+        assert path.stat().st_size == (ends[len(survivors) - 1] if survivors else 32)
 
         async def append_more() -> Position:
             async with started(data_dir, ledger_entries_max=entries_per_ledger) as storage:
@@ -123,7 +123,7 @@ def test_corrupt_record_in_a_sealed_ledger_raises_on_read(tmp_path: Path) -> Non
     sealed = positions[4].ledger_id  # the middle ledger: entries 4..7
     path = log_file(tmp_path, sealed)
     raw = bytearray(path.read_bytes())
-    raw[2 * 58 + 8 + 10] ^= 0xFF  # inside the data of its entry 2
+    raw[32 + 2 * 58 + 8 + 10] ^= 0xFF  # inside the data of its entry 2
     path.write_bytes(raw)
 
     async def main() -> None:

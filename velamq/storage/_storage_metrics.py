@@ -1,0 +1,121 @@
+"""Storage.metrics(): every figure of the storage layer, named in Prometheus style (ME-7, OP-3).
+
+Names ending in _total are counters, the rest gauges (the admin tier exports them that way).
+
+    velamq_storage_journal_*         appends, bytes, group commits, fsyncs, fsync latency (sum,
+                                     max), entries per fsync (average and last group)
+    velamq_storage_flush_*           write cache flushes to ledger files: count, seconds, bytes,
+                                     fsyncs, index files, checkpoints, journal segments trimmed
+    velamq_storage_write_cache_*     bytes, entries, hits, misses, swaps, parked groups
+    velamq_storage_tail_cache_*      hits, misses, inserts, evictions, bytes (and entries not
+    velamq_storage_read_cache_*      cached because their topic had no active cursor); the read
+    velamq_storage_index_cache_*     cache also counts read-ahead entries
+    velamq_storage_publish_buffer_*  bytes, bound, peak, feeders paused now, pauses
+    velamq_storage_memory_*_bytes    the memory budget and its split
+
+plus the figures of the first storage version, kept under their names (appends_total,
+fsyncs_total, entries_per_fsync, read_entries_cache_total, read_entries_disk_total, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+from velamq.storage._config import Counters, MemoryBudget
+from velamq.storage._flusher import Flusher
+from velamq.storage._journal import Journal
+from velamq.storage._managed_ledger import ManagedLedger
+from velamq.storage._publish_buffer import PublishBuffer
+from velamq.storage._write_cache import WriteCache
+from velamq.storage._write_path import WritePath
+
+
+class _Cache(Protocol):
+    def metrics(self, prefix: str) -> dict[str, float]: ...
+
+
+def storage_metrics(
+    *,
+    journal: Journal | None,
+    flusher: Flusher | None,
+    write_path: WritePath | None,
+    write_cache: WriteCache,
+    caches: Iterable[tuple[str, _Cache]],
+    publish_buffer: PublishBuffer,
+    counters: Counters,
+    open_ledgers: Iterable[ManagedLedger],
+    budget: MemoryBudget,
+) -> dict[str, float]:
+    p = "velamq_storage_"
+    out: dict[str, float] = {}
+    ledgers = list(open_ledgers)
+    j_appends = journal.appends_total if journal else 0
+    j_fsyncs = journal.fsyncs_total if journal else 0
+    f_fsyncs = flusher.fsyncs_total if flusher else 0
+    if journal is not None:
+        out |= {
+            p + "journal_appends_total": j_appends,
+            p + "journal_bytes_total": journal.bytes_total,
+            p + "journal_groups_total": journal.groups_total,
+            p + "journal_fsyncs_total": j_fsyncs,
+            p + "journal_fsync_seconds_total": journal.fsync_seconds_total,
+            p + "journal_fsync_seconds_max": journal.fsync_seconds_max,
+            p + "journal_fsync_seconds_avg": journal.fsync_seconds_total / j_fsyncs if j_fsyncs else 0.0,
+            p + "journal_write_seconds_total": journal.write_seconds_total,
+            p + "journal_entries_per_fsync": j_appends / j_fsyncs if j_fsyncs else 0.0,
+            p + "journal_entries_per_fsync_last": journal.entries_per_fsync_last,
+            p + "journal_segments_created_total": journal.segments_created_total,
+            p + "journal_broken": 1 if journal.broken else 0,
+        }
+    if flusher is not None:
+        out |= {
+            p + "flushes_total": flusher.flushes_total,
+            p + "flush_seconds_total": flusher.flush_seconds_total,
+            p + "flush_bytes_total": flusher.flush_bytes_total,
+            p + "flush_entries_total": flusher.flush_entries_total,
+            p + "flush_files_total": flusher.flush_files_total,
+            p + "flush_fsyncs_total": f_fsyncs,
+            p + "flush_indexes_written_total": flusher.indexes_written_total,
+            p + "flush_checkpoints_total": flusher.checkpoints_total,
+            p + "flush_journal_segments_deleted_total": flusher.journal_segments_deleted_total,
+            p + "flush_missing_files_total": flusher.missing_files_total,
+        }
+    out |= write_cache.metrics()
+    if write_path is not None:
+        out[p + "write_cache_parked_bytes"] = write_path.parked_bytes
+        out[p + "write_cache_parked_groups_total"] = write_path.parked_groups_total
+        out[p + "failed"] = 1 if write_path.failure else 0
+    for name, cache in caches:
+        out |= cache.metrics(p + name)
+    out[p + "tail_cache_skipped_inactive_total"] = counters.tail_cache_skipped_inactive_total
+    out[p + "read_cache_read_ahead_entries_total"] = counters.read_ahead_entries_total
+    out |= publish_buffer.metrics()
+    out |= {
+        p + "memory_budget_bytes": budget.total_bytes,
+        p + "memory_publish_buffer_bytes": budget.publish_buffer_bytes,
+        p + "memory_tail_cache_bytes": budget.tail_cache_bytes,
+        p + "memory_write_cache_bytes": budget.write_cache_bytes,
+        p + "memory_read_cache_bytes": budget.read_cache_bytes,
+        p + "memory_index_cache_bytes": budget.index_cache_bytes,
+    }
+    # The first version's figures, under their old names.
+    out |= {
+        p + "appends_total": j_appends,
+        p + "fsyncs_total": j_fsyncs + f_fsyncs,
+        p + "fsync_seconds_total": journal.fsync_seconds_total if journal else 0.0,
+        p + "bytes_written_total": (journal.bytes_total if journal else 0)
+        + (flusher.flush_bytes_total if flusher else 0),
+        p + "group_commits_total": journal.groups_total if journal else 0,
+        p + "entries_per_fsync": j_appends / j_fsyncs if j_fsyncs else float(j_appends),
+        p + "open_ledgers": len(ledgers),
+        p + "pending_appends": sum(ml.pending_appends for ml in ledgers),
+        p + "ledgers_rolled_total": counters.ledgers_rolled_total,
+        p + "ledgers_trimmed_total": counters.ledgers_trimmed_total,
+        p + "read_entries_cache_total": counters.read_entries_cache_total,
+        p + "read_entries_disk_total": counters.read_entries_disk_total,
+        p + "ledger_file_reads_total": counters.ledger_file_reads_total,
+        p + "cursor_persists_total": counters.cursor_persists_total,
+        p + "torn_tails_truncated_total": counters.torn_tails_truncated_total,
+    }
+    return {k: float(v) for k, v in out.items()}

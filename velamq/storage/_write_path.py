@@ -1,0 +1,241 @@
+"""The loop side of the write path: journal groups into the write cache, halves to the flusher.
+
+    ManagedLedger.append ──queue──▶ journal thread ──group──▶ WritePath.on_group (loop)
+        (position assigned,           (one write,              entries into the active write
+         publish buffer +size)         one fsync)              cache half and, for topics with an
+                                                               active cursor, the tail cache; the
+                                                               ledgers learn what is durable; the
+                                                               appends resolve (publish buffer -size)
+    active half full or old ──swap──▶ flusher thread ──done──▶ WritePath.on_flushed (loop)
+                                      (ledger files, indexes,   (drop the half, swap again if due,
+                                       checkpoint, trim)         apply parked groups)
+
+Backpressure: a group is applied only while the active half has room. When it is full and the
+other half is still being flushed, groups are parked, in order, until the flush is done; their
+appends stay unresolved meanwhile, so their bytes stay in the publish buffer, which is what makes
+the broker stop reading producers. Memory therefore holds at most the two halves plus the publish
+buffer, however slow the disk.
+
+If a flush fails the storage stops accepting appends (`failure`); what it could not flush is still
+in the journal and comes back on the next start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+
+from velamq._errors import StorageError
+from velamq.storage._caches import ByteLRU
+from velamq.storage._config import Counters, StorageConfig
+from velamq.storage._flusher import Flusher, FlushJob, FlushResult
+from velamq.storage._journal import Journal, JournalGroup, LedgerHandle
+from velamq.storage._position import Position
+from velamq.storage._publish_buffer import PublishBuffer
+from velamq.storage._write_cache import WriteCache
+
+log = logging.getLogger("velamq.storage")
+
+
+class WritePath:
+    def __init__(
+        self,
+        config: StorageConfig,
+        loop: asyncio.AbstractEventLoop,
+        write_cache: WriteCache,
+        tail_cache: ByteLRU[Position, bytes],
+        publish_buffer: PublishBuffer,
+        counters: Counters,
+    ) -> None:
+        self._config = config
+        self._loop = loop
+        self.write_cache = write_cache
+        self._tail = tail_cache
+        self._publish = publish_buffer
+        self._counters = counters
+        self.journal: Journal | None = None
+        self.flusher: Flusher | None = None
+        self.failure: StorageError | None = None
+        self._parked: deque[JournalGroup] = deque()
+        self._parked_bytes = 0
+        self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._swap_requested = False
+        self._timer: asyncio.TimerHandle | None = None
+        self.parked_groups_total = 0
+
+    def start(self, journal: Journal, flusher: Flusher) -> None:
+        self.journal = journal
+        self.flusher = flusher
+        self._arm_timer()
+
+    @property
+    def parked_bytes(self) -> int:
+        return self._parked_bytes
+
+    # -- journal groups ------------------------------------------------------------------------
+
+    def on_group(self, group: JournalGroup) -> None:
+        """Called on the loop with each group the journal thread committed."""
+        if self._parked or not self._make_room():
+            self._parked.append(group)
+            self._parked_bytes += group.data_bytes
+            self.parked_groups_total += 1
+            return
+        self._apply(group)
+
+    def _make_room(self) -> bool:
+        cache = self.write_cache
+        if cache.has_room:
+            return True
+        if cache.flushing is None and self.failure is None:
+            self._swap()
+            return True
+        return False
+
+    def _apply(self, group: JournalGroup) -> None:
+        cache = self.write_cache
+        tail = self._tail
+        release = self._publish.release
+        durable: dict[LedgerHandle, list[int]] = {}  # handle -> [last entry id, count, record bytes]
+        skipped_inactive = 0
+        for op in group.appends:
+            handle = op.handle
+            entry_id = op.entry_id
+            data = op.data
+            if not cache.add(handle, entry_id, data, op.crc):
+                log.error("write cache: %s entry %d does not follow its run; not cached", handle.path, entry_id)
+            run = durable.get(handle)
+            if run is None:
+                durable[handle] = [entry_id, 1, 8 + len(data)]
+            else:
+                run[0] = entry_id
+                run[1] += 1
+                run[2] += 8 + len(data)
+            if handle.owner.tail_active:
+                tail.put(Position(handle.ledger_id, entry_id), data)
+            else:
+                skipped_inactive += 1
+        self._counters.tail_cache_skipped_inactive_total += skipped_inactive
+        cache.active.journal_end = group.end
+        cache.note_bytes()
+        for handle, (last, count, size) in durable.items():
+            handle.owner.on_durable(handle.ledger_id, last, count, size)
+        for op in group.appends:
+            release(len(op.data))
+            if not op.future.done():
+                op.future.set_result(Position(op.handle.ledger_id, op.entry_id))
+        for op, error in group.failed:
+            release(len(op.data))
+            op.handle.owner.on_write_failed(op.handle.ledger_id, error)
+            if not op.future.done():
+                op.future.set_exception(error)
+        for future, reply_error in group.replies:
+            if future.done():
+                continue
+            if reply_error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(reply_error)
+        if not cache.has_room and cache.flushing is None and self.failure is None:
+            self._swap()
+
+    # -- flushes -------------------------------------------------------------------------------
+
+    def _swap(self) -> None:
+        assert self.flusher is not None
+        self._swap_requested = False
+        frozen = self.write_cache.swap()
+        self.flusher.submit(FlushJob(frozen))
+
+    def on_flushed(self, result: FlushResult) -> None:
+        """Called on the loop when the flusher is done with a half."""
+        cache = self.write_cache
+        cache.flushed(result.buffer)
+        if result.error is not None:
+            if self.failure is None:
+                self.failure = result.error
+                log.error("storage: flush failed, appends refused until restart: %s", result.error)
+            self._fail_parked(result.error)
+        for seal in result.sealed:
+            seal.handle.owner.on_sealed(seal.handle.ledger_id)
+        generation = result.buffer.generation
+        waiters, self._flush_waiters = self._flush_waiters, []
+        for wanted, future in waiters:
+            if wanted <= generation or self.failure is not None:
+                if not future.done():
+                    future.set_result(None)
+            else:
+                self._flush_waiters.append((wanted, future))
+        if self.failure is not None:
+            return
+        active = cache.active
+        if (active.entries or active.seals) and (not cache.has_room or self._swap_requested):
+            self._swap()
+        while self._parked and self._make_room():
+            group = self._parked.popleft()
+            self._parked_bytes -= group.data_bytes
+            self._apply(group)
+
+    def _fail_parked(self, error: StorageError) -> None:
+        while self._parked:
+            group = self._parked.popleft()
+            group.failed = [(op, error) for op in group.appends] + group.failed
+            group.appends = []
+            self._apply(group)
+        self._parked_bytes = 0
+
+    async def flush(self) -> None:
+        """Wait until everything now in the write cache is in the ledger files."""
+        cache = self.write_cache
+        if self.failure is not None:
+            return
+        active = cache.active
+        if active.entries or active.seals:
+            wanted = active.generation
+            if cache.flushing is None:
+                self._swap()
+            else:
+                self._swap_requested = True
+        elif cache.flushing is not None:
+            wanted = cache.flushing.generation
+        else:
+            return
+        future: asyncio.Future[None] = self._loop.create_future()
+        self._flush_waiters.append((wanted, future))
+        await future
+
+    async def drain(self) -> None:
+        """Flush until nothing is parked and both halves are empty (Storage.close)."""
+        cache = self.write_cache
+        while self.failure is None and (
+            self._parked or cache.flushing is not None or cache.active.entries or cache.active.seals
+        ):
+            while self._parked and self._make_room():
+                group = self._parked.popleft()
+                self._parked_bytes -= group.data_bytes
+                self._apply(group)
+            await self.flush()
+
+    # -- the age trigger -----------------------------------------------------------------------
+
+    def _arm_timer(self) -> None:
+        self._timer = self._loop.call_later(self._config.flush_interval_ms / 1000, self._on_timer)
+
+    def _on_timer(self) -> None:
+        cache = self.write_cache
+        active = cache.active
+        age_s = time.monotonic() - active.started_s
+        if (
+            self.failure is None
+            and cache.flushing is None
+            and (active.seals or (active.entries and age_s >= self._config.flush_interval_ms / 1000 * 0.9))
+        ):
+            self._swap()
+        self._arm_timer()
+
+    def stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
