@@ -10,11 +10,16 @@
 from __future__ import annotations
 
 import re
+import sys
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+# interop_helpers (official-client helpers) is shared by tests outside tests/interop too.
+sys.path.insert(0, str(Path(__file__).parent / "interop"))
 
 from velamq.testing import BrokerProcess, run_broker
 

@@ -34,6 +34,7 @@ _KEYS = {
     "keepAliveIntervalSeconds": "keepalive_interval_s",
     "clusterName": "cluster_name",
     "allowAutoTopicCreation": "allow_auto_topic_creation",
+    "policyCheckIntervalSeconds": "policy_check_interval_s",
 }
 
 
@@ -55,6 +56,8 @@ class BrokerConfig:
     # from that connection until writes drain (producers see backpressure, never an OOM).
     connection_pending_publish_bytes_max: int = 64 * _limits.MIB
     use_uvloop: bool = False
+    # How often TTL, backlog quota, retention, ack-hole redelivery and rates are checked.
+    policy_check_interval_s: float = 5.0
 
     @property
     def frame_bytes_max(self) -> int:

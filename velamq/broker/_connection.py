@@ -339,8 +339,10 @@ class ServerConnection(asyncio.Protocol):
             topic=topic,
             epoch=request.epoch,
             access_mode=int(request.producer_access_mode),
+            connected_since_ms=self.service.clock.now_ms(),
         )
-        await topic.refresh_dedup(await self.service.dedup_enabled(name))
+        await topic.apply_policies(await self.service.policies_for(name))
+        self._check_producer_limits(topic, producer_name)
         # No await between admission and registration: admission decisions stay valid.
         await topic.admit_producer(
             producer,
@@ -359,6 +361,19 @@ class ServerConnection(asyncio.Protocol):
         if request.HasField("schema"):
             self.service.remember_schema(topic.full_name, request.schema)
         self._producer_success(request, producer)
+
+    def _check_producer_limits(self, topic: Topic, producer_name: str) -> None:
+        exceeded = topic.backlog_quota_exceeded
+        if exceeded is not None:
+            code = (
+                pb.ProducerBlockedQuotaExceededException
+                if exceeded == "producer_exception"
+                else pb.ProducerBlockedQuotaExceededError
+            )
+            raise BrokerRequestError(code, f"Cannot create producer on topic with backlog quota exceeded ({exceeded})")
+        limit = topic.policies.max_producers
+        if limit > 0 and len([p for p in topic.producers if p != producer_name]) >= limit:
+            raise BrokerRequestError(pb.ProducerBusy, f"Topic reached max producers limit {limit}")
 
     def _producer_queued(self, request: pb.CommandProducer, producer_name: str) -> None:
         """WaitForExclusive: tell the client it is queued (it then waits without a timeout)."""
@@ -406,9 +421,21 @@ class ServerConnection(asyncio.Protocol):
         # Stored entries must be readable by every consumer: a send whose metadata does not
         # decode is refused here (ProtocolError closes this connection only).
         metadata = parse_entry_metadata(entry)
+        limit = producer.topic.policies.max_message_bytes
+        if limit is not None and not send.is_chunk and len(entry) > limit + 10:
+            # As Pulsar: NotAllowed for this send (the client treats it as a connection error).
+            reply = pb.BaseCommand(type=T.SEND_ERROR)
+            reply.send_error.producer_id = send.producer_id
+            reply.send_error.sequence_id = send.sequence_id
+            reply.send_error.error = pb.NotAllowedError
+            reply.send_error.message = f"Exceed maximum message size {limit}"
+            self.send_command(reply)
+            return
         dedup_checked = True
         if send.is_chunk:
             dedup_checked = metadata.chunk_id == metadata.num_chunks_from_msg - 1
+            producer.chunks_in.add(1, len(entry))
+            producer.topic.chunks_published += 1
         future = producer.topic.publish(
             producer,
             entry,
@@ -494,8 +521,18 @@ class ServerConnection(asyncio.Protocol):
             )
         if not subscription.consumers:
             subscription.sub_type = sub_type
+            subscription.read_compacted = request.read_compacted
         if sub_type == SubType.EXCLUSIVE and subscription.consumers:
             raise BrokerRequestError(pb.ConsumerBusy, "Exclusive consumer is already connected")
+        policies = topic.policies
+        if policies.max_consumers > 0 and sum(len(s.consumers) for s in topic.subscriptions.values()) >= (
+            policies.max_consumers
+        ):
+            raise BrokerRequestError(pb.ConsumerBusy, f"Topic reached max consumers limit {policies.max_consumers}")
+        if 0 < policies.max_consumers_per_subscription <= len(subscription.consumers):
+            raise BrokerRequestError(
+                pb.ConsumerBusy, f"Subscription reached max consumers limit {policies.max_consumers_per_subscription}"
+            )
         consumer = Consumer(
             self,
             request.consumer_id,
@@ -504,6 +541,7 @@ class ServerConnection(asyncio.Protocol):
             request.priority_level,
             topic.partition_index,
         )
+        consumer.connected_since_ms = self.service.clock.now_ms()
         sticky: list[tuple[int, int]] | None = None
         if sub_type == SubType.KEY_SHARED and request.HasField("keySharedMeta"):
             meta = request.keySharedMeta
@@ -643,14 +681,7 @@ class ServerConnection(asyncio.Protocol):
                 mark_delete = Position(found.ledger_id, found.entry_id - 1)
         else:
             raise BrokerRequestError(pb.NotAllowedError, "seek needs a message id or a publish time")
-        # As Pulsar does: disconnect the consumers, reset the cursor, then answer. The clients
-        # subscribe again and start from the new position with a fresh receiver queue.
-        subscription.resetting = True
-        for c in list(subscription.consumers):
-            subscription.remove_consumer(c)
-            c.connection.forget_consumer(c)
-            c.close_by_broker()
-        subscription.reset(mark_delete)
+        self.service.reset_subscription(subscription, mark_delete)
         self._success(request.request_id)
 
     async def _on_get_last_message_id(self, frame: Frame) -> None:
@@ -662,7 +693,12 @@ class ServerConnection(asyncio.Protocol):
         ledger = subscription.ledger
         last = ledger.last_confirmed
         batch_index = -1
-        if last is None:
+        view = subscription.compacted_view if subscription.read_compacted else None
+        if view is not None and last is not None and last <= view.horizon:
+            # Everything is compacted: the newest message a compacted reader can get.
+            newest = await view.last_message()
+            last, batch_index = newest if newest is not None else (Position(ledger.current_ledger_id, -1), -1)
+        elif last is None:
             last = Position(ledger.current_ledger_id, -1)
         else:
             entries = await ledger.read_entries(last, 1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from velamq.broker._rates import RateCounter
 from velamq.protocol import encode_payload_command, pb
 from velamq.storage import Position
 
@@ -31,12 +32,13 @@ class ConsumerConnection(Protocol):
 
 class Consumer:
     __slots__ = (
-        "bytes_out_total",
+        "chunks_out",
+        "connected_since_ms",
         "connection",
         "consumer_id",
         "hash_ranges",
-        "msg_out_total",
         "name",
+        "out",
         "partition_index",
         "pending",
         "permits",
@@ -64,8 +66,9 @@ class Consumer:
         self.pending: dict[Position, int] = {}
         # Key_Shared: the hash ranges [start, end] this consumer owns.
         self.hash_ranges: list[tuple[int, int]] = []
-        self.msg_out_total = 0
-        self.bytes_out_total = 0
+        self.out = RateCounter()
+        self.chunks_out = RateCounter()
+        self.connected_since_ms = 0
 
     @property
     def unacked_messages(self) -> int:
@@ -89,8 +92,7 @@ class Consumer:
         self.connection.write(encode_payload_command(command, entry))
         self.permits -= num_messages
         self.pending[position] = num_messages
-        self.msg_out_total += num_messages
-        self.bytes_out_total += len(entry)
+        self.out.add(num_messages, len(entry))
 
     def notify_active(self, active: bool) -> None:
         if self.connection.protocol_version < 12:

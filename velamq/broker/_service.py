@@ -19,11 +19,15 @@ from velamq._clock import Clock, system_clock
 from velamq._errors import AlreadyExistsError, NotFoundError, PreconditionFailedError
 from velamq._topic_name import TopicName
 from velamq.admin import AdminServer
+from velamq.broker._admin_ops import BrokerAdmin
+from velamq.broker._compaction import CompactedView, CompactionStatus, compacted_store_name
 from velamq.broker._config import BrokerConfig
 from velamq.broker._errors import BrokerRequestError
+from velamq.broker._policy_tasks import PolicyTasks
 from velamq.broker._stats import BrokerMetrics
+from velamq.broker._subscription import Subscription
 from velamq.broker._topic import Topic
-from velamq.metadata import MetadataStore
+from velamq.metadata import MetadataStore, Policies, resolve_policies
 from velamq.protocol import pb
 from velamq.storage import ManagedCursor, ManagedLedger, Position, Storage, StorageConfig
 
@@ -84,6 +88,9 @@ class BrokerService:
         self._admin: AdminServer | None = None
         self.broker_port = config.broker_port
         self.http_port = config.http_port
+        self.default_policies = Policies()
+        self.policy_tasks = PolicyTasks(self)
+        self.admin_ops = BrokerAdmin(self)
 
     # ---- BrokerBackend -------------------------------------------------------------------------
 
@@ -133,8 +140,10 @@ class BrokerService:
     async def delete_topic(self, topic: str, force: bool) -> None:
         name = str(TopicName.parse(topic))
         loaded = self.topics.get(name)
-        if loaded is None and not await self._metadata.topic_exists(name) and name not in (
-            self.storage.ledger_names_on_disk()
+        if (
+            loaded is None
+            and not await self._metadata.topic_exists(name)
+            and name not in (self.storage.ledger_names_on_disk())
         ):
             raise NotFoundError(f"topic {topic} does not exist")
         if loaded is not None:
@@ -144,6 +153,7 @@ class BrokerService:
             await loaded.close()
             self.topics.pop(name, None)
         await self.storage.delete_ledger(name)
+        await self.storage.delete_ledger(compacted_store_name(name))
         self._schemas.pop(name, None)
         if await self._metadata.topic_exists(name):
             await self._metadata.delete_topic(name)
@@ -152,10 +162,83 @@ class BrokerService:
         for producer in list(topic.producers.values()):
             producer.close_by_broker()
         for subscription in topic.subscriptions.values():
-            for consumer in list(subscription.consumers):
-                subscription.remove_consumer(consumer)
-                consumer.connection.forget_consumer(consumer)
-                consumer.close_by_broker()
+            self.close_consumers(subscription)
+
+    async def topic_stats(self, topic: str) -> dict[str, Any]:
+        return await self.admin_ops.topic_stats(topic)
+
+    async def partitioned_topic_stats(self, topic: str) -> dict[str, Any]:
+        return await self.admin_ops.partitioned_topic_stats(topic)
+
+    async def topic_internal_stats(self, topic: str) -> dict[str, Any]:
+        return await self.admin_ops.topic_internal_stats(topic)
+
+    async def last_message_id(self, topic: str) -> dict[str, Any]:
+        return await self.admin_ops.last_message_id(topic)
+
+    async def list_subscriptions(self, topic: str) -> list[str]:
+        return await self.admin_ops.list_subscriptions(topic)
+
+    async def create_subscription(self, topic: str, subscription: str, message_id: tuple[int, int] | str) -> None:
+        await self.admin_ops.create_subscription(topic, subscription, message_id)
+
+    async def delete_subscription(self, topic: str, subscription: str, force: bool) -> None:
+        await self.admin_ops.delete_subscription(topic, subscription, force)
+
+    async def skip_messages(self, topic: str, subscription: str, count: int | None) -> None:
+        await self.admin_ops.skip_messages(topic, subscription, count)
+
+    async def expire_messages(self, topic: str, subscription: str, seconds: int) -> None:
+        await self.admin_ops.expire_messages(topic, subscription, seconds)
+
+    async def reset_cursor(
+        self, topic: str, subscription: str, timestamp_ms: int | None, message_id: tuple[int, int] | None
+    ) -> None:
+        await self.admin_ops.reset_cursor(topic, subscription, timestamp_ms, message_id)
+
+    async def peek_messages(self, topic: str, subscription: str, count: int) -> list[tuple[tuple[int, int], bytes]]:
+        return await self.admin_ops.peek_messages(topic, subscription, count)
+
+    async def trigger_compaction(self, topic: str) -> None:
+        loaded = await self.admin_ops.topic(topic)
+        loaded.trigger_compaction(self.storage)
+
+    def compaction_status(self, topic: str) -> dict[str, Any]:
+        loaded = self.topics.get(str(TopicName.parse(topic)))
+        status = loaded.compaction if loaded is not None else CompactionStatus()
+        return {"status": status.status, "lastError": status.last_error}
+
+    async def create_topic(self, topic: str) -> None:
+        name = str(TopicName.parse(topic))
+        if await self._metadata.get_partitions(name) > 0 or await self._metadata.topic_exists(name):
+            raise AlreadyExistsError(f"topic {topic} already exists")
+        await self._metadata.create_topic(name)
+
+    async def unload_topic(self, topic: str) -> None:
+        """Close the topic (clients reconnect and it loads again): persists cursors, frees memory."""
+        name = str(TopicName.parse(topic))
+        loaded = self.topics.get(name)
+        if loaded is None:
+            if not await self._metadata.topic_exists(name):
+                raise NotFoundError(f"topic {topic} does not exist")
+            return
+        self._disconnect_topic(loaded)
+        self.topics.pop(name, None)
+        await loaded.close()
+        await loaded.ledger.close()
+
+    def close_consumers(self, subscription: Subscription) -> None:
+        for consumer in list(subscription.consumers):
+            subscription.remove_consumer(consumer)
+            consumer.connection.forget_consumer(consumer)
+            consumer.close_by_broker()
+
+    def reset_subscription(self, subscription: Subscription, mark_delete: Position) -> None:
+        """Seek / reset-cursor, as Pulsar does it: disconnect the consumers, reset the cursor; the
+        clients subscribe again and start from the new position with a fresh receiver queue."""
+        subscription.resetting = True
+        self.close_consumers(subscription)
+        subscription.reset(mark_delete)
 
     # ---- topics --------------------------------------------------------------------------------
 
@@ -163,9 +246,23 @@ class BrokerService:
         if not await self._metadata.namespace_exists(name.namespace):
             raise BrokerRequestError(pb.TopicNotFound, f"namespace {name.namespace} does not exist")
 
-    async def dedup_enabled(self, name: TopicName) -> bool:
-        policies = await self._metadata.get_policies(name.namespace)
-        return bool(policies.get("deduplicationEnabled", False))
+    async def policies_for(self, name: TopicName) -> Policies:
+        """Topic policy over namespace policy over the broker default, field by field."""
+        namespace = await self._metadata.get_policies(name.namespace)
+        topic = await self._metadata.get_topic_policies(str(name.partitioned_parent))
+        own = await self._metadata.get_topic_policies(str(name)) if name.partition_index >= 0 else {}
+        return resolve_policies(namespace, {**topic, **own}, self.default_policies)
+
+    async def policies_changed(self, namespace: str, topic: str | None) -> None:
+        for loaded in list(self.topics.values()):
+            if loaded.name.namespace != namespace:
+                continue
+            if topic is not None and str(TopicName.parse(topic)) not in (
+                loaded.full_name,
+                str(loaded.name.partitioned_parent),
+            ):
+                continue
+            await loaded.apply_policies(await self.policies_for(loaded.name))
 
     def loaded_topic(self, full_name: str) -> Topic | None:
         return self.topics.get(full_name)
@@ -206,6 +303,13 @@ class BrokerService:
             await self._metadata.create_topic(full, exist_ok=True)
         ledger = await self.storage.open_ledger(full)
         topic = Topic(name, ledger, self.clock)
+        await topic.apply_policies(await self.policies_for(name))
+        store_name = compacted_store_name(full)
+        if store_name in self.storage.ledger_names_on_disk():
+            view = await CompactedView.load(await self.storage.open_ledger(store_name))
+            if view is None:  # a compaction that never finished
+                await self.storage.delete_ledger(store_name)
+            topic.set_compacted_view(view)
         self.topics[full] = topic
         return topic
 
@@ -270,12 +374,14 @@ class BrokerService:
         self._admin = AdminServer(self, self.config.bind_address, self.config.http_port)
         await self._admin.start()
         self.http_port = self._admin.port
+        self.policy_tasks.start()
 
     async def close(self) -> None:
         """Clean shutdown: stop listening, drop connections, close topics (persist cursors),
         flush storage, close metadata."""
         if self._server is not None:
             self._server.close()
+        await self.policy_tasks.close()
         if self._admin is not None:
             await self._admin.close()
         for connection in list(self._connections):

@@ -25,8 +25,10 @@ from enum import IntEnum
 
 from velamq._clock import Clock
 from velamq._errors import ProtocolError
+from velamq.broker._compaction import CompactedView
 from velamq.broker._consumer import Consumer
 from velamq.broker._key_shared import KeySharedSelector
+from velamq.broker._rates import RateCounter
 from velamq.protocol import parse_entry_metadata
 from velamq.storage import Entry, ManagedCursor, ManagedLedger, Position
 
@@ -36,6 +38,9 @@ read_entries_max = 100
 # Stop reading new entries while this many are waiting for redelivery (bounds memory when a
 # Key_Shared consumer is stuck without permits).
 replay_entries_max = 5000
+# Delayed entries held in memory per subscription. Beyond it the subscription stops reading ahead;
+# nothing is lost, since the tracker is rebuilt from the log after a restart anyway.
+delayed_entries_max = 100_000
 _NONE_KEY = b"NONE_KEY"
 
 
@@ -51,6 +56,8 @@ class EntryInfo:
     num_messages: int
     sticky_key: bytes
     deliver_at_ms: int
+    publish_time_ms: int = 0
+    is_chunk: bool = False
 
 
 def entry_info(data: bytes) -> EntryInfo:
@@ -68,7 +75,7 @@ def entry_info(data: bytes) -> EntryInfo:
     else:
         key = _NONE_KEY
     deliver_at = metadata.deliver_at_time if metadata.HasField("deliver_at_time") else 0
-    return EntryInfo(max(num, 1), key, deliver_at)
+    return EntryInfo(max(num, 1), key, deliver_at, metadata.publish_time, metadata.HasField("chunk_id"))
 
 
 class Subscription:
@@ -95,8 +102,16 @@ class Subscription:
         # Key_Shared: the sticky key of replay entries that wait for their consumer's permits.
         self._replay_keys: dict[Position, bytes] = {}
         self._sticky_consumers: set[int] = set()
+        # Key_Shared consumers that joined while others were connected -> read position at join.
+        self._joined_at: dict[int, Position] = {}
         self._redelivery_counts: dict[Position, int] = {}
         self._pending: dict[Position, Consumer] = {}
+        # When each pending entry was dispatched (monotonic seconds), for ack-hole redelivery.
+        self._dispatched_at: dict[Position, float] = {}
+        self.delayed_delivery = True  # topic policy; off: deliver_at_time is ignored
+        # read_compacted subscriptions read the compacted view up to its horizon (set by the topic).
+        self.read_compacted = False
+        self.compacted_view: CompactedView | None = None
         self._delayed: list[tuple[int, Position]] = []
         self._delayed_timer: asyncio.TimerHandle | None = None
         self._key_selector = KeySharedSelector()
@@ -106,8 +121,10 @@ class Subscription:
         self._wake = asyncio.Event()
         self._closed = False
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"dispatch:{name}")
-        self.msg_out_total = 0
-        self.bytes_out_total = 0
+        self.out = RateCounter()
+        self.redelivered = RateCounter()
+        self.expired = RateCounter()
+        self.chunks_out = RateCounter()
         # Set while consumers are closed by a seek: a non-durable subscription must survive it.
         self.resetting = False
 
@@ -121,6 +138,10 @@ class Subscription:
                 self._sticky_consumers.add(id(consumer))
             else:
                 self._key_selector.add_auto_split(consumer)
+            if self.consumers and self.ledger.next_position(self.cursor.mark_delete_position) < self.read_position:
+                # Keys moving to the new consumer may still have unacked entries at the old owner:
+                # it gets nothing at or past this position until everything before it is acked.
+                self._joined_at[id(consumer)] = self.read_position
         self.consumers.append(consumer)
         self._update_active()
         self.wake()
@@ -132,6 +153,7 @@ class Subscription:
         if self.sub_type == SubType.KEY_SHARED:
             self._key_selector.remove(consumer, id(consumer) not in self._sticky_consumers)
             self._sticky_consumers.discard(id(consumer))
+            self._joined_at.pop(id(consumer), None)
         self._return_pending(consumer, count_redelivery=False)
         self._update_active()
         self.wake()
@@ -195,7 +217,43 @@ class Subscription:
         self.cursor.set_batch_ack_set(position, None)
         return False
 
+    def forget_acked(self) -> None:
+        """Drop pending and replay entries that were acknowledged behind the consumers' backs
+        (admin skip / expire, TTL, backlog eviction)."""
+        mark_delete = self.cursor.mark_delete_position
+        for position in [p for p in self._pending if p <= mark_delete or self.cursor.is_acked(p)]:
+            self._forget(position)
+        for position in [p for p in self._replay if p <= mark_delete or self.cursor.is_acked(p)]:
+            self._forget(position)
+        self._delayed = [(t, p) for t, p in self._delayed if not (p <= mark_delete or self.cursor.is_acked(p))]
+        heapq.heapify(self._delayed)
+        if self.read_position <= mark_delete:
+            self.read_position = self.ledger.next_position(mark_delete)
+        self._after_ack()
+        self.wake()
+
+    def redeliver_stuck_holes(self, threshold_s: float, now_s: float) -> int:
+        """BR-4: entries still unacknowledged behind acknowledged ones after threshold_s go back
+        to the replay set (to any consumer), so the mark-delete position can move on."""
+        acked = self.cursor.individually_acked.ranges()
+        if not acked:
+            return 0
+        newest_acked = acked[-1][1]
+        stuck = [p for p, t in self._dispatched_at.items() if p < newest_acked and now_s - t >= threshold_s]
+        for position in stuck:
+            consumer = self._pending.pop(position, None)
+            if consumer is not None:
+                consumer.pending.pop(position, None)
+            self._dispatched_at.pop(position, None)
+            self._redelivery_counts[position] = self._redelivery_counts.get(position, 0) + 1
+            self._replay.add(position)
+            self.redelivered.add(1, 0)
+        if stuck:
+            self.wake()
+        return len(stuck)
+
     def _forget(self, position: Position) -> None:
+        self._dispatched_at.pop(position, None)
         consumer = self._pending.pop(position, None)
         if consumer is not None:
             consumer.pending.pop(position, None)
@@ -204,7 +262,16 @@ class Subscription:
         self._redelivery_counts.pop(position, None)
 
     def _after_ack(self) -> None:
-        if self.sub_type == SubType.KEY_SHARED and self._replay:
+        if self.sub_type != SubType.KEY_SHARED:
+            return
+        if self._joined_at:
+            mark_delete = self.cursor.mark_delete_position
+            released = [c for c, joined in self._joined_at.items() if self.ledger.next_position(mark_delete) >= joined]
+            for c in released:
+                del self._joined_at[c]
+            if released:
+                self.wake()
+        if self._replay:
             self.wake()
 
     def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
@@ -214,14 +281,17 @@ class Subscription:
             for position in positions:
                 if self._pending.get(position) is consumer:
                     self._pending.pop(position)
+                    self._dispatched_at.pop(position, None)
                     consumer.pending.pop(position, None)
                     self._redelivery_counts[position] = self._redelivery_counts.get(position, 0) + 1
                     self._replay.add(position)
+                    self.redelivered.add(1, 0)
         self.wake()
 
     def _return_pending(self, consumer: Consumer, count_redelivery: bool) -> None:
         for position in consumer.pending:
             self._pending.pop(position, None)
+            self._dispatched_at.pop(position, None)
             if count_redelivery:
                 self._redelivery_counts[position] = self._redelivery_counts.get(position, 0) + 1
             self._replay.add(position)
@@ -235,8 +305,10 @@ class Subscription:
         for consumer in self.consumers:
             consumer.pending.clear()
         self._pending.clear()
+        self._dispatched_at.clear()
         self._replay.clear()
         self._replay_keys.clear()
+        self._joined_at.clear()
         self._redelivery_counts.clear()
         self._delayed.clear()
         self.wake()
@@ -307,8 +379,20 @@ class Subscription:
                     continue
                 # Replay drained, or Key_Shared with blocked keys: new entries may still go to
                 # consumers that have permits (their keys are not blocked).
-            if len(self._replay) >= replay_entries_max:
+            if len(self._replay) >= replay_entries_max or len(self._delayed) >= delayed_entries_max:
                 return
+            view = self.compacted_view if self.read_compacted else None
+            if view is not None and self.read_position <= view.horizon:
+                count = min(max(self._permits_available(), 1), read_entries_max)
+                entries = await view.read_from(self.read_position, count)
+                if epoch != self._epoch:
+                    continue
+                if not entries:
+                    self.read_position = self.ledger.next_position(view.horizon)
+                    continue
+                self.read_position = self.ledger.next_position(entries[-1].position)
+                self._deliver(entries, replaying=False)
+                continue
             last = self.ledger.last_confirmed
             if last is None or self.read_position > last:
                 return
@@ -335,6 +419,7 @@ class Subscription:
 
     def _deliver(self, entries: list[Entry], replaying: bool) -> bool:
         now = self.clock.now_ms()
+        monotonic_now = self.clock.monotonic_s()
         key_shared = self.sub_type == SubType.KEY_SHARED
         # A key with an entry waiting in the replay set must not be overtaken by a newer entry.
         blocked_keys: set[bytes] = set(self._replay_keys.values()) if key_shared and not replaying else set()
@@ -348,12 +433,17 @@ class Subscription:
             info = entry_info(entry.data)
             if (
                 info.deliver_at_ms > now
+                and self.delayed_delivery
                 and self.sub_type in (SubType.SHARED, SubType.KEY_SHARED)
                 and position not in self._redelivery_counts
             ):
                 self._delay(position, info.deliver_at_ms)
                 continue
             consumer = None if info.sticky_key in blocked_keys else self._select(info)
+            if consumer is not None and self._joined_at:
+                joined = self._joined_at.get(id(consumer))
+                if joined is not None and position >= joined:
+                    consumer = None
             if consumer is None or consumer.permits <= 0:
                 self._replay.add(position)
                 if key_shared:
@@ -369,8 +459,11 @@ class Subscription:
             )
             self._replay_keys.pop(position, None)
             self._pending[position] = consumer
-            self.msg_out_total += info.num_messages
-            self.bytes_out_total += len(entry.data)
+            self._dispatched_at[position] = monotonic_now
+            self.out.add(info.num_messages, len(entry.data))
+            if info.is_chunk:
+                self.chunks_out.add(1, len(entry.data))
+                consumer.chunks_out.add(1, len(entry.data))
             delivered = True
         return delivered
 

@@ -16,12 +16,15 @@ from typing import Any
 
 from velamq._clock import Clock
 from velamq._topic_name import TopicName
+from velamq.broker._compaction import CompactedView, CompactionStatus, compact
 from velamq.broker._dedup import DUPLICATE_POSITION, Deduplication
 from velamq.broker._errors import BrokerRequestError
+from velamq.broker._rates import RateCounter
 from velamq.broker._stats import SubscriptionMetrics, TopicMetrics
 from velamq.broker._subscription import Subscription, SubType
+from velamq.metadata import Policies
 from velamq.protocol import pb
-from velamq.storage import ManagedCursor, ManagedLedger, Position
+from velamq.storage import ManagedCursor, ManagedLedger, Position, Storage
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +37,9 @@ class Producer:
     topic: Topic
     epoch: int
     access_mode: int
-    msg_in_total: int = 0
-    bytes_in_total: int = 0
+    rate_in: RateCounter = field(default_factory=RateCounter)
+    chunks_in: RateCounter = field(default_factory=RateCounter)
+    connected_since_ms: int = 0
     extra: dict[str, str] = field(default_factory=dict)
 
     def close_by_broker(self) -> None:
@@ -57,10 +61,16 @@ class Topic:
         self.partition_index = name.partition_index
         self.producers: dict[str, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
-        self.msg_in_total = 0
-        self.bytes_in_total = 0
+        self.rate_in = RateCounter()
+        self.chunks_published = 0
         self.closed = False
         self.dedup: Deduplication | None = None
+        self.policies = Policies()
+        self.compacted: CompactedView | None = None
+        self.compaction = CompactionStatus()
+        self._compaction_task: asyncio.Task[None] | None = None
+        # The backlog quota policy in force while the quota is exceeded (producers refused).
+        self.backlog_quota_exceeded: str | None = None
         # Producer access modes: the epoch moves each time an exclusive producer takes the topic;
         # a producer reconnecting with an older epoch has been fenced.
         self.topic_epoch = 0
@@ -125,6 +135,12 @@ class Topic:
             self.topic_epoch += 1
         self.exclusive_producer = producer.name
 
+    async def apply_policies(self, policies: Policies) -> None:
+        self.policies = policies
+        for subscription in self.subscriptions.values():
+            subscription.delayed_delivery = policies.delayed_delivery
+        await self.refresh_dedup(policies.deduplication)
+
     async def refresh_dedup(self, enabled: bool) -> None:
         if not enabled:
             self.dedup = None
@@ -151,10 +167,8 @@ class Topic:
             done.set_result(DUPLICATE_POSITION)
             return done
         future: asyncio.Future[Position] = asyncio.ensure_future(self.ledger.append(entry))
-        producer.msg_in_total += num_messages
-        producer.bytes_in_total += len(entry)
-        self.msg_in_total += num_messages
-        self.bytes_in_total += len(entry)
+        producer.rate_in.add(num_messages, len(entry))
+        self.rate_in.add(num_messages, len(entry))
         future.add_done_callback(self._appended)
         if dedup is not None and dedup_checked:
             seq = max(sequence_id, highest_sequence_id)
@@ -189,12 +203,37 @@ class Topic:
                 mark_delete = start if start is not None else self._latest_mark_delete()
                 cursor = make_non_durable_cursor(self.ledger, name, mark_delete)
             subscription = Subscription(name, self.ledger, cursor, sub_type, durable, self.partition_index, self.clock)
+            subscription.delayed_delivery = self.policies.delayed_delivery
+            subscription.compacted_view = self.compacted
             self.subscriptions[name] = subscription
             return subscription
 
     def _latest_mark_delete(self) -> Position:
         last = self.ledger.last_confirmed
         return last if last is not None else Position(self.ledger.current_ledger_id, -1)
+
+    def set_compacted_view(self, view: CompactedView | None) -> None:
+        self.compacted = view
+        for subscription in self.subscriptions.values():
+            subscription.compacted_view = view
+            subscription.wake()
+
+    def trigger_compaction(self, storage: Storage) -> None:
+        if self._compaction_task is not None and not self._compaction_task.done():
+            return
+        self.compaction = CompactionStatus("RUNNING")
+        self._compaction_task = asyncio.get_running_loop().create_task(self._compact(storage))
+
+    async def _compact(self, storage: Storage) -> None:
+        try:
+            # Readers fall back to the live log while the store is rebuilt under the same name.
+            self.set_compacted_view(None)
+            view = await compact(storage, self.ledger)
+            self.set_compacted_view(view)
+            self.compaction = CompactionStatus("SUCCESS")
+        except Exception as exc:
+            log.exception("compaction of %s failed", self.full_name)
+            self.compaction = CompactionStatus("ERROR", str(exc))
 
     async def remove_subscription(self, name: str, delete_cursor: bool) -> None:
         subscription = self.subscriptions.pop(name, None)
@@ -216,8 +255,8 @@ class Topic:
                     consumers=len(s.consumers),
                     backlog_entries=s.backlog,
                     unacked_messages=s.unacked_messages,
-                    msg_out_total=s.msg_out_total,
-                    bytes_out_total=s.bytes_out_total,
+                    msg_out_total=s.out.messages_total,
+                    bytes_out_total=s.out.bytes_total,
                     mark_delete_position=f"{md.ledger_id}:{md.entry_id}",
                 )
             )
@@ -231,10 +270,10 @@ class Topic:
             topic=self.full_name,
             producers=len(self.producers),
             consumers=sum(len(s.consumers) for s in self.subscriptions.values()),
-            msg_in_total=self.msg_in_total,
-            bytes_in_total=self.bytes_in_total,
-            msg_out_total=sum(s.msg_out_total for s in self.subscriptions.values()),
-            bytes_out_total=sum(s.bytes_out_total for s in self.subscriptions.values()),
+            msg_in_total=self.rate_in.messages_total,
+            bytes_in_total=self.rate_in.bytes_total,
+            msg_out_total=sum(s.out.messages_total for s in self.subscriptions.values()),
+            bytes_out_total=sum(s.out.bytes_total for s in self.subscriptions.values()),
             storage_size_bytes=self.ledger.size_bytes,
             entries_total=self.ledger.entries_total,
             backlog_entries=max((s.backlog_entries for s in subs), default=0),
@@ -247,6 +286,10 @@ class Topic:
 
     async def close(self) -> None:
         self.closed = True
+        if self._compaction_task is not None and not self._compaction_task.done():
+            self._compaction_task.cancel()
+        if self.compacted is not None:
+            await self.compacted.store.close()
         for subscription in list(self.subscriptions.values()):
             await subscription.close()
         self.subscriptions.clear()
