@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from velamq._errors import ProtocolError
@@ -37,7 +36,8 @@ from velamq.client._config import ConsumerConfig
 from velamq.client._connection import Connection
 from velamq.client._errors import AlreadyClosedError, ConnectError, OperationTimeoutError
 from velamq.client._handler import ClientContext, ConnectionHandler
-from velamq.client._message import Message, MessageId, signed64, unsigned64
+from velamq.client._message import Message, MessageId, received_message, signed64, unsigned64
+from velamq.client._receiver_queue import ReceiverQueue, message_available
 from velamq.client._redelivery import AckTimeouts, NegativeAcks
 from velamq.protocol import decompress, parse_batch, pb, split_entry
 
@@ -56,51 +56,6 @@ class State(enum.Enum):
     READY = "ready"
     CLOSED = "closed"
     FAILED = "failed"
-
-
-class ReceiverQueue:
-    """Messages waiting for receive(), shared by every TopicConsumer of one Consumer."""
-
-    def __init__(self) -> None:
-        self._messages: deque[Message] = deque()
-        self._waiters: deque[asyncio.Future[None]] = deque()
-        self.closed_error: BaseException | None = None
-
-    def __len__(self) -> int:
-        return len(self._messages)
-
-    def put(self, message: Message) -> None:
-        self._messages.append(message)
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                break
-
-    def get_nowait(self) -> Message | None:
-        return self._messages.popleft() if self._messages else None
-
-    async def wait(self) -> None:
-        if self._messages:
-            return
-        if self.closed_error is not None:
-            raise self.closed_error
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            await waiter
-        finally:
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
-        if self.closed_error is not None and not self._messages:
-            raise self.closed_error
-
-    def close(self, error: BaseException) -> None:
-        self.closed_error = error
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
 
 
 class TopicConsumer(ConnectionHandler):
@@ -335,23 +290,8 @@ class TopicConsumer(ConnectionHandler):
 
     def _message(self, metadata: pb.MessageMetadata, single: pb.SingleMessageMetadata | None, value: bytes,
                  message_id: MessageId, redelivery_count: int, sequence_id: int) -> Message:
-        src: Any = single if single is not None else metadata
-        return Message(
-            value=value,
-            message_id=message_id,
-            topic=self.topic,
-            key=src.partition_key if src.HasField("partition_key") else None,
-            properties={kv.key: kv.value for kv in src.properties},
-            event_time=src.event_time or None,
-            publish_time=metadata.publish_time,
-            redelivery_count=redelivery_count,
-            ordering_key=src.ordering_key if src.HasField("ordering_key") else None,
-            producer_name=metadata.producer_name,
-            sequence_id=sequence_id,
-            schema_version=metadata.schema_version if metadata.HasField("schema_version") else None,
-            _owner=self,
-            _generation=self.generation,
-        )
+        return received_message(metadata, single, value, message_id, self.topic, redelivery_count, sequence_id,
+                                 self, self.generation)
 
     def _excluded_by_start(self, message_id: MessageId) -> bool:
         if self._filter is None:
@@ -613,20 +553,8 @@ class TopicConsumer(ConnectionHandler):
 
     async def has_message_available(self) -> bool:
         last, mark_delete = await self.get_last_message_id()
-        if last.entry_id < 0:
-            return False
-        reference = self.last_dequeued
-        if reference is not None:
-            return _after(last, reference)
-        if any(m._owner is self and m._generation == self.generation for m in list(self.queue._messages)):
-            return True
-        start = self._start
-        if start is not None and start not in (MessageId.earliest, MessageId.latest):
-            start = start.first_chunk or start
-            return not _after(start, last) if self._start_inclusive else _after(last, start)
-        if mark_delete is not None:
-            return last.entry_key() > mark_delete.entry_key()
-        return start == MessageId.earliest
+        queued = any(m._owner is self and m._generation == self.generation for m in self.queue.snapshot())
+        return message_available(last, mark_delete, self.last_dequeued, queued, self._start, self._start_inclusive)
 
     async def unsubscribe(self) -> None:
         connection = await self._ready_connection()
@@ -668,11 +596,3 @@ class TopicConsumer(ConnectionHandler):
 
 def message_permits(message: Message) -> int:
     return 1
-
-
-def _after(a: MessageId, b: MessageId) -> bool:
-    """a comes after b in the topic (batch indexes compared when both have one)."""
-    if a.batch_index >= 0 and b.batch_index >= 0:
-        return (a.ledger_id, a.entry_id, a.batch_index) > (b.ledger_id, b.entry_id, b.batch_index)
-    return a.entry_key() > b.entry_key()
-

@@ -170,3 +170,26 @@ class Message:
     def data(self) -> bytes:
         """The payload (the name the official client uses)."""
         return self.value
+
+
+def received_message(metadata: pb.MessageMetadata, single: pb.SingleMessageMetadata | None, value: bytes,
+                     message_id: MessageId, topic: str, redelivery_count: int, sequence_id: int, owner: Any,
+                     generation: int) -> Message:
+    """A Message from an entry's metadata (and, inside a batch, the message's own metadata)."""
+    src: Any = single if single is not None else metadata
+    return Message(
+        value=value,
+        message_id=message_id,
+        topic=topic,
+        key=src.partition_key if src.HasField("partition_key") else None,
+        properties={kv.key: kv.value for kv in src.properties},
+        event_time=src.event_time or None,
+        publish_time=metadata.publish_time,
+        redelivery_count=redelivery_count,
+        ordering_key=src.ordering_key if src.HasField("ordering_key") else None,
+        producer_name=metadata.producer_name,
+        sequence_id=sequence_id,
+        schema_version=metadata.schema_version if metadata.HasField("schema_version") else None,
+        _owner=owner,
+        _generation=generation,
+    )

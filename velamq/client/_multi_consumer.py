@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING
 
 from velamq._topic_name import TopicName
 from velamq.client._config import ConsumerConfig
-from velamq.client._consumer import ReceiverQueue, TopicConsumer
+from velamq.client._consumer import TopicConsumer
 from velamq.client._dead_letter import DeadLetterSender, default_dead_letter_topic
 from velamq.client._errors import AlreadyClosedError, InvalidConfigurationError, OperationTimeoutError
 from velamq.client._message import Message, MessageId
+from velamq.client._receiver_queue import ReceiverQueue
 
 if TYPE_CHECKING:
     from velamq.client._client import AsyncClient
