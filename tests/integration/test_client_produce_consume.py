@@ -200,6 +200,12 @@ def test_partitioned_topic_routing_and_multi_topic_pattern(broker: BrokerProcess
         assert sorted(m.value for m in got) == sorted([b"%d" % i for i in range(40)] + [b"x"] * 8)
         assert all(m.partition == m.message_id.partition >= 0 for m in got)
 
+        lazy = await client.create_producer(topic, lazy_start_partitioned_producers=True)
+        assert lazy.partition_producers == []
+        mid = await lazy.send(b"lazy", key="k0")
+        assert [p.partition for p in lazy.partition_producers] == [mid.partition]
+        await receive_n(consumer, 1)
+
         other = f"{topic}-other"
         p2 = await client.create_producer(other)
         multi = await client.subscribe([topic, other], "multi", initial_position="earliest")
@@ -207,8 +213,8 @@ def test_partitioned_topic_routing_and_multi_topic_pattern(broker: BrokerProcess
                                          initial_position="earliest")
         await p2.send(b"other")
         for c in (multi, pattern):
-            values = [m.value for m in await receive_n(c, 49)]
-            assert values.count(b"other") == 1 and len(values) == 49
+            values = [m.value for m in await receive_n(c, 50)]
+            assert values.count(b"other") == 1 and values.count(b"lazy") == 1
 
     run(broker, body)
 
@@ -317,6 +323,11 @@ def test_failover_active_consumer_change(broker: BrokerProcess, topic: str) -> N
         await producer.send(b"x")
         first = await asyncio.wait_for(asyncio.shield(_first_of(c1, c2)), 10)
         assert first.value == b"x"
+        for _ in range(200):  # ACTIVE_CONSUMER_CHANGE tells the first consumer it is the active one
+            if True in events:
+                break
+            await asyncio.sleep(0.05)
+        assert True in events and c1.children[0].is_active is True and c2.children[0].is_active is not True
         await c1.close()
         await c2.close()
 
