@@ -4,10 +4,9 @@ Reads and plain metadata changes go straight to `metadata`; anything that must a
 topics (closing producers and consumers, deleting ledgers) goes through the broker's methods, so
 that each topic's state keeps one owner (DESIGN §3).
 
-`BrokerOperations` lists what the topic and subscription routes call on live topics. The broker
-grows these while the admin tier already serves them, so routes look each one up with
-`operations()`: a broker without it answers 501 Not Implemented instead of failing to start. Once
-the broker implements them all, BrokerBackend can inherit BrokerOperations.
+`BrokerOperations` lists what the topic and subscription routes call on live topics; BrokerBackend
+includes it. Routes still look each one up with `operations()`, so a backend that lacks one (a
+test double, a broker built without a feature) answers 501 Not Implemented for that route only.
 
 Names are full topic names ("persistent://t/ns/x"); the routes hand a partitioned topic's
 partitions to these methods one by one, never the partitioned topic itself. Message ids are
@@ -25,43 +24,6 @@ if TYPE_CHECKING:
     # here could close an import cycle once the broker package imports its service at load time.
     from velamq.broker._stats import BrokerMetrics
     from velamq.metadata import MetadataStore
-
-
-class BrokerBackend(Protocol):
-    @property
-    def metadata(self) -> MetadataStore: ...
-
-    @property
-    def service_url(self) -> str:
-        """"pulsar://host:port" """
-        ...
-
-    @property
-    def service_url_tls(self) -> str | None:
-        """"pulsar+ssl://host:port", or None without TLS."""
-        ...
-
-    @property
-    def web_service_url(self) -> str:
-        """"http://host:port" of this admin server."""
-        ...
-
-    def metrics_snapshot(self) -> BrokerMetrics:
-        """Figures taken on the loop; must be cheap (the /metrics scrape calls it each time)."""
-        ...
-
-    async def delete_topic(self, topic: str, force: bool) -> None:
-        """Close live producers/consumers (or raise PreconditionFailedError if in use and not force),
-        delete the ledger and the metadata row. NotFoundError if there is no such topic."""
-        ...
-
-    async def create_partitioned_topic(self, topic: str, partitions: int) -> None:
-        """Metadata now; the partitions themselves are created lazily when first used."""
-        ...
-
-    async def delete_partitioned_topic(self, topic: str, force: bool) -> None:
-        """Like delete_topic for every partition, then the partitioned topic's metadata."""
-        ...
 
 
 class BrokerOperations(Protocol):
@@ -121,6 +83,41 @@ class BrokerOperations(Protocol):
         ...
 
 
+class BrokerBackend(BrokerOperations, Protocol):
+    @property
+    def metadata(self) -> MetadataStore: ...
+
+    @property
+    def service_url(self) -> str:
+        """"pulsar://host:port" """
+        ...
+
+    @property
+    def service_url_tls(self) -> str | None:
+        """"pulsar+ssl://host:port", or None without TLS."""
+        ...
+
+    @property
+    def web_service_url(self) -> str:
+        """"http://host:port" of this admin server."""
+        ...
+
+    def metrics_snapshot(self) -> BrokerMetrics:
+        """Figures taken on the loop; must be cheap (the /metrics scrape calls it each time)."""
+        ...
+
+    async def delete_topic(self, topic: str, force: bool) -> None:
+        """Close live producers/consumers (or raise PreconditionFailedError if in use and not force),
+        delete the ledger and the metadata row. NotFoundError if there is no such topic."""
+        ...
+
+    async def create_partitioned_topic(self, topic: str, partitions: int) -> None:
+        """Metadata now; the partitions themselves are created lazily when first used."""
+        ...
+
+    async def delete_partitioned_topic(self, topic: str, force: bool) -> None:
+        """Like delete_topic for every partition, then the partitioned topic's metadata."""
+        ...
 
 def operations(backend: object, *names: str) -> BrokerOperations:
     """The broker as BrokerOperations, after checking it has each method in `names`; HttpError 501
