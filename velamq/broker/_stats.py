@@ -15,6 +15,12 @@ class SubscriptionMetrics:
     msg_out_total: int
     bytes_out_total: int
     mark_delete_position: str  # "ledger:entry"
+    delayed_messages: int = 0
+    msg_rate_out: float = 0.0
+    msg_throughput_out: float = 0.0
+    msg_rate_redeliver: float = 0.0
+    msg_rate_expired: float = 0.0
+    total_msg_expired: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +36,13 @@ class TopicMetrics:
     entries_total: int
     backlog_entries: int  # largest backlog among its subscriptions
     subscriptions: tuple[SubscriptionMetrics, ...] = ()
+    msg_rate_in: float = 0.0
+    msg_rate_out: float = 0.0
+    msg_throughput_in: float = 0.0
+    msg_throughput_out: float = 0.0
+    backlog_size_bytes: int = 0
+    backlog_quota_limit_bytes: int = -1
+    backlog_quota_limit_time_s: int = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -143,7 +143,11 @@ class Subscription:
                 # it gets nothing at or past this position until everything before it is acked.
                 self._joined_at[id(consumer)] = self.read_position
         self.consumers.append(consumer)
+        active_before = self._active
         self._update_active()
+        if self.sub_type == SubType.FAILOVER and self._active is active_before:
+            # The active consumer did not change: tell the newcomer it is a standby (as Pulsar does).
+            consumer.notify_active(consumer is self._active)
         self.wake()
 
     def remove_consumer(self, consumer: Consumer) -> None:
@@ -318,6 +322,10 @@ class Subscription:
     @property
     def backlog(self) -> int:
         return self.cursor.backlog
+
+    @property
+    def delayed_messages(self) -> int:
+        return len(self._delayed)
 
     @property
     def unacked_messages(self) -> int:

@@ -246,26 +246,15 @@ class Topic:
 
     def metrics(self) -> TopicMetrics:
         subs = []
-        for name, s in self.subscriptions.items():
-            md = s.cursor.mark_delete_position
-            subs.append(
-                SubscriptionMetrics(
-                    name=name,
-                    type=s.sub_type.name.title().replace("Key_shared", "Key_Shared"),
-                    consumers=len(s.consumers),
-                    backlog_entries=s.backlog,
-                    unacked_messages=s.unacked_messages,
-                    msg_out_total=s.out.messages_total,
-                    bytes_out_total=s.out.bytes_total,
-                    mark_delete_position=f"{md.ledger_id}:{md.entry_id}",
-                )
-            )
         for name, cursor in self.ledger.cursors.items():
-            if name not in self.subscriptions:
-                md = cursor.mark_delete_position
-                subs.append(
-                    SubscriptionMetrics(name, "Exclusive", 0, cursor.backlog, 0, 0, 0, f"{md.ledger_id}:{md.entry_id}")
-                )
+            subs.append(self._subscription_metrics(name, cursor, self.subscriptions.get(name)))
+        for name, s in self.subscriptions.items():
+            if name not in self.ledger.cursors:
+                subs.append(self._subscription_metrics(name, s.cursor, s))
+        backlog = max((s.backlog_entries for s in subs), default=0)
+        entries = self.ledger.entries_total
+        average_entry = self.ledger.size_bytes / entries if entries else 0.0
+        quota = self.policies.backlog_quota
         return TopicMetrics(
             topic=self.full_name,
             producers=len(self.producers),
@@ -275,9 +264,36 @@ class Topic:
             msg_out_total=sum(s.out.messages_total for s in self.subscriptions.values()),
             bytes_out_total=sum(s.out.bytes_total for s in self.subscriptions.values()),
             storage_size_bytes=self.ledger.size_bytes,
-            entries_total=self.ledger.entries_total,
-            backlog_entries=max((s.backlog_entries for s in subs), default=0),
+            entries_total=entries,
+            backlog_entries=backlog,
             subscriptions=tuple(subs),
+            msg_rate_in=self.rate_in.message_rate,
+            msg_rate_out=sum(s.msg_rate_out for s in subs),
+            msg_throughput_in=self.rate_in.byte_rate,
+            msg_throughput_out=sum(s.msg_throughput_out for s in subs),
+            backlog_size_bytes=int(backlog * average_entry),
+            backlog_quota_limit_bytes=quota.limit_bytes if quota else -1,
+            backlog_quota_limit_time_s=quota.limit_time_s if quota else -1,
+        )
+
+    @staticmethod
+    def _subscription_metrics(name: str, cursor: ManagedCursor, s: Subscription | None) -> SubscriptionMetrics:
+        md = cursor.mark_delete_position
+        return SubscriptionMetrics(
+            name=name,
+            type=s.sub_type.name.title().replace("Key_shared", "Key_Shared") if s else "Exclusive",
+            consumers=len(s.consumers) if s else 0,
+            backlog_entries=cursor.backlog,
+            unacked_messages=s.unacked_messages if s else 0,
+            msg_out_total=s.out.messages_total if s else 0,
+            bytes_out_total=s.out.bytes_total if s else 0,
+            mark_delete_position=f"{md.ledger_id}:{md.entry_id}",
+            delayed_messages=s.delayed_messages if s else 0,
+            msg_rate_out=s.out.message_rate if s else 0.0,
+            msg_throughput_out=s.out.byte_rate if s else 0.0,
+            msg_rate_redeliver=s.redelivered.message_rate if s else 0.0,
+            msg_rate_expired=s.expired.message_rate if s else 0.0,
+            total_msg_expired=s.expired.messages_total if s else 0,
         )
 
     @property
