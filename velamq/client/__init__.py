@@ -6,6 +6,8 @@
         msg_id = await producer.send(b"x", key="k", properties={"a": "b"})
         consumer = await client.subscribe("t", "sub", subscription_type="shared", initial_position="earliest")
         msg = await consumer.receive(); await consumer.acknowledge(msg)
+        ordered = OrderedConsumer(client, "t", "sub", handler, partition_parallelism=8)  # order per key
+        await ordered.start()
     with Client("pulsar://localhost:6650") as client:
         client.create_producer("t").send(b"x")
 
@@ -48,6 +50,8 @@ from velamq.client._errors import (
 from velamq.client._interceptors import ProducerInterceptor
 from velamq.client._message import Message, MessageId, ProducerMessage
 from velamq.client._multi_consumer import Consumer
+from velamq.client._ordered_consumer import BlockingOrderedConsumer, OrderedConsumer
+from velamq.client._ordered_metrics import OrderedConsumerMetrics, OrderedPartitionMetrics
 from velamq.client._partitioned_producer import Producer
 from velamq.client._reader import Reader
 from velamq.client._routing import MessageRouter, sign_safe_mod
@@ -58,6 +62,7 @@ __all__ = [
     "AuthenticationError",
     "AuthorizationError",
     "BlockingConsumer",
+    "BlockingOrderedConsumer",
     "BlockingProducer",
     "BlockingReader",
     "BrokerError",
@@ -82,6 +87,9 @@ __all__ = [
     "MessageTooBigError",
     "NotAllowedError",
     "OperationTimeoutError",
+    "OrderedConsumer",
+    "OrderedConsumerMetrics",
+    "OrderedPartitionMetrics",
     "Producer",
     "ProducerBlockedQuotaExceededError",
     "ProducerBusyError",

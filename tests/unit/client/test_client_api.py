@@ -11,11 +11,13 @@ from velamq.protocol import pb
 def test_all_is_pinned() -> None:
     assert sorted(client.__all__) == sorted([
         "AlreadyClosedError", "AsyncClient", "AuthenticationError", "AuthorizationError", "BlockingConsumer",
-        "BlockingProducer", "BlockingReader", "BrokerError", "ChecksumError", "Client", "ClientConfig",
+        "BlockingOrderedConsumer", "BlockingProducer", "BlockingReader", "BrokerError", "ChecksumError", "Client",
+        "ClientConfig",
         "ConnectError", "Consumer", "ConsumerAssignError", "ConsumerBusyError", "ConsumerConfig",
         "ConsumerNotFoundError", "DeadLetterPolicy", "IncompatibleSchemaError", "InvalidConfigurationError",
         "InvalidTopicError", "KeySharedPolicy", "MemoryBufferIsFullError", "Message", "MessageId", "MessageRouter",
-        "MessageTooBigError", "NotAllowedError", "OperationTimeoutError", "Producer",
+        "MessageTooBigError", "NotAllowedError", "OperationTimeoutError", "OrderedConsumer", "OrderedConsumerMetrics",
+        "OrderedPartitionMetrics", "Producer",
         "ProducerBlockedQuotaExceededError", "ProducerBusyError", "ProducerConfig", "ProducerFencedError",
         "ProducerInterceptor", "ProducerMessage", "ProducerQueueIsFullError", "Reader", "SendTimeoutError",
         "ServiceNotReadyError", "SubscriptionNotFoundError", "TooManyRequestsError", "TopicNotFoundError",
