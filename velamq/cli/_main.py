@@ -32,6 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
     from velamq.cli._admin import add_admin_parser
 
     add_admin_parser(commands)
+
+    from velamq.cli._tune import add_tune_parser
+
+    add_tune_parser(commands)
     return parser
 
 
@@ -45,5 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from velamq.cli._admin import run_admin
 
         return run_admin(args)
+    if args.command == "tune":
+        from velamq.cli._tune import run_tune
+
+        return run_tune(args)
     print(f"unknown command {args.command}", file=sys.stderr)
     return 2
