@@ -15,7 +15,10 @@
     acks         when a message completes, the window tells which contiguous prefix of the
                  partition is now done; only that is acknowledged (OC-2): cumulatively up to its
                  last id, or each id individually (ack_mode). A message that completes before an
-                 earlier one waits, unacknowledged, until the earlier one is done.
+                 earlier one waits, unacknowledged, until the earlier one is done. Prefixes are
+                 handed to the consumer at most every ack_coalesce_ms (and on stop): its ack
+                 tracker sends one ACK per ack_grouping_time_ms anyway and keeps only the highest
+                 cumulative id, so calling it per message would only cost CPU.
 
 Failures (never a lost message, never a skipped offset): a handler that raises is called again on
 the same worker, after retry_initial_backoff_ms doubling up to retry_max_backoff_ms, so its key's
@@ -48,6 +51,7 @@ from velamq.client._ordered_progress import PartitionWindow, routing_key, worker
 log = logging.getLogger("velamq.client")
 
 ACK_MODES = ("cumulative", "individual")
+ack_coalesce_ms = 10
 UNKEYED_MODES = ("ordered", "round_robin")
 HandlerCall = Callable[[Message], Awaitable[object]]
 
@@ -126,6 +130,9 @@ class PartitionRunner:
         self._stop = asyncio.Event()
         self._next_unkeyed_worker = 0
         self._fetch_task: asyncio.Task[None] | None = None
+        self._ack_timer: asyncio.TimerHandle | None = None
+        self._ack_flushing: asyncio.Task[None] | None = None
+        self._acks_due: list[MessageId] = []  # prefix ids not yet handed to the consumer
         self._workers: list[asyncio.Task[None]] = []
         self.received = 0
         self.completed = 0
@@ -226,7 +233,7 @@ class PartitionRunner:
             self.completed += 1
             prefix = self.window.complete(ticket)
             if prefix:
-                await self._acknowledge(prefix)
+                self._acknowledge(prefix)
             if not self.window.full:
                 self._room.set()
             if not len(self.window):
@@ -287,13 +294,32 @@ class PartitionRunner:
             self.dead_lettered += 1
             return True
 
-    async def _acknowledge(self, prefix: list[MessageId]) -> None:
+    def _acknowledge(self, prefix: list[MessageId]) -> None:
         self.acknowledged += len(prefix)
+        if self.settings.ack_mode == "cumulative":
+            self._acks_due[:] = prefix[-1:]  # only the end of the prefix matters
+        else:
+            self._acks_due.extend(prefix)
+        if self._ack_timer is None:
+            loop = asyncio.get_running_loop()
+            self._ack_timer = loop.call_later(ack_coalesce_ms / 1000, self._flush_acks_later)
+
+    def _flush_acks_later(self) -> None:
+        self._ack_timer = None
+        if self._ack_flushing is None or self._ack_flushing.done():
+            self._ack_flushing = asyncio.get_running_loop().create_task(self._flush_acks())
+        else:
+            self._ack_timer = asyncio.get_running_loop().call_later(ack_coalesce_ms / 1000, self._flush_acks_later)
+
+    async def _flush_acks(self) -> None:
+        due, self._acks_due = self._acks_due, []
+        if not due:
+            return
         try:
             if self.settings.ack_mode == "cumulative":
-                await self.consumer.acknowledge_cumulative(prefix[-1])
+                await self.consumer.acknowledge_cumulative(due[-1])
             else:
-                for message_id in prefix:
+                for message_id in due:
                     await self.consumer.acknowledge(message_id)
         except AlreadyClosedError:
             pass  # closing: not acknowledged means delivered again, never lost
@@ -321,6 +347,12 @@ class PartitionRunner:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*self._workers, return_exceptions=True)
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
+        if self._ack_flushing is not None:
+            await asyncio.gather(self._ack_flushing, return_exceptions=True)
+        await self._flush_acks()  # the consumer's close() then sends them
 
     def metrics(self) -> OrderedPartitionMetrics:
         now = self._clock.monotonic_s()
