@@ -1,0 +1,169 @@
+"""Reading one topic-partition range (start, end] on an executor, as Arrow record batches.
+
+A non-durable reader (velamq.client, the public API only) starts AT the start entry, inclusive:
+the broker then delivers that entry first, which proves it still exists (failOnDataLoss), and
+everything up to `start` is dropped here. Messages are taken while their id is <= end and the
+read stops at the end message itself, at the first message past it, or, when nothing arrives
+within a poll, once the reader says no message is left. A range therefore always yields the same
+messages (a replayed micro-batch is identical, SP-2): the log is append-only and the bounds are
+fixed before any task runs.
+
+Data loss: if the first message is not from the start entry, the admin API is asked whether that
+entry still exists (a chunked message ending there is not delivered on its own); if its ledger is
+gone, retention or a deleted topic removed messages the query had not read: failOnDataLoss=true
+fails the task, false logs a warning and goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import InputPartition
+
+from velamq.client import AsyncClient, Message, MessageId, Reader
+from velamq.spark._admin import AdminClient, Topic
+from velamq.spark._positions import Position, is_last_of_entry, message_key
+from velamq.spark._schema import BatchBuilder, source_schema
+
+log = logging.getLogger("velamq.spark")
+
+rows_per_batch_max = 10_000  # Spark's own spark.sql.execution.arrow.maxRecordsPerBatch default
+poll_s = 1.0  # wait this long for a message before asking the reader whether any is left
+stall_s_max = 300.0  # give up on an end message that never comes (an abandoned chunked message)
+reader_queue_size = 5000
+
+
+class VelamqDataLossError(RuntimeError):
+    """Messages a query had not read are gone (retention, deleted topic) and failOnDataLoss is true."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadSettings:
+    service_url: str
+    admin_url: str
+    fail_on_data_loss: bool
+    include_properties: bool
+
+
+class TopicRange(InputPartition):
+    """One Spark task: the messages of one partition with start < id <= end."""
+
+    def __init__(self, topic: str, partition: int, partition_topic: str, start: Position, end: Position,
+                 settings: ReadSettings) -> None:
+        super().__init__((partition_topic, str(start), str(end)))
+        self.topic = topic
+        self.partition = partition
+        self.partition_topic = partition_topic
+        self.start = start
+        self.end = end
+        self.settings = settings
+
+    def __repr__(self) -> str:
+        return f"TopicRange({self.partition_topic}, ({self.start}, {self.end}])"
+
+
+def read_range(task: TopicRange) -> Iterator[Any]:
+    """The range's messages as RecordBatches of at most rows_per_batch_max rows."""
+    if task.end <= task.start:
+        return
+    builder = BatchBuilder(source_schema(task.settings.include_properties), task.topic, task.partition)
+    loop = asyncio.new_event_loop()
+    scan = _RangeScan(task)
+    try:
+        loop.run_until_complete(scan.open())
+        while not scan.done:
+            messages = loop.run_until_complete(scan.next_chunk(rows_per_batch_max))
+            if messages:
+                yield builder.build(messages)
+    finally:
+        loop.run_until_complete(scan.close())
+        loop.close()
+
+
+class _RangeScan:
+    def __init__(self, task: TopicRange) -> None:
+        self.task = task
+        self.client: AsyncClient | None = None
+        self.reader: Reader | None = None
+        self.done = False
+        self.first_seen = False
+        self.last_progress_s = time.monotonic()
+
+    async def open(self) -> None:
+        start = self.task.start
+        self.client = AsyncClient(self.task.settings.service_url)
+        start_id: MessageId | str = "earliest"
+        if not start.is_earliest:
+            start_id = MessageId(start.ledger_id, max(start.entry_id, 0))
+        self.reader = await self.client.create_reader(
+            self.task.partition_topic, start_id, start_message_id_inclusive=True,
+            receiver_queue_size=reader_queue_size, reader_name="velamq-spark")
+
+    async def close(self) -> None:
+        if self.client is not None:
+            await self.client.close()
+
+    async def next_chunk(self, rows_max: int) -> list[Message]:
+        """Up to rows_max messages of the range; sets done when the range is complete."""
+        assert self.reader is not None
+        start_key, end_key = self.task.start.key(), self.task.end.key()
+        out: list[Message] = []
+        try:
+            async with asyncio.timeout(poll_s):
+                while len(out) < rows_max:
+                    message = await self.reader.read_next()
+                    key = message_key(message.message_id)
+                    if not self.first_seen:
+                        self.first_seen = True
+                        self._check_first(message.message_id)
+                    if key > end_key:
+                        self.done = True
+                        return out
+                    if key > start_key:
+                        out.append(message)
+                    if key == end_key or (self.task.end.batch_index < 0 and key[:2] == end_key[:2]
+                                          and is_last_of_entry(message.message_id)):
+                        self.done = True
+                        return out
+        except TimeoutError:
+            pass
+        if out:
+            self.last_progress_s = time.monotonic()
+            return out
+        if not await self.reader.has_message_available():
+            # Nothing after what was read: the end message (e.g. the last chunk of a message that
+            # was never completed) will not come.
+            if not self.first_seen:
+                self.first_seen = True
+                self._check_first(None)
+            self.done = True
+        elif time.monotonic() - self.last_progress_s > stall_s_max:
+            log.warning("%s: no message for %.0f s before the range end %s; ending the range",
+                        self.task.partition_topic, stall_s_max, self.task.end)
+            self.done = True
+        return out
+
+    def _check_first(self, first: MessageId | None) -> None:
+        start = self.task.start
+        if start.is_earliest or start.entry_id < 0:
+            return
+        if first is not None and first.entry_key() <= start.entry:
+            return
+        # The start entry was not delivered: does it still exist?
+        ledgers = AdminClient(self.task.settings.admin_url).ledgers(Topic.parse(self.task.partition_topic))
+        present = ledgers is not None and any(
+            ledger_id == start.ledger_id and entries > start.entry_id for ledger_id, entries in ledgers.ledgers)
+        if present:
+            return
+        message = (f"{self.task.partition_topic}: messages after {start} are no longer stored (retention, or the "
+                   f"topic was deleted); the next available one is {first}. Set failOnDataLoss=false to go on "
+                   f"without them.")
+        if self.task.settings.fail_on_data_loss:
+            raise VelamqDataLossError(message)
+        log.warning("%s", message)
+

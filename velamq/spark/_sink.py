@@ -1,0 +1,170 @@
+"""The sink, batch and streaming: Arrow batches in, messages out, idempotently (SP-4).
+
+Each Spark task writes its rows with its own producer name and explicit sequence ids:
+
+    producer name   velamq-spark-<queryId>-<task partition>   streaming: the query id survives restarts
+                    velamq-spark-<writeId>-<task partition>   batch: one id per save(), shared by retries
+    sequence id     (batchId << 32) | (row + 1)               row: the row's index within the task;
+                                                              batch writes use batchId 0
+
+so a replayed micro-batch (Spark re-runs the same batchId with the same rows after a failure) sends
+the same (producer name, sequence id) pairs again. Deduplication is switched on for every topic
+written (topic level, before the first message), and the broker drops any pair it has stored.
+
+A batch entry carries a range of sequence ids and a broker compares the first of them, so a replay
+that is cut differently into batches could be dropped whole or in part. The sink therefore also
+skips, itself, every row whose sequence id is not above the one the broker reports for the
+producer when it connects (PRODUCER_SUCCESS's last sequence id), per partition: a producer is
+made for each partition, and rows are routed deterministically (a key by its hash, as a producer
+with default settings would; a row without key by its index), so a row lands in the same
+partition on every attempt. Broker deduplication then covers what a reconnect resends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark import TaskContext
+from pyspark.sql.datasource import WriterCommitMessage
+
+from velamq.client import AsyncClient, Producer, ProducerBusyError, boost_hash, sign_safe_mod
+from velamq.spark._admin import AdminClient, Topic
+from velamq.spark._options import SinkOptions
+from velamq.spark._schema import sink_rows
+
+log = logging.getLogger("velamq.spark")
+
+rows_per_task_max = (1 << 32) - 1  # the row index has 32 bits of the sequence id
+producer_busy_wait_s = 60.0  # a crashed attempt's producer may hold the name until the broker sees it go
+producer_settings: dict[str, Any] = {
+    "batching_enabled": True,
+    "batching_max_messages": 1000,
+    "batching_max_publish_delay_ms": 10,
+    "max_pending_messages": 2000,
+    "block_if_queue_full": True,
+}
+
+# Topics whose deduplication this worker process has already checked.
+_dedup_checked: set[str] = set()
+
+
+@dataclass(frozen=True)
+class SinkCommit(WriterCommitMessage):
+    """What one task wrote: rows seen, messages sent, rows skipped as already stored."""
+
+    partition_id: int
+    rows: int
+    sent: int
+    skipped: int
+
+
+def task_identity(write_id: str | None) -> tuple[str, int, int]:
+    """(producer name, task partition, batch id) of the running task."""
+    context = TaskContext.get()
+    if context is None:
+        raise RuntimeError("the velamq sink runs inside a Spark task")
+    partition_id = context.partitionId()
+    if write_id is None:  # streaming: the query id and batch id Spark sets on every task
+        query_id = context.getLocalProperty("sql.streaming.queryId")
+        batch_id = context.getLocalProperty("streaming.sql.batchId")
+        if not query_id or batch_id is None:
+            raise RuntimeError("the velamq streaming sink found no query id / batch id in the task context")
+        return f"velamq-spark-{query_id}-{partition_id}", partition_id, int(batch_id)
+    return f"velamq-spark-{write_id}-{partition_id}", partition_id, 0
+
+
+def write_task(batches: Iterator[Any], options: SinkOptions, write_id: str | None) -> SinkCommit:
+    """Write one task's rows; returns once every message is stored (or raises)."""
+    producer_name, partition_id, batch_id = task_identity(write_id)
+    return asyncio.run(_Writer(options, producer_name, partition_id, batch_id).run(batches))
+
+
+class _Target:
+    """The producers of one topic, one per partition, with the broker's last sequence id of each."""
+
+    def __init__(self, producers: list[Producer]) -> None:
+        self.producers = producers
+        self.last_sequence_ids = [p.last_sequence_id for p in producers]
+
+
+class _Writer:
+    def __init__(self, options: SinkOptions, producer_name: str, partition_id: int, batch_id: int) -> None:
+        self.options = options
+        self.producer_name = producer_name
+        self.partition_id = partition_id
+        self.sequence_base = batch_id << 32
+        self.admin = AdminClient(options.admin_url)
+        self.targets: dict[str, _Target] = {}
+
+    async def run(self, batches: Iterator[Any]) -> SinkCommit:
+        rows = sent = skipped = 0
+        pending: collections.deque[asyncio.Future[Any]] = collections.deque()
+        async with AsyncClient(self.options.service_url) as client:
+            # Spark feeds the batches synchronously; the loop waits meanwhile, which only delays sends.
+            for batch in batches:
+                for out in sink_rows(batch):
+                    rows += 1
+                    if rows > rows_per_task_max:
+                        raise RuntimeError(f"a task may write at most {rows_per_task_max} rows per batch")
+                    topic = self.options.topic or out.topic
+                    if not topic:
+                        raise ValueError("a row has no topic: set the 'topic' option or fill the 'topic' column")
+                    target = self.targets.get(topic) or await self._open(client, topic)
+                    n = len(target.producers)
+                    index = sign_safe_mod(boost_hash(out.key), n) if out.key else (rows - 1 + self.partition_id) % n
+                    sequence_id = self.sequence_base | rows
+                    if sequence_id <= target.last_sequence_ids[index]:
+                        skipped += 1
+                        continue
+                    pending.append(await target.producers[index].send_async(
+                        out.value, key=out.key, properties=out.properties, event_time=out.event_time_ms,
+                        sequence_id=sequence_id))
+                    sent += 1
+                while pending and pending[0].done():
+                    pending.popleft().result()  # raises a failed send
+            await asyncio.gather(*pending)
+        if skipped:
+            log.info("%s: skipped %d rows already stored by an earlier attempt", self.producer_name, skipped)
+        return SinkCommit(self.partition_id, rows, sent, skipped)
+
+    async def _open(self, client: AsyncClient, topic: str) -> _Target:
+        name = str(Topic.parse(topic))
+        if name in self.targets:
+            return self.targets[name]
+        await self._ensure_deduplication(client, name)
+        partitions = await client.partitions_of(name)
+        names = [str(Topic.parse(name).partition(i)) for i in range(partitions)] if partitions else [name]
+        producers = list(await asyncio.gather(*(self._producer(client, n) for n in names)))
+        target = _Target(producers)
+        self.targets[name] = self.targets[topic] = target
+        return target
+
+    async def _producer(self, client: AsyncClient, name: str) -> Producer:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + producer_busy_wait_s
+        while True:
+            try:
+                return await client.create_producer(name, producer_name=self.producer_name, **producer_settings)
+            except ProducerBusyError:
+                if loop.time() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+
+    async def _ensure_deduplication(self, client: AsyncClient, name: str) -> None:
+        if name in _dedup_checked:
+            return
+        topic = Topic.parse(name)
+        enabled = await asyncio.to_thread(self.admin.deduplication_enabled, topic)
+        if enabled is None:
+            # The topic does not exist yet: create it as a producer would (the broker's auto-creation
+            # decides partitioned or not), then switch deduplication on before any message.
+            await (await client.create_producer(name)).close()
+            enabled = await asyncio.to_thread(self.admin.deduplication_enabled, topic)
+        if not enabled:
+            await asyncio.to_thread(self.admin.enable_deduplication, topic)
+        _dedup_checked.add(name)
