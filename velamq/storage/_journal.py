@@ -100,6 +100,7 @@ class JournalGroup:
     replies: list[tuple[asyncio.Future[None], StorageError | None]] = field(default_factory=list)
     end: JournalLocation = field(default_factory=lambda: JournalLocation(0, 0))  # the journal's end after it
     data_bytes: int = 0  # data bytes of `appends`
+    applied: int = 0  # how many of `appends` the write path has put in the write cache (loop side)
 
 
 class Journal:

@@ -10,11 +10,13 @@
                                       (ledger files, indexes,   (drop the half, swap again if due,
                                        checkpoint, trim)         apply parked groups)
 
-Backpressure: a group is applied only while the active half has room. When it is full and the
-other half is still being flushed, groups are parked, in order, until the flush is done; their
-appends stay unresolved meanwhile, so their bytes stay in the publish buffer, which is what makes
-the broker stop reading producers. Memory therefore holds at most the two halves plus the publish
-buffer, however slow the disk.
+Backpressure: a group's appends are applied only while the active half has room (a group may be
+split across the two halves). When the active half is full and the other is still being flushed,
+the rest is parked, in order, until the flush is done; those appends stay unresolved meanwhile, so
+their bytes stay in the publish buffer, which is what makes the broker stop reading producers.
+Memory therefore holds at most the two halves (each overshooting by at most one entry) plus the
+publish buffer, however slow the disk. The checkpoint a half carries is the end of the last group
+it holds completely, so a group split across halves is replayed whole after a crash, never half.
 
 If a flush fails the storage stops accepting appends (`failure`); what it could not flush is still
 in the journal and comes back on the next start.
@@ -78,12 +80,22 @@ class WritePath:
 
     def on_group(self, group: JournalGroup) -> None:
         """Called on the loop with each group the journal thread committed."""
-        if self._parked or not self._make_room():
-            self._parked.append(group)
-            self._parked_bytes += group.data_bytes
+        self._parked.append(group)
+        self._parked_bytes += group.data_bytes
+        self._drain()
+        if self._parked and self._parked[-1] is group:
             self.parked_groups_total += 1
-            return
-        self._apply(group)
+
+    def _drain(self) -> None:
+        """Apply parked groups, in order, as far as the write cache has room."""
+        while self._parked:
+            group = self._parked[0]
+            while group.applied < len(group.appends):
+                if not self._make_room():
+                    return
+                self._apply_appends(group)
+            self._parked.popleft()
+            self._finish(group)
 
     def _make_room(self) -> bool:
         cache = self.write_cache
@@ -94,16 +106,25 @@ class WritePath:
             return True
         return False
 
-    def _apply(self, group: JournalGroup) -> None:
+    def _apply_appends(self, group: JournalGroup) -> None:
+        """Apply the group's next appends until the active half is full (a group may span halves)."""
         cache = self.write_cache
+        active = cache.active
+        half_bytes_max = cache.half_bytes_max
         tail = self._tail
         release = self._publish.release
+        appends = group.appends
+        start = end = group.applied
         durable: dict[LedgerHandle, list[int]] = {}  # handle -> [last entry id, count, record bytes]
         skipped_inactive = 0
-        for op in group.appends:
+        data_bytes = 0
+        while end < len(appends) and active.size_bytes < half_bytes_max:
+            op = appends[end]
+            end += 1
             handle = op.handle
             entry_id = op.entry_id
             data = op.data
+            data_bytes += len(data)
             if not cache.add(handle, entry_id, data, op.crc):
                 log.error("write cache: %s entry %d does not follow its run; not cached", handle.path, entry_id)
             run = durable.get(handle)
@@ -117,15 +138,22 @@ class WritePath:
                 tail.put(Position(handle.ledger_id, entry_id), data)
             else:
                 skipped_inactive += 1
+        group.applied = end
+        self._parked_bytes -= data_bytes
         self._counters.tail_cache_skipped_inactive_total += skipped_inactive
-        cache.active.journal_end = group.end
         cache.note_bytes()
         for handle, (last, count, size) in durable.items():
             handle.owner.on_durable(handle.ledger_id, last, count, size)
-        for op in group.appends:
+        for i in range(start, end):
+            op = appends[i]
             release(len(op.data))
             if not op.future.done():
                 op.future.set_result(Position(op.handle.ledger_id, op.entry_id))
+
+    def _finish(self, group: JournalGroup) -> None:
+        """Once all its appends are applied: the checkpoint may pass the group; failures and replies."""
+        self.write_cache.active.journal_end = group.end
+        release = self._publish.release
         for op, error in group.failed:
             release(len(op.data))
             op.handle.owner.on_write_failed(op.handle.ledger_id, error)
@@ -138,6 +166,7 @@ class WritePath:
                 future.set_result(None)
             else:
                 future.set_exception(reply_error)
+        cache = self.write_cache
         if not cache.has_room and cache.flushing is None and self.failure is None:
             self._swap()
 
@@ -173,17 +202,15 @@ class WritePath:
         active = cache.active
         if (active.entries or active.seals) and (not cache.has_room or self._swap_requested):
             self._swap()
-        while self._parked and self._make_room():
-            group = self._parked.popleft()
-            self._parked_bytes -= group.data_bytes
-            self._apply(group)
+        self._drain()
 
     def _fail_parked(self, error: StorageError) -> None:
         while self._parked:
             group = self._parked.popleft()
-            group.failed = [(op, error) for op in group.appends] + group.failed
-            group.appends = []
-            self._apply(group)
+            unapplied = group.appends[group.applied :]
+            group.appends = group.appends[: group.applied]
+            group.failed = [(op, error) for op in unapplied] + group.failed
+            self._finish(group)
         self._parked_bytes = 0
 
     async def flush(self) -> None:
@@ -212,10 +239,7 @@ class WritePath:
         while self.failure is None and (
             self._parked or cache.flushing is not None or cache.active.entries or cache.active.seals
         ):
-            while self._parked and self._make_room():
-                group = self._parked.popleft()
-                self._parked_bytes -= group.data_bytes
-                self._apply(group)
+            self._drain()
             await self.flush()
 
     # -- the age trigger -----------------------------------------------------------------------

@@ -7,9 +7,12 @@ from pathlib import Path
 
 from _storage_testing import payload, read_everything, run, started
 
-from velamq.cli._storage_check import check_storage, main, run_storage_check
 from velamq.metadata import MetadataStore
 from velamq.storage._journal_file import segment_name
+
+# The checker is imported inside the tests, not here: the admin CLI tests replace the module in
+# sys.modules, which only works while nothing has imported it yet (pytest imports every test
+# module at collection).
 
 NS = "persistent://public/default/"
 
@@ -31,11 +34,15 @@ async def build(data_dir: Path) -> None:
 
 
 def kinds(data_dir: Path) -> list[tuple[str, str]]:
+    from velamq.cli._storage_check import check_storage
+
     report = check_storage(data_dir)
     return sorted((f.kind, f.path.name if f.path else f.detail.split(": ")[0]) for f in report.findings)
 
 
 def test_finds_reports_and_deletes_orphans(tmp_path: Path) -> None:
+    from velamq.cli._storage_check import main, run_storage_check
+
     run(build(tmp_path))
     ledgers = tmp_path / "ledgers"
     live_dir = ledgers / "persistent%3A%2F%2Fpublic%2Fdefault%2Flive"
@@ -81,6 +88,8 @@ def test_finds_reports_and_deletes_orphans(tmp_path: Path) -> None:
 
 
 def test_refuses_to_delete_while_a_broker_holds_the_directory(tmp_path: Path) -> None:
+    from velamq.cli._storage_check import run_storage_check
+
     run(build(tmp_path))
 
     async def main_() -> None:
@@ -97,6 +106,8 @@ def test_refuses_to_delete_while_a_broker_holds_the_directory(tmp_path: Path) ->
 
 
 def test_without_a_metadata_store_no_ledger_counts_as_orphaned(tmp_path: Path) -> None:
+    from velamq.cli._storage_check import main, run_storage_check
+
     async def main_() -> None:
         async with started(tmp_path) as storage:
             await (await storage.open_ledger(NS + "t")).append(b"x")
