@@ -543,13 +543,23 @@ def part_d(base: Path, seconds: float) -> str:
         directory.mkdir()
         mb_s, group_bytes = asyncio.run(journal_alone(directory, size, in_flight, seconds))
         block = max(4096, int(group_bytes))
-        raw = raw_sequential(base / f"raw-{size}", block, seconds)
-        rows.append([size, in_flight, block // 1024, mb_s, raw, f"{mb_s / raw:.0%}"])
+        # Shared disks vary from second to second: the raw figure is the best of one run before
+        # and one after the journal's (the journal row itself runs between them).
+        raw_before = raw_sequential(base / f"raw-{size}", block, seconds)
+        mb_s, group_bytes = asyncio.run(journal_alone(directory, size, in_flight, seconds))
+        raw_after = raw_sequential(base / f"raw-{size}", block, seconds)
+        raw = max(raw_before, raw_after)
+        raws = f"{raw_before:,.0f} / {raw_after:,.0f}"
+        rows.append([size, in_flight, block // 1024, mb_s, raws, f"{mb_s / raw:.0%}"])
         shutil.rmtree(directory)
     return (
         f"d) the journal alone (fsync per group) against write + fdatasync of blocks the size of its groups, "
         f"{seconds:.0f} s each\n\n"
-        + table(["entry B", "in flight", "group KiB", "journal MB/s", "raw write+fdatasync MB/s", "journal/raw"], rows)
+        + table(
+            ["entry B", "in flight", "group KiB", "journal MB/s", "raw write+fdatasync MB/s, before / after",
+             "journal / best raw"],
+            rows,
+        )
     )
 
 
@@ -581,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
             ("b", lambda: part_b(base, args.seconds, args.backlog_s)),
             ("c", lambda: part_c(base, args.burst_s)),
         ]
-        for name, step in sorted(steps):
+        for name, step in steps:  # d first: the disk's own figure before the others load it
             if name in parts:
                 print(step(), end="\n\n", flush=True)
     finally:
