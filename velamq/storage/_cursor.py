@@ -12,15 +12,20 @@ most the last interval of acknowledgements, which means redeliveries, never a lo
 
 Cursor file `cursors/<encoded name>.json` (UTF-8 JSON, replaced atomically):
 
-    {"format": 1,
+    {"format": 2,
      "name": "<cursor name>",
      "mark_delete": [ledger_id, entry_id],
      "individually_acked": [[ledger_id, first_entry_id, last_entry_id], ...],   # RangeSet.to_json
+     "individually_acked_bitmaps": [[ledger_id, first_entry_id, "<base64>"], ...],
      "batch_ack_sets": [[ledger_id, entry_id, [long, ...]], ...]}
+
+Ledgers whose acks are scattered go to "individually_acked_bitmaps" (see _range_set's compact
+form), the rest stay ranges. Format 1 (no bitmaps) is still read.
 """
 
 from __future__ import annotations
 
+import binascii
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -28,9 +33,10 @@ from typing import Any, Protocol
 
 from velamq._errors import StorageError
 from velamq.storage._position import Position
-from velamq.storage._range_set import RangeSet
+from velamq.storage._range_set import RangeSet, join_compact, split_compact
 
-CURSOR_FORMAT = 1
+CURSOR_FORMAT = 2
+_READABLE_FORMATS = (1, 2)
 
 
 class CursorOwner(Protocol):
@@ -62,11 +68,13 @@ class CursorState:
     batch_ack_sets: list[tuple[Position, list[int]]]
 
     def to_json_bytes(self) -> bytes:
+        ranges, bitmaps = split_compact(self.individually_acked)
         doc = {
             "format": CURSOR_FORMAT,
             "name": self.name,
             "mark_delete": list(self.mark_delete),
-            "individually_acked": self.individually_acked,
+            "individually_acked": ranges,
+            "individually_acked_bitmaps": bitmaps,
             "batch_ack_sets": [[p.ledger_id, p.entry_id, bits] for p, bits in self.batch_ack_sets],
         }
         return json.dumps(doc, separators=(",", ":")).encode("utf-8")
@@ -75,17 +83,18 @@ class CursorState:
     def from_json_bytes(cls, raw: bytes, where: str) -> CursorState:
         try:
             doc: Any = json.loads(raw)
-            if doc.get("format") != CURSOR_FORMAT:
+            if doc.get("format") not in _READABLE_FORMATS:
                 raise ValueError(f"unknown format {doc.get('format')!r}")
             name = doc["name"]
             ledger_id, entry_id = doc["mark_delete"]
-            acked = doc["individually_acked"]
-            RangeSet.from_json(acked)  # validate now rather than when the cursor is built
+            acked = RangeSet.from_json(
+                join_compact(doc["individually_acked"], doc.get("individually_acked_bitmaps", []))
+            ).to_json()  # validated now rather than when the cursor is built
             batch = [(Position(int(x[0]), int(x[1])), [int(w) for w in x[2]]) for x in doc["batch_ack_sets"]]
             if not isinstance(name, str):
                 raise ValueError("name is not a string")
             return cls(name, Position(int(ledger_id), int(entry_id)), acked, batch)
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, binascii.Error) as exc:
             raise StorageError(f"cursor file {where} is not valid: {exc}") from exc
 
 

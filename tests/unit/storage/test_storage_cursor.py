@@ -215,3 +215,44 @@ def test_a_cursor_ahead_of_a_log_that_lost_its_tail_is_pulled_back(tmp_path: Pat
             assert c.backlog == 1 and not c.is_acked(p[2])
 
     run(after())
+
+
+def test_a_cursor_file_with_thousands_of_scattered_acks_stays_small(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with started(tmp_path, cursor_persist_interval_s=60) as storage:
+            ml = await storage.open_ledger(TOPIC)
+            p = await filled(ml, 4001)
+            c = await ml.open_cursor("sub", "earliest")
+            c.ack(p[1::2])  # 2000 acks, every other entry: 2000 holes
+            assert c.individually_acked.range_count() == 2000
+        (path,) = (tmp_path / "ledgers").glob("*/cursors/sub.json")
+        assert path.stat().st_size < 1000
+        async with started(tmp_path) as storage:
+            c = (await storage.open_ledger(TOPIC)).cursors["sub"]
+            assert c.individually_acked.range_count() == 2000 and c.backlog == 2001
+
+    run(main())
+
+
+def test_format_1_cursor_files_are_still_read(tmp_path: Path) -> None:
+    async def main() -> list[Position]:
+        async with started(tmp_path) as storage:
+            ml = await storage.open_ledger(TOPIC)
+            p = await filled(ml, 5)
+            await ml.open_cursor("sub", "earliest")
+            return p
+
+    p = run(main())
+    (path,) = (tmp_path / "ledgers").glob("*/cursors/sub.json")
+    ledger = p[0].ledger_id
+    path.write_text(json.dumps({
+        "format": 1, "name": "sub", "mark_delete": [ledger, 0],
+        "individually_acked": [[ledger, 2, 3]], "batch_ack_sets": [],
+    }))
+
+    async def check() -> None:
+        async with started(tmp_path) as storage:
+            c = (await storage.open_ledger(TOPIC)).cursors["sub"]
+            assert c.mark_delete_position == p[0] and c.individually_acked.ranges() == [(p[2], p[3])]
+
+    run(check())

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from velamq.storage import Position, RangeSet
+from velamq.storage._range_set import join_compact, split_compact
 
 LEDGERS = st.integers(min_value=1, max_value=4)
 ENTRIES = st.integers(min_value=-1, max_value=40)
@@ -127,3 +128,29 @@ def test_rejects_bad_ranges() -> None:
     with pytest.raises(ValueError):
         RangeSet.from_json([[1, 2]])
     assert "x" not in rs
+
+
+@given(st.lists(positions, max_size=300))
+@settings(max_examples=200, deadline=None)
+def test_compact_form_round_trips(items: list[Position]) -> None:
+    rs = RangeSet()
+    for p in items:
+        rs.add(p)
+    ranges, bitmaps = split_compact(rs.to_json())
+    doc = json.loads(json.dumps([ranges, bitmaps]))
+    assert RangeSet.from_json(join_compact(doc[0], doc[1])) == rs
+
+
+def test_scattered_acks_take_a_few_hundred_bytes() -> None:
+    """BR-2: thousands of scattered acks (every other entry of 4000) persist compactly."""
+    rs = RangeSet()
+    for e in range(0, 4000, 2):
+        rs.add(Position(7, e))
+    rs.add_range(Position(8, 0), Position(8, 999))  # a plain run stays a range
+    ranges, bitmaps = split_compact(rs.to_json())
+    assert ranges == [[8, 0, 999]] and len(bitmaps) == 1
+    encoded = json.dumps([ranges, bitmaps], separators=(",", ":"))
+    assert len(rs.to_json()) == 2001 and len(encoded) < 700
+    assert RangeSet.from_json(join_compact(ranges, bitmaps)) == rs
+    with pytest.raises(ValueError):
+        join_compact([], [[7, 0]])
