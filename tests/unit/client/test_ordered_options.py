@@ -1,0 +1,71 @@
+"""OrderedConsumer options: what it refuses, and how it tells async handlers from plain ones."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from typing import Any
+
+import pytest
+
+from velamq.client import AsyncClient, ConsumerConfig, DeadLetterPolicy, InvalidConfigurationError, OrderedConsumer
+from velamq.client._ordered_consumer import is_async_handler
+
+
+async def handler(message: Any) -> None:
+    return None
+
+
+def plain(message: Any) -> None:
+    return None
+
+
+class AsyncCallable:
+    async def __call__(self, message: Any) -> None:
+        return None
+
+
+def test_async_and_plain_handlers_are_told_apart() -> None:
+    assert is_async_handler(handler) and is_async_handler(AsyncCallable())
+    assert is_async_handler(functools.partial(handler))
+    assert not is_async_handler(plain) and not is_async_handler(functools.partial(plain))
+    assert not is_async_handler(lambda m: None)
+
+
+@pytest.mark.parametrize("options", [
+    {"partition_parallelism": 0},
+    {"max_in_flight": 0},
+    {"ack_mode": "sometimes"},
+    {"unkeyed": "anywhere"},
+    {"subscription_type": "shared"},
+    {"subscription_type": "key_shared"},
+    {"consumer_config": ConsumerConfig(ack_timeout_ms=5000)},
+    {"consumer_config": ConsumerConfig(dead_letter_policy=DeadLetterPolicy(3))},
+    {"max_attempts": 3},  # giving up needs somewhere to put the message
+    {"retry_initial_backoff_ms": 500, "retry_max_backoff_ms": 100},
+])
+def test_refused_options(options: dict[str, Any]) -> None:
+    async def main() -> None:
+        client = AsyncClient("pulsar://127.0.0.1:1")  # never connects: options are checked first
+        with pytest.raises(InvalidConfigurationError):
+            OrderedConsumer(client, "t", "s", handler, **options)
+        await client.close()
+
+    asyncio.run(main())
+
+
+def test_partition_consumers_get_a_small_queue_and_batch_index_acks() -> None:
+    async def main() -> None:
+        client = AsyncClient("pulsar://127.0.0.1:1")
+        consumer = OrderedConsumer(client, "t", "s", handler, max_in_flight=40, consumer_name="me",
+                                   consumer_config=ConsumerConfig(ack_grouping_time_ms=5))
+        c = consumer.consumer_config
+        assert (c.subscription_type, c.receiver_queue_size, c.batch_index_ack_enabled, c.consumer_name,
+                c.ack_grouping_time_ms) == ("failover", 40, True, "me", 5)
+        assert OrderedConsumer(client, "t", "s", handler).consumer_config.receiver_queue_size == 100
+        assert consumer.topic == "persistent://public/default/t"
+        assert consumer.metrics().partitions == ()
+        await consumer.close()  # never started: nothing to do
+        await client.close()
+
+    asyncio.run(main())
