@@ -29,6 +29,8 @@ _KEYS = {
     "maxMessageSize": "max_message_bytes",
     "dataDir": "data_dir",
     "journalSyncPolicy": "sync_policy",
+    "journalSyncIntervalMs": "sync_interval_ms",
+    "memoryBudgetBytes": "memory_bytes",
     "managedLedgerMaxEntriesPerLedger": "ledger_entries_max",
     "managedLedgerMaxSizePerLedgerMbytes": "ledger_megabytes_max",
     "keepAliveIntervalSeconds": "keepalive_interval_s",
@@ -47,7 +49,10 @@ class BrokerConfig:
     advertised_address: str = "localhost"
     cluster_name: str = "standalone"
     max_message_bytes: int = _limits.max_message_bytes_default
-    sync_policy: str = "fsync"
+    sync_policy: str = "fsync"  # fsync | interval | none (see docs/storage.md)
+    sync_interval_ms: int = 100
+    # One memory budget for the broker, split by storage into publish buffer, caches (ME-1).
+    memory_bytes: int = _limits.GIB
     ledger_entries_max: int = _limits.ledger_entries_max
     ledger_megabytes_max: int = _limits.ledger_bytes_max // _limits.MIB
     keepalive_interval_s: float = _limits.keepalive_interval_s

@@ -71,7 +71,9 @@ class BrokerService:
         self.storage = Storage(
             StorageConfig(
                 data_dir=config.data_dir,
-                sync_policy="none" if config.sync_policy == "none" else "fsync",
+                sync_policy=config.sync_policy,  # type: ignore[arg-type]
+                sync_interval_ms=config.sync_interval_ms,
+                memory_bytes=config.memory_bytes,
                 ledger_entries_max=config.ledger_entries_max,
                 ledger_bytes_max=config.ledger_megabytes_max * 1024 * 1024,
             )

@@ -23,8 +23,12 @@ def build_parser() -> argparse.ArgumentParser:
     standalone.add_argument("--bind-address", help="address to listen on (default 0.0.0.0)")
     standalone.add_argument("--advertised-address", help="host name clients are told to connect to (default localhost)")
     standalone.add_argument(
-        "--sync-policy", choices=["fsync", "none"], help="fsync before each receipt (default) or never (unsafe)"
+        "--sync-policy",
+        choices=["fsync", "interval", "none"],
+        help="fsync before each receipt (default), every --sync-interval-ms, or never (unsafe)",
     )
+    standalone.add_argument("--sync-interval-ms", type=int, help="with --sync-policy interval (default 100)")
+    standalone.add_argument("--memory", type=_size, help="memory budget, e.g. 512M or 2G (default 1G)")
     standalone.add_argument("--max-message-size", type=int, help="bytes; told to clients (default 5 MiB)")
     standalone.add_argument("--uvloop", action="store_true", default=None, help="run on uvloop instead of asyncio")
     standalone.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
@@ -37,6 +41,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_tune_parser(commands)
     return parser
+
+
+def _size(text: str) -> int:
+    """Bytes from '512M', '2G', '1048576' (K, M, G, T are powers of 1024)."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    text = text.strip().upper().removesuffix("B")
+    try:
+        if text and text[-1] in units:
+            return int(float(text[:-1]) * units[text[-1]])
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 512M or 2G)") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

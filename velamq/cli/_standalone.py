@@ -25,6 +25,8 @@ def load_config(args: argparse.Namespace) -> BrokerConfig:
         bind_address=args.bind_address,
         advertised_address=args.advertised_address,
         sync_policy=args.sync_policy,
+        sync_interval_ms=args.sync_interval_ms,
+        memory_bytes=args.memory,
         max_message_bytes=args.max_message_size,
         use_uvloop=args.uvloop,
     )
