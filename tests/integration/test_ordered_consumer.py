@@ -331,3 +331,40 @@ def test_a_killed_consumer_loses_nothing_and_redelivers_only_after_the_acked_pre
         for _, key, seq in rows:
             by_key[key].append(seq)
         assert_in_order(by_key)
+
+
+def test_a_broker_restart_redelivers_in_flight_messages_which_are_not_run_twice(fresh_broker: BrokerProcess,
+                                                                                topic: str) -> None:
+    keys = [f"k{i % 10}" for i in range(400)]
+
+    async def body(client: AsyncClient) -> None:
+        await produce(client, topic, keys)
+        done: dict[str, list[int]] = defaultdict(list)
+        gate = asyncio.Event()
+        gate.set()
+
+        async def handle(message: Message) -> None:
+            await gate.wait()  # closed across the restart, so the window is full when the broker returns
+            await asyncio.sleep(0.002)
+            key, seq = json.loads(message.value)
+            done[key].append(seq)
+
+        async with OrderedConsumer(client, topic, "s", handle, partition_parallelism=4, max_in_flight=50,
+                                   initial_position="earliest") as consumer:
+            await eventually(lambda: consumer.metrics().completed >= 100, "100 messages")
+            gate.clear()
+            await eventually(lambda: consumer.metrics().in_flight == 50, "a full window")
+            await asyncio.to_thread(fresh_broker.stop)
+            await asyncio.to_thread(fresh_broker.start)
+            await eventually(lambda: consumer.consumers[0].is_connected(), "the consumer reconnected")
+            gate.set()
+            await eventually(lambda: consumer.metrics().acknowledged == len(keys), "every message acknowledged")
+            m = consumer.metrics().partitions[0]
+        assert_in_order(done)
+        # Every message ran exactly once: the broker sent the window's messages again after the
+        # restart, and they were skipped.
+        assert sorted((k, s) for k, seqs in done.items() for s in seqs) == sorted(
+            (f"k{k}", s) for k in range(10) for s in range(40))
+        assert m.redeliveries_skipped > 0 and m.error is None
+
+    run(fresh_broker, body)
