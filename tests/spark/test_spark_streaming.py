@@ -188,6 +188,15 @@ def test_writer_skips_rows_an_earlier_attempt_stored(broker: BrokerProcess) -> N
     assert values == [payload(i) for i in range(1000)]
 
 
+def test_example_pipeline(spark: Any, broker: BrokerProcess, tmp_path: Path) -> None:
+    """examples/pipeline (SP-6): events -> windowed totals -> a topic and parquet, checked by the example."""
+    sys.path.insert(0, str(HERE.parent.parent / "examples" / "pipeline"))
+    from run_pipeline import run_pipeline
+
+    summary = run_pipeline(spark, broker.service_url, broker.admin_url, str(tmp_path), events=3000)
+    assert summary.windows == 25 and len(summary.topic_rows) == 25 and len(summary.parquet_rows) == 25
+
+
 async def _read_all(service_url: str, topic: str) -> list[Message]:
     """Every message of the topic, read until none is left."""
     async with AsyncClient(service_url) as client:

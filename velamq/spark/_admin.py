@@ -192,6 +192,11 @@ class AdminClient:
     def enable_deduplication(self, topic: Topic) -> None:
         self.request("POST", f"/admin/v2/{topic.rest_path}/deduplicationEnabled", True)
 
+    def namespace_deduplication(self, topic: Topic) -> bool:
+        """The namespace's setting, for brokers where topic-level policies are disabled."""
+        answer = self.request("GET", f"/admin/v2/namespaces/{topic.tenant}/{topic.namespace}/deduplication")
+        return answer is True
+
 
 def _reason(exc: urllib.error.HTTPError) -> str:
     try:

@@ -18,7 +18,8 @@ lower-cased keys, so they match in any case; errors print the documented spellin
     includeProperties      yes    yes     -       true | false (default true): the properties column
     subscriptionName       -      yes     -       the durable cursor commit() moves (default generated
                                                   once per query and kept in its offsets)
-    checkpointLocation     Spark's own, passed through for streaming writes
+    checkpointLocation     Spark's own, which it passes to a streaming sink; accepted there
+    queryName              (same)
 
 Per-partition JSON, for startingOffsets and endingOffsets, names partitions (or non-partitioned
 topics) by full or short name; a value is "earliest", "latest", {"ledgerId": L, "entryId": E
@@ -52,11 +53,14 @@ FAIL_ON_DATA_LOSS = "failOnDataLoss"
 INCLUDE_PROPERTIES = "includeProperties"
 SUBSCRIPTION_NAME = "subscriptionName"
 CHECKPOINT_LOCATION = "checkpointLocation"
+QUERY_NAME = "queryName"
+# Spark's own options, which it hands to a streaming sink with the user's.
+_SPARK_OWN = {CHECKPOINT_LOCATION, QUERY_NAME}
 
 _READ = {SERVICE_URL, ADMIN_URL, TOPIC, TOPICS, TOPICS_PATTERN, STARTING_OFFSETS, ENDING_OFFSETS, STARTING_TIME,
          FAIL_ON_DATA_LOSS, INCLUDE_PROPERTIES}
 _STREAM_READ = (_READ - {ENDING_OFFSETS}) | {MAX_ENTRIES_PER_TRIGGER, SUBSCRIPTION_NAME}
-_WRITE = {SERVICE_URL, ADMIN_URL, TOPIC, CHECKPOINT_LOCATION}
+_WRITE = {SERVICE_URL, ADMIN_URL, TOPIC} | _SPARK_OWN
 ALL_OPTIONS = _READ | _STREAM_READ | _WRITE
 _BY_LOWER = {name.lower(): name for name in ALL_OPTIONS}
 
@@ -103,9 +107,11 @@ def canonical(options: Mapping[str, str]) -> dict[str, str]:
     result: dict[str, str] = {}
     for key, value in options.items():
         name = _BY_LOWER.get(key.lower())
+        if key.lower() == "path":
+            raise VelamqOptionError("the velamq data source takes no path: name the topic with the 'topic' option")
         if name is None:
             raise VelamqOptionError(f"unknown option {key!r} for the velamq data source; known options: "
-                                    f"{', '.join(sorted(ALL_OPTIONS - {CHECKPOINT_LOCATION}))}")
+                                    f"{', '.join(sorted(ALL_OPTIONS - _SPARK_OWN))}")
         result[name] = value
     return result
 

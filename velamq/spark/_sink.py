@@ -33,7 +33,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import WriterCommitMessage
 
 from velamq.client import AsyncClient, Producer, ProducerBusyError, boost_hash, sign_safe_mod
-from velamq.spark._admin import AdminClient, Topic
+from velamq.spark._admin import AdminClient, AdminError, Topic
 from velamq.spark._options import SinkOptions
 from velamq.spark._schema import sink_rows
 
@@ -159,12 +159,22 @@ class _Writer:
         if name in _dedup_checked:
             return
         topic = Topic.parse(name)
-        enabled = await asyncio.to_thread(self.admin.deduplication_enabled, topic)
-        if enabled is None:
-            # The topic does not exist yet: create it as a producer would (the broker's auto-creation
-            # decides partitioned or not), then switch deduplication on before any message.
-            await (await client.create_producer(name)).close()
+        try:
             enabled = await asyncio.to_thread(self.admin.deduplication_enabled, topic)
-        if not enabled:
-            await asyncio.to_thread(self.admin.enable_deduplication, topic)
+            if enabled is None:
+                # The topic does not exist yet: create it as a producer would (the broker's
+                # auto-creation decides partitioned or not), then switch deduplication on before
+                # any message.
+                await (await client.create_producer(name)).close()
+                enabled = await asyncio.to_thread(self.admin.deduplication_enabled, topic)
+            if not enabled:
+                await asyncio.to_thread(self.admin.enable_deduplication, topic)
+        except AdminError as exc:
+            # A Pulsar broker with topic-level policies disabled: the namespace's setting must do.
+            if exc.status in (0, 401, 403) or not await asyncio.to_thread(self.admin.namespace_deduplication, topic):
+                raise RuntimeError(
+                    f"cannot switch deduplication on for {name} ({exc}); without it a replayed micro-batch "
+                    f"could duplicate messages. Enable it for the topic or its namespace "
+                    f"(pulsar-admin namespaces set-deduplication {topic.tenant}/{topic.namespace} --enable)"
+                ) from exc
         _dedup_checked.add(name)
