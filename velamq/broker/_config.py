@@ -57,9 +57,6 @@ class BrokerConfig:
     ledger_megabytes_max: int = _limits.ledger_bytes_max // _limits.MIB
     keepalive_interval_s: float = _limits.keepalive_interval_s
     allow_auto_topic_creation: bool = True
-    # Bytes received from one connection but not yet durable; above it the broker stops reading
-    # from that connection until writes drain (producers see backpressure, never an OOM).
-    connection_pending_publish_bytes_max: int = 64 * _limits.MIB
     use_uvloop: bool = False
     # How often TTL, backlog quota, retention, ack-hole redelivery and rates are checked.
     policy_check_interval_s: float = 5.0

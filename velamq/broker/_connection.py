@@ -74,7 +74,6 @@ class ServerConnection(asyncio.Protocol):
         self._producers: dict[int, Producer] = {}
         self._consumers: dict[int, Consumer] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._pending_publish_bytes = 0
         self._reading_paused = False
         self._received_since_ping = True
         self._ping_outstanding = False
@@ -139,6 +138,7 @@ class ServerConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.state = State.CLOSED
+        self.service.storage.publish_buffer.cancel(self._resume_reading)
         if self._keepalive is not None:
             self._keepalive.cancel()
         for producer in list(self._producers.values()):
@@ -444,27 +444,24 @@ class ServerConnection(asyncio.Protocol):
             send.highest_sequence_id,
             dedup_checked,
         )
-        self._pending_publish_bytes += len(entry)
-        if (
-            not self._reading_paused
-            and self._pending_publish_bytes > self.service.config.connection_pending_publish_bytes_max
-            and self._transport is not None
-        ):
+        # ME-2: above the broker-wide publish buffer (bytes received, not yet durable), stop reading
+        # from this producer's socket until storage has drained; producers see backpressure.
+        buffer = self.service.storage.publish_buffer
+        if buffer.full and not self._reading_paused and self._transport is not None:
             self._reading_paused = True
             self._transport.pause_reading()
+            buffer.on_room(self._resume_reading)
         highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else None
-        future.add_done_callback(partial(self._receipt, producer, send.sequence_id, highest, len(entry)))
+        future.add_done_callback(partial(self._receipt, producer, send.sequence_id, highest))
+
+    def _resume_reading(self) -> None:
+        self._reading_paused = False
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.resume_reading()
 
     def _receipt(
-        self, producer: Producer, sequence_id: int, highest: int | None, size: int, future: asyncio.Future[Position]
+        self, producer: Producer, sequence_id: int, highest: int | None, future: asyncio.Future[Position]
     ) -> None:
-        self._pending_publish_bytes -= size
-        if self._reading_paused and self._pending_publish_bytes <= (
-            self.service.config.connection_pending_publish_bytes_max // 2
-        ):
-            self._reading_paused = False
-            if self._transport is not None and not self._transport.is_closing():
-                self._transport.resume_reading()
         if self.state is State.CLOSED:
             return
         if future.cancelled() or future.exception() is not None:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from admin_harness import Admin
 
+import velamq.cli
 from velamq.cli._admin_http import parse_size_bytes, parse_time_s, render
 from velamq.cli._admin_policies import parse_duration_ms, topic_path
 from velamq.cli._main import main
@@ -198,6 +199,8 @@ def test_topic_policies(admin: Admin, capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_storage_check_hook(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[list[str]] = []
+    # `from velamq.cli import _storage_check` finds a package attribute before sys.modules.
+    monkeypatch.delattr(velamq.cli, "_storage_check", raising=False)
     module = types.ModuleType("velamq.cli._storage_check")
     module.main = lambda argv: seen.append(argv) or 3  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "velamq.cli._storage_check", module)
@@ -206,6 +209,7 @@ def test_storage_check_hook(capsys: pytest.CaptureFixture[str], monkeypatch: pyt
 
 
 def test_storage_check_missing_module(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(velamq.cli, "_storage_check", raising=False)
     monkeypatch.setitem(sys.modules, "velamq.cli._storage_check", None)  # import fails
     assert main(["admin", "storage", "check"]) == 1
     assert "not available" in capsys.readouterr().err
