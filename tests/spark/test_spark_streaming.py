@@ -133,6 +133,23 @@ def test_stream_resumes_exactly_once_after_the_driver_is_killed(spark: Any, brok
     _assert_exactly_once(_output_values(spark, out), range(5500))
 
 
+def test_stream_waits_for_a_topic_created_later_as_partitioned(spark: Any, broker: BrokerProcess,
+                                                               tmp_path: Path) -> None:
+    topic = _name("later")
+    checkpoint, out = str(tmp_path / "ck"), tmp_path / "out"
+    query = start_copy_query(spark, broker.service_url, broker.admin_url, topic, checkpoint, str(out))
+    try:
+        _wait_for(lambda: query.lastProgress is not None, "a trigger on a topic that does not exist")
+        time.sleep(1)  # a few more triggers
+        create_partitioned(broker.admin_url, topic, 2)
+        produce(broker.service_url, topic, range(200))
+        _wait_for(lambda: sum(p["numInputRows"] for p in query.recentProgress) >= 200, "the new topic's messages")
+    finally:
+        query.stop()
+    assert query.exception() is None
+    _assert_exactly_once(_output_values(spark, out), range(200))
+
+
 def test_streaming_sink_replayed_batch_adds_no_duplicates(spark: Any, broker: BrokerProcess, tmp_path: Path) -> None:
     source, sink = _name("replay-in"), _name("replay-out")
     create_partitioned(broker.admin_url, source, 2)

@@ -126,7 +126,9 @@ class AdminClient:
         names: set[Topic] = set()
         for path in (base, f"{base}/partitioned"):
             for name in self.request("GET", path) or []:
-                names.add(Topic.parse(name).parent)
+                topic = Topic.parse(name).parent
+                if not topic.local.startswith("__"):  # Pulsar's system topics (__change_events ...)
+                    names.add(topic)
         return sorted(names, key=str)
 
     def last_message_id(self, partition: Topic) -> Position | None:

@@ -84,7 +84,11 @@ class VelamqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self._target is not None:
                 last = min(last, self._target.get(name, before))
             ends[name] = max(before, last)
-        gone = sorted(set(offset.positions) - set(latest))
+        # A partition that is no longer listed. Never read and empty (a topic that did not exist
+        # yet, then created partitioned): nothing to lose. Otherwise its data is gone.
+        gone = sorted(name for name, pos in offset.positions.items() if name not in latest and not pos.is_earliest)
+        for name in set(offset.positions) - set(latest) - set(gone):
+            del ends[name]
         if gone:
             message = f"partitions {gone} are no longer part of the topics read (deleted?)"
             if self.options.fail_on_data_loss:

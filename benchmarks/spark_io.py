@@ -1,0 +1,218 @@
+"""How fast does the `velamq` Spark data source move rows, next to Spark's own sources? (SP-1)
+
+One run, one local SparkSession, the same N messages of --size bytes in a --partitions topic:
+
+    velamq batch read        spark.read.format("velamq") ... -> write.format("noop")
+    velamq streaming read    readStream.format("velamq"), Trigger.AvailableNow -> writeStream noop
+    velamq sink write        a DataFrame of the same N rows (key, value) -> write.format("velamq")
+    rate -> noop             Spark's `rate` source (rowsPerSecond far above what it can do) -> noop,
+                             until N rows went through: Spark's own streaming floor
+    parquet read             the same messages written once to Parquet, read -> noop: Spark's own
+                             batch floor
+
+Producing the N messages (velamq's async client, batched) is timed too, for context. Each Spark
+case is timed from the action to its end; rows/s = N / seconds, MB/s counts payload bytes only.
+
+    .venv/bin/python benchmarks/spark_io.py                    # starts its own broker, 1 000 000 messages
+    .venv/bin/python benchmarks/spark_io.py --messages 200000
+    .venv/bin/python benchmarks/spark_io.py --service-url pulsar://127.0.0.1:6650 --admin-url http://127.0.0.1:8080
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from velamq.client import AsyncClient
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    case: str
+    rows: int
+    seconds: float
+    payload_bytes: int
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.seconds if self.seconds > 0 else float("inf")
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.payload_bytes / 1e6 / self.seconds if self.seconds > 0 else float("inf")
+
+
+def timed(case: str, rows: int, size: int, action: Callable[[], Any]) -> Row:
+    start = time.perf_counter()
+    action()
+    row = Row(case, rows, time.perf_counter() - start, rows * size)
+    print(f"  {case}: {row.seconds:.1f} s, {row.rows_per_s:,.0f} rows/s", flush=True)
+    return row
+
+
+def produce(service_url: str, topic: str, n: int, size: int) -> None:
+    async def run() -> None:
+        async with AsyncClient(service_url) as client:
+            producer = await client.create_producer(
+                topic, batching_enabled=True, batching_max_messages=1000, batching_max_publish_delay_ms=10,
+                block_if_queue_full=True, max_pending_messages=5000, max_pending_messages_across_partitions=20000)
+            body = os.urandom(size - 8)
+            pending = []
+            for i in range(n):
+                pending.append(await producer.send_async(b"%08d" % i + body, key=f"k{i % 10_000}"))
+                if len(pending) >= 20_000:
+                    await asyncio.gather(*pending)
+                    pending.clear()
+            await asyncio.gather(*pending)
+
+    asyncio.run(run())
+
+
+def create_partitioned(admin_url: str, topic: str, partitions: int) -> None:
+    request = urllib.request.Request(f"{admin_url}/admin/v2/persistent/public/default/{topic}/partitions",
+                                     data=json.dumps(partitions).encode(), method="PUT",
+                                     headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(request, timeout=30).read()
+
+
+def rate_to_noop(spark: Any, n: int, checkpoint: str) -> None:
+    query = (spark.readStream.format("rate").option("rowsPerSecond", str(max(n, 5_000_000)))
+             .option("numPartitions", "2").load()
+             .writeStream.format("noop").option("checkpointLocation", checkpoint)
+             .trigger(processingTime="0 seconds").start())
+    try:
+        while sum(p["numInputRows"] for p in query.recentProgress) < n:
+            if query.exception() is not None:
+                raise RuntimeError(str(query.exception()))
+            time.sleep(0.05)
+    finally:
+        query.stop()
+
+
+def run_cases(spark: Any, service_url: str, admin_url: str, n: int, size: int, partitions: int,
+              workdir: str) -> list[Row]:
+    source, sink = f"spark-io-{uuid.uuid4().hex[:8]}", f"spark-io-out-{uuid.uuid4().hex[:8]}"
+    create_partitioned(admin_url, source, partitions)
+    create_partitioned(admin_url, sink, partitions)
+    urls = {"service.url": service_url, "admin.url": admin_url}
+    rows = [timed("produce (velamq client, no Spark)", n, size, lambda: produce(service_url, source, n, size))]
+
+    def velamq_df() -> Any:
+        return spark.read.format("velamq").options(**urls, topic=source).load()
+
+    count = velamq_df().count()  # warm-up (Python workers, JIT) and a check
+    if count != n:
+        raise RuntimeError(f"read {count} rows of {n}")
+    rows.append(timed("velamq batch read -> noop", n, size,
+                      lambda: velamq_df().write.format("noop").mode("overwrite").save()))
+
+    def stream() -> None:
+        query = (spark.readStream.format("velamq").options(**urls, topic=source, startingOffsets="earliest").load()
+                 .writeStream.format("noop").option("checkpointLocation", f"{workdir}/ck-stream")
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+        done = sum(p["numInputRows"] for p in query.recentProgress)
+        if done != n:
+            raise RuntimeError(f"the streaming read saw {done} rows of {n}")
+
+    rows.append(timed("velamq streaming read -> noop", n, size, stream))
+
+    parquet = f"{workdir}/messages.parquet"
+    velamq_df().select("key", "value", "topic", "partition", "messageId", "publishTime", "eventTime") \
+        .write.mode("overwrite").parquet(parquet)
+    rows.append(timed("velamq sink write (key, value)", n, size, lambda: spark.read.parquet(parquet)
+                      .select("key", "value").write.format("velamq").options(**urls, topic=sink)
+                      .mode("append").save()))
+    written = spark.read.format("velamq").options(**urls, topic=sink).load().count()
+    if written != n:
+        raise RuntimeError(f"the sink wrote {written} messages of {n}")
+    rows.append(timed("rate -> noop (Spark)", n, 0, lambda: rate_to_noop(spark, n, f"{workdir}/ck-rate")))
+    rows.append(timed("parquet read -> noop (Spark)", n, size,
+                      lambda: spark.read.parquet(parquet).write.format("noop").mode("overwrite").save()))
+    return rows
+
+
+def table(rows: list[Row]) -> str:
+    parquet = next((r for r in rows if r.case.startswith("parquet")), None)
+    lines = [f"| {'case':34} | {'rows':>9} | {'seconds':>7} | {'rows/s':>9} | {'MB/s':>6} | {'/ parquet':>9} |",
+             f"|{'-' * 36}|{'-' * 11}|{'-' * 9}|{'-' * 11}|{'-' * 8}|{'-' * 11}|"]
+    for r in rows:
+        ratio = f"{r.rows_per_s / parquet.rows_per_s:.2f}x" if parquet else ""
+        mb = f"{r.mb_per_s:6.2f}" if r.payload_bytes else "     -"
+        lines.append(f"| {r.case:34} | {r.rows:9,} | {r.seconds:7.2f} | {r.rows_per_s:9,.0f} | {mb} | {ratio:>9} |")
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    import pyspark
+
+    cores = os.cpu_count()
+    memory = ""
+    with contextlib.suppress(OSError), open("/proc/meminfo") as f:
+        memory = f"{int(f.readline().split()[1]) / 2**20:.1f} GiB RAM, "
+    return (f"{cores} cores, {memory}{platform.system()} {platform.release()}, Python {platform.python_version()}, "
+            f"PySpark {pyspark.__version__}, local[2]")
+
+
+@contextlib.contextmanager
+def broker(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
+    if args.service_url:
+        yield args.service_url, args.admin_url
+        return
+    from velamq.testing import run_broker
+
+    with run_broker(extra_args=shlex.split(args.broker_args)) as b:
+        yield b.service_url, b.admin_url
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--size", type=int, default=100, help="payload bytes (>= 8)")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--service-url")
+    parser.add_argument("--admin-url", default="http://127.0.0.1:8080")
+    parser.add_argument("--broker-args", default="", help="extra `velamq standalone` arguments")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    workdir = tempfile.mkdtemp(prefix="spark-io-")
+    try:
+        with broker(args) as (service_url, admin_url):
+            spark = (SparkSession.builder.master("local[2]").appName("spark-io")
+                     .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                     .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+            # Stopping the rate query cancels its tasks, which Spark logs as errors: failures raise anyway.
+            spark.sparkContext.setLogLevel("OFF")
+            try:
+                print(f"{args.messages:,} messages of {args.size} bytes, {args.partitions} partitions", flush=True)
+                rows = run_cases(spark, service_url, admin_url, args.messages, args.size, args.partitions, workdir)
+            finally:
+                spark.stop()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print()
+    print(table(rows))
+    print()
+    print(f"machine: {machine()}")
+    print(f"command: {shlex.join([os.path.relpath(sys.argv[0]), *(argv if argv is not None else sys.argv[1:])])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
