@@ -51,8 +51,10 @@ class BatchAcks:
         if key not in self._unacked:
             self._unacked[key] = (batch_size, set(unacked))
 
-    def ack(self, key: EntryKey, index: int) -> tuple[bool, list[int]]:
-        """Acknowledge one index: (whole entry done, ack_set of what remains)."""
+    def ack(self, key: EntryKey, index: int, encode: bool = True) -> tuple[bool, list[int]]:
+        """Acknowledge one index: (whole entry done, ack_set of what remains). With encode=False the
+        ack set is not built (it costs time proportional to the batch size, and is only sent when
+        batch-index acks are enabled)."""
         entry = self._unacked.get(key)
         if entry is None:
             return True, []
@@ -61,7 +63,7 @@ class BatchAcks:
         if not remaining:
             del self._unacked[key]
             return True, []
-        return False, encode_ack_set(size, remaining)
+        return False, encode_ack_set(size, remaining) if encode else []
 
     def ack_up_to(self, key: EntryKey, index: int) -> tuple[bool, list[int]]:
         """Cumulative inside an entry: indexes 0..index are done."""
@@ -158,6 +160,8 @@ class AckGroupingTracker:
             self._timer = None
         self._individual.clear()
         self._cumulative = None
+        # After a seek backwards a cumulative ack below the old maximum is legitimate again.
+        self._cumulative_key = None
 
     @property
     def pending(self) -> int:

@@ -383,7 +383,9 @@ class TopicConsumer(ConnectionHandler):
             self._ack_chunked(message_id)
             return
         if message_id.batch_index >= 0:
-            done, ack_set = self._batch_acks.ack(message_id.entry_key(), message_id.batch_index)
+            done, ack_set = self._batch_acks.ack(
+                message_id.entry_key(), message_id.batch_index, encode=self.config.batch_index_ack_enabled
+            )
             if done:
                 self._acks.add_individual(message_id)
             elif self.config.batch_index_ack_enabled:
