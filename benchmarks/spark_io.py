@@ -164,8 +164,9 @@ def machine() -> str:
     memory = ""
     with contextlib.suppress(OSError), open("/proc/meminfo") as f:
         memory = f"{int(f.readline().split()[1]) / 2**20:.1f} GiB RAM, "
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     return (f"{cores} cores, {memory}{platform.system()} {platform.release()}, Python {platform.python_version()}, "
-            f"PySpark {pyspark.__version__}, local[2]")
+            f"PySpark {pyspark.__version__}, local[2]; load average now {load}")
 
 
 @contextlib.contextmanager
