@@ -199,3 +199,16 @@ def test_bad_urls_and_bad_writes(spark: Any, broker: BrokerProcess) -> None:
         good.write.format("velamq").options(**source_options(broker, topic="t", startingOffsets="earliest")) \
             .mode("append").save()
     assert "option 'startingOffsets' is for reads" in str(info.value)
+
+
+def test_fail_on_data_loss(spark: Any, broker: BrokerProcess) -> None:
+    """A start position in a ledger the topic no longer has (as after retention deleted it)."""
+    topic = _name("loss")
+    produce(broker.service_url, topic, range(50))
+    first = MessageId.deserialize(_read(spark, broker, topic=topic).orderBy("messageId").first().messageId)
+    gone = json.dumps({topic: {"ledgerId": first.ledger_id - 1, "entryId": 5}})
+    with pytest.raises(Exception) as info:
+        _read(spark, broker, topic=topic, startingOffsets=gone).collect()
+    assert "are no longer stored" in str(info.value) and "failOnDataLoss=false" in str(info.value)
+    rows = _read(spark, broker, topic=topic, startingOffsets=gone, failOnDataLoss="false").collect()
+    assert sorted(r.value for r in rows) == [payload(i) for i in range(50)]

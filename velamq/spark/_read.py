@@ -8,6 +8,10 @@ within a poll, once the reader says no message is left. A range therefore always
 messages (a replayed micro-batch is identical, SP-2): the log is append-only and the bounds are
 fixed before any task runs.
 
+A range that stalls (the reader reports more stored but nothing comes for stall_s_max, e.g. the
+last chunk of a chunked message whose producer died) fails the task with failOnDataLoss=true and
+ends there with a warning otherwise.
+
 Data loss: if the first message is not from the start entry, the admin API is asked whether that
 entry still exists (a chunked message ending there is not delivered on its own); if its ledger is
 gone, retention or a deleted topic removed messages the query had not read: failOnDataLoss=true
@@ -117,6 +121,7 @@ class _RangeScan:
             async with asyncio.timeout(poll_s):
                 while len(out) < rows_max:
                     message = await self.reader.read_next()
+                    self.last_progress_s = time.monotonic()
                     key = message_key(message.message_id)
                     if not self.first_seen:
                         self.first_seen = True
@@ -133,7 +138,6 @@ class _RangeScan:
         except TimeoutError:
             pass
         if out:
-            self.last_progress_s = time.monotonic()
             return out
         if not await self.reader.has_message_available():
             # Nothing after what was read: the end message (e.g. the last chunk of a message that
@@ -143,8 +147,13 @@ class _RangeScan:
                 self._check_first(None)
             self.done = True
         elif time.monotonic() - self.last_progress_s > stall_s_max:
-            log.warning("%s: no message for %.0f s before the range end %s; ending the range",
-                        self.task.partition_topic, stall_s_max, self.task.end)
+            # The broker says more is stored but delivers nothing: an abandoned chunked message at
+            # the end, or a broker in trouble. Ending the range could skip messages.
+            stalled = (f"{self.task.partition_topic}: no message for {stall_s_max:.0f} s before the range end "
+                       f"{self.task.end}, though the reader reports more stored")
+            if self.task.settings.fail_on_data_loss:
+                raise VelamqDataLossError(stalled + "; set failOnDataLoss=false to end the range there")
+            log.warning("%s; ending the range", stalled)
             self.done = True
         return out
 
