@@ -19,7 +19,6 @@ import contextlib
 import functools
 import importlib.metadata
 import os
-import platform
 import resource
 import sys
 import threading
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pulsar
+from _machine import machine_facts
 
 from velamq.client import AsyncClient
 
@@ -179,14 +179,7 @@ def official_consume(client: Any, topic: str, n: int) -> tuple[int, float]:
 
 
 def machine() -> list[tuple[str, str]]:
-    cpu = platform.processor() or "unknown"
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return [("CPU", cpu), ("cores", str(os.cpu_count())), ("OS", f"{platform.system()} {platform.release()}"),
-            ("Python", platform.python_version()), ("pulsar-client", importlib.metadata.version("pulsar-client"))]
+    return machine_facts(("pulsar-client",))
 
 
 def table(rows: list[Row]) -> str:

@@ -22,8 +22,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
-import platform
 import random
 import resource
 import sys
@@ -33,6 +31,8 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+
+from _machine import machine_facts
 
 from velamq.client import AsyncClient, Message, OrderedConsumer
 
@@ -141,14 +141,7 @@ async def consume(client: AsyncClient, topic: str, label: str, n: int, paralleli
 
 
 def machine() -> list[tuple[str, str]]:
-    cpu = platform.processor() or "unknown"
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return [("CPU", cpu), ("cores", str(os.cpu_count())), ("OS", f"{platform.system()} {platform.release()}"),
-            ("Python", platform.python_version())]
+    return machine_facts(())
 
 
 def table(rows: list[Row]) -> str:

@@ -19,9 +19,7 @@ import argparse
 import contextlib
 import dataclasses
 import functools
-import importlib.metadata
 import os
-import platform
 import resource
 import shlex
 import sys
@@ -33,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pulsar
+from _machine import machine_facts
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,26 +129,7 @@ def measured(row_fn: Callable[[], Row], broker_pid: int | None) -> Row:
 
 
 def machine() -> list[tuple[str, str]]:
-    cpu = platform.processor() or "unknown"
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    ram = "unknown"
-    with contextlib.suppress(OSError, ValueError), open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                ram = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
-                break
-    return [
-        ("CPU", cpu),
-        ("cores", str(os.cpu_count())),
-        ("RAM", ram),
-        ("OS", f"{platform.system()} {platform.release()}"),
-        ("Python", platform.python_version()),
-        ("pulsar-client", importlib.metadata.version("pulsar-client")),
-    ]
+    return machine_facts(("pulsar-client",))
 
 
 def table(rows: list[Row]) -> str:

@@ -42,10 +42,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.metadata
 import json
 import os
-import platform
 import random
 import re
 import resource
@@ -60,6 +58,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pulsar
+from _machine import machine_facts
 
 from velamq.client import AsyncClient, ProducerConfig
 from velamq.testing import BrokerProcess, run_broker
@@ -339,14 +338,7 @@ def ratio_table(runs: list[Run]) -> str:
 
 
 def machine() -> list[tuple[str, str]]:
-    cpu = platform.processor() or "unknown"
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return [("CPU", cpu), ("cores", str(os.cpu_count())), ("OS", f"{platform.system()} {platform.release()}"),
-            ("Python", platform.python_version()), ("pulsar-client", importlib.metadata.version("pulsar-client"))]
+    return machine_facts(("pulsar-client",))
 
 
 @contextlib.contextmanager
