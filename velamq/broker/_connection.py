@@ -410,12 +410,7 @@ class ServerConnection(asyncio.Protocol):
         if frame.entry is None:
             raise ProtocolError("SEND without a payload")
         if not frame.checksum_valid:
-            reply = pb.BaseCommand(type=T.SEND_ERROR)
-            reply.send_error.producer_id = send.producer_id
-            reply.send_error.sequence_id = send.sequence_id
-            reply.send_error.error = pb.ChecksumError
-            reply.send_error.message = "checksum mismatch"
-            self.send_command(reply)
+            self._send_error(send.producer_id, send.sequence_id, pb.ChecksumError, "checksum mismatch")
             return
         entry = frame.entry
         # Stored entries must be readable by every consumer: a send whose metadata does not
@@ -424,12 +419,9 @@ class ServerConnection(asyncio.Protocol):
         limit = producer.topic.policies.max_message_bytes
         if limit is not None and not send.is_chunk and len(entry) > limit + 10:
             # As Pulsar: NotAllowed for this send (the client treats it as a connection error).
-            reply = pb.BaseCommand(type=T.SEND_ERROR)
-            reply.send_error.producer_id = send.producer_id
-            reply.send_error.sequence_id = send.sequence_id
-            reply.send_error.error = pb.NotAllowedError
-            reply.send_error.message = f"Exceed maximum message size {limit}"
-            self.send_command(reply)
+            self._send_error(
+                send.producer_id, send.sequence_id, pb.NotAllowedError, f"Exceed maximum message size {limit}"
+            )
             return
         dedup_checked = True
         if send.is_chunk:
@@ -454,6 +446,14 @@ class ServerConnection(asyncio.Protocol):
         highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else None
         future.add_done_callback(partial(self._receipt, producer, send.sequence_id, highest))
 
+    def _send_error(self, producer_id: int, sequence_id: int, code: int, message: str) -> None:
+        reply = pb.BaseCommand(type=T.SEND_ERROR)
+        reply.send_error.producer_id = producer_id
+        reply.send_error.sequence_id = sequence_id
+        reply.send_error.error = code  # type: ignore[assignment]
+        reply.send_error.message = message
+        self.send_command(reply)
+
     def _resume_reading(self) -> None:
         self._reading_paused = False
         if self._transport is not None and not self._transport.is_closing():
@@ -466,12 +466,7 @@ class ServerConnection(asyncio.Protocol):
             return
         if future.cancelled() or future.exception() is not None:
             log.error("append failed on %s: %s", producer.topic.full_name, future.exception())
-            reply = pb.BaseCommand(type=T.SEND_ERROR)
-            reply.send_error.producer_id = producer.producer_id
-            reply.send_error.sequence_id = sequence_id
-            reply.send_error.error = pb.PersistenceError
-            reply.send_error.message = "could not store the message"
-            self.send_command(reply)
+            self._send_error(producer.producer_id, sequence_id, pb.PersistenceError, "could not store the message")
             return
         position = future.result()
         reply = pb.BaseCommand(type=T.SEND_RECEIPT)
