@@ -21,7 +21,7 @@ standalone: $(VENV)/.run-installed
 	$(BIN)/velamq standalone --data-dir ./data --broker-port 6650 --http-port 8080
 
 lint: $(VENV)/.test-installed
-	$(BIN)/ruff check velamq tests benchmarks
+	$(BIN)/ruff check velamq tests benchmarks examples pyspark_velamq.py
 	$(BIN)/mypy --strict velamq
 
 test: lint
