@@ -193,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 label = "batched" if batched else "unbatched"
                 topic = f"bench-{label}-{run}"
+                # Subscribe first, as pulsar-perf does: with Pulsar's default retention (0) the
+                # ledgers of a topic without any subscription are deleted as soon as they close.
+                client.subscribe(topic, "bench", initial_position=pulsar.InitialPosition.Earliest).close()
                 rows.append(measured(functools.partial(produce, client, topic, n, args.size, batched,
                                                        args.in_flight, args.batch_messages), pid))
                 print(f"  {rows[-1].mode}: {rows[-1].msgs_per_s:,.0f} msg/s", file=sys.stderr, flush=True)

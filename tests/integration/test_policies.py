@@ -290,3 +290,27 @@ def test_ack_holes_active_redelivery_keeps_mark_delete_moving(
         consumer.close()
     assert results[True] == 0, results
     assert results[False] >= 1000, results
+
+
+def test_topic_without_subscription_keeps_only_what_retention_allows(
+    policy_broker: BrokerProcess, namespace: str, pclient: Any
+) -> None:
+    """As in Pulsar: with retention 0 and no subscription, closed ledgers count as consumed and go;
+    retention -1 keeps them for a subscriber that comes later."""
+    kept_topic = f"persistent://{namespace}/no-sub-kept"
+    dropped_topic = f"persistent://{namespace}/no-sub-dropped"
+
+    def produce(topic: str) -> None:
+        producer = pclient.create_producer(topic, batching_enabled=False)
+        for i in range(100):
+            producer.send(str(i).encode())
+        producer.close()
+
+    produce(dropped_topic)
+    local = dropped_topic.replace("persistent://", "")
+    assert wait_until(lambda: len(internal_stats(policy_broker, local)["ledgers"]) <= 2, timeout_s=15)
+    set_policy(policy_broker, namespace, "retention", {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1})
+    produce(kept_topic)
+    time.sleep(1)  # a few policy checks on the kept topic too
+    reader = pclient.create_reader(kept_topic, pulsar.MessageId.earliest)
+    assert [int(reader.read_next(5000).data()) for _ in range(100)] == list(range(100))

@@ -37,6 +37,8 @@ _KEYS = {
     "clusterName": "cluster_name",
     "allowAutoTopicCreation": "allow_auto_topic_creation",
     "policyCheckIntervalSeconds": "policy_check_interval_s",
+    "defaultRetentionTimeInMinutes": "default_retention_time_minutes",
+    "defaultRetentionSizeInMB": "default_retention_size_mb",
 }
 
 
@@ -58,6 +60,11 @@ class BrokerConfig:
     keepalive_interval_s: float = _limits.keepalive_interval_s
     allow_auto_topic_creation: bool = True
     use_uvloop: bool = False
+    # Broker-wide retention defaults (namespace and topic policies override them). As in Pulsar, 0/0
+    # deletes closed ledgers as soon as every subscription acknowledged them -- and, on a topic
+    # with no subscription at all, at once; -1 keeps them without limit.
+    default_retention_time_minutes: int = 0
+    default_retention_size_mb: int = 0
     # How often TTL, backlog quota, retention, ack-hole redelivery and rates are checked.
     policy_check_interval_s: float = 5.0
 

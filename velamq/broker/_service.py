@@ -90,7 +90,10 @@ class BrokerService:
         self._admin: AdminServer | None = None
         self.broker_port = config.broker_port
         self.http_port = config.http_port
-        self.default_policies = Policies()
+        self.default_policies = Policies(
+            retention_time_minutes=config.default_retention_time_minutes,
+            retention_size_mb=config.default_retention_size_mb,
+        )
         self.policy_tasks = PolicyTasks(self)
         self.admin_ops = BrokerAdmin(self)
 
