@@ -57,7 +57,8 @@ def fresh_broker() -> Iterator[BrokerProcess]:
 def topic(request: pytest.FixtureRequest) -> str:
     """A short topic name unique to this test."""
     base = re.sub(r"[^A-Za-z0-9]+", "-", request.node.name).strip("-")[:60]
-    return f"{base}-{uuid.uuid4().hex[:8]}"
+    # The suffix starts with a letter: "...-partition-<digits>" would name a partition.
+    return f"{base}-t{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture
