@@ -32,7 +32,7 @@ from velamq.broker._errors import BrokerRequestError
 from velamq.broker._key_shared import HashRangeOverlapError
 from velamq.broker._subscription import SubType, entry_info
 from velamq.broker._topic import Producer, Topic
-from velamq.protocol import FrameDecoder, encode_command, parse_entry_metadata, pb
+from velamq.protocol import I64_MAX, FrameDecoder, encode_command, parse_entry_metadata, pb, signed64, unsigned64
 from velamq.protocol._frames import Frame
 from velamq.storage import Position
 
@@ -41,18 +41,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_U64 = 1 << 64
-_I64_MAX = (1 << 63) - 1
 T = pb.BaseCommand
-
-
-def signed64(value: int) -> int:
-    """uint64 on the wire → int64 as the Java and C++ clients mean it ((-1,-1) is earliest)."""
-    return value - _U64 if value > _I64_MAX else value
-
-
-def unsigned64(value: int) -> int:
-    return value % _U64
 
 
 class State(Enum):
@@ -237,25 +226,15 @@ class ServerConnection(asyncio.Protocol):
     def _reply_error(self, command: pb.BaseCommand, request_id: int | None, code: int, message: str) -> None:
         if request_id is None:
             return
-        if command.type == T.PARTITIONED_METADATA:
-            reply = pb.BaseCommand(type=T.PARTITIONED_METADATA_RESPONSE)
-            r = reply.partitionMetadataResponse
-            r.request_id = request_id
-            r.response = pb.CommandPartitionedTopicMetadataResponse.Failed
-            r.error = code  # type: ignore[assignment]
-            r.message = message
-        elif command.type == T.LOOKUP:
-            reply = pb.BaseCommand(type=T.LOOKUP_RESPONSE)
-            lr = reply.lookupTopicResponse
-            lr.request_id = request_id
-            lr.response = pb.CommandLookupTopicResponse.Failed
-            lr.error = code  # type: ignore[assignment]
-            lr.message = message
-        else:
-            reply = pb.BaseCommand(type=T.ERROR)
-            reply.error.request_id = request_id
-            reply.error.error = code  # type: ignore[assignment]
-            reply.error.message = message
+        # Lookups answer with a Failed response of their own type; every other request with ERROR.
+        response_type, field, failed = _FAILED_RESPONSES.get(command.type, (T.ERROR, "error", None))
+        reply = pb.BaseCommand(type=response_type)
+        body = getattr(reply, field)
+        body.request_id = request_id
+        if failed is not None:
+            body.response = failed
+        body.error = code
+        body.message = message
         self.send_command(reply)
 
     def _success(self, request_id: int) -> None:
@@ -562,12 +541,9 @@ class ServerConnection(asyncio.Protocol):
         if ledger_id < 0:  # earliest
             first = ledger.first_position
             return Position(first.ledger_id, first.entry_id - 1) if first else Position(ledger.current_ledger_id, -1)
-        if ledger_id == _I64_MAX:  # latest
+        if ledger_id == I64_MAX:  # latest
             return None
         return Position(ledger_id, entry_id - 1)
-
-    def _consumer(self, consumer_id: int) -> Consumer | None:
-        return self._consumers.get(consumer_id)
 
     def _on_flow(self, frame: Frame) -> None:
         flow = frame.command.flow
@@ -660,7 +636,7 @@ class ServerConnection(asyncio.Protocol):
                 mark_delete = (
                     Position(first.ledger_id, first.entry_id - 1) if first else Position(ledger.current_ledger_id, -1)
                 )
-            elif ledger_id == _I64_MAX:
+            elif ledger_id == I64_MAX:
                 mark_delete = ledger.last_confirmed or Position(ledger.current_ledger_id, -1)
             else:
                 mark_delete = Position(ledger_id, entry_id - 1)
@@ -746,6 +722,16 @@ class ServerConnection(asyncio.Protocol):
             r.address = self.remote_address
             r.type = consumer.subscription.sub_type.name.title()
         self.send_command(reply)
+
+
+_FAILED_RESPONSES: dict[int, tuple[pb.BaseCommand.Type.ValueType, str, int | None]] = {
+    T.PARTITIONED_METADATA: (
+        T.PARTITIONED_METADATA_RESPONSE,
+        "partitionMetadataResponse",
+        pb.CommandPartitionedTopicMetadataResponse.Failed,
+    ),
+    T.LOOKUP: (T.LOOKUP_RESPONSE, "lookupTopicResponse", pb.CommandLookupTopicResponse.Failed),
+}
 
 
 def _request_id(command: pb.BaseCommand) -> int | None:

@@ -148,7 +148,7 @@ class BrokerService:
         if (
             loaded is None
             and not await self._metadata.topic_exists(name)
-            and name not in (self.storage.ledger_names_on_disk())
+            and not self.storage.has_ledger(name)
         ):
             raise NotFoundError(f"topic {topic} does not exist")
         if loaded is not None:
@@ -310,7 +310,7 @@ class BrokerService:
         topic = Topic(name, ledger, self.clock)
         await topic.apply_policies(await self.policies_for(name))
         store_name = compacted_store_name(full)
-        if store_name in self.storage.ledger_names_on_disk():
+        if self.storage.has_ledger(store_name):
             view = await CompactedView.load(await self.storage.open_ledger(store_name))
             if view is None:  # a compaction that never finished
                 await self.storage.delete_ledger(store_name)

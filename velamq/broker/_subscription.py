@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 
+from velamq import _limits
 from velamq._clock import Clock
 from velamq._errors import ProtocolError
 from velamq.broker._compaction import CompactedView
@@ -34,7 +35,7 @@ from velamq.storage import Entry, ManagedCursor, ManagedLedger, Position
 
 log = logging.getLogger(__name__)
 
-read_entries_max = 100
+read_entries_max = _limits.dispatch_read_entries_max
 # Stop reading new entries while this many are waiting for redelivery (bounds memory when a
 # Key_Shared consumer is stuck without permits).
 replay_entries_max = 5000

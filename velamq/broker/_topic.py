@@ -40,7 +40,6 @@ class Producer:
     rate_in: RateCounter = field(default_factory=RateCounter)
     chunks_in: RateCounter = field(default_factory=RateCounter)
     connected_since_ms: int = 0
-    extra: dict[str, str] = field(default_factory=dict)
 
     def close_by_broker(self) -> None:
         """Detach from the connection and tell the client; it reconnects (or learns it is fenced)."""

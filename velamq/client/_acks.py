@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Callable, Iterable
 
 from velamq.client._message import MessageId
-from velamq.protocol import pb
+from velamq.protocol import pb, signed64, unsigned64
 
 EntryKey = tuple[int, int]
 
@@ -87,8 +87,6 @@ class BatchAcks:
         return len(self._unacked)
 
 
-def _signed(value: int) -> int:
-    return value - (1 << 64) if value >= 1 << 63 else value
 
 
 class AckGroupingTracker:
@@ -110,7 +108,7 @@ class AckGroupingTracker:
 
     @staticmethod
     def _data(message_id: MessageId, ack_set: list[int] | None) -> pb.MessageIdData:
-        data = pb.MessageIdData(ledgerId=message_id.ledger_id % (1 << 64), entryId=message_id.entry_id % (1 << 64))
+        data = pb.MessageIdData(ledgerId=unsigned64(message_id.ledger_id), entryId=unsigned64(message_id.entry_id))
         if ack_set:
             data.ack_set.extend(ack_set)
         return data
@@ -151,7 +149,7 @@ class AckGroupingTracker:
                 if not self._send(pb.CommandAck.Individual, ids[start : start + self.max_size]):
                     return
                 for data in ids[start : start + self.max_size]:
-                    self._individual.pop((_signed(data.ledgerId), _signed(data.entryId)), None)
+                    self._individual.pop((signed64(data.ledgerId), signed64(data.entryId)), None)
 
     def discard(self) -> None:
         """Forget unsent acks (after a seek they would acknowledge the wrong state)."""

@@ -36,10 +36,10 @@ from velamq.client._config import ConsumerConfig
 from velamq.client._connection import Connection
 from velamq.client._errors import AlreadyClosedError, ConnectError, OperationTimeoutError
 from velamq.client._handler import ClientContext, ConnectionHandler
-from velamq.client._message import Message, MessageId, received_message, signed64, unsigned64
+from velamq.client._message import Message, MessageId, received_message
 from velamq.client._receiver_queue import ReceiverQueue, message_available
 from velamq.client._redelivery import AckTimeouts, NegativeAcks
-from velamq.protocol import decompress, parse_batch, pb, split_entry
+from velamq.protocol import decompress, parse_batch, pb, signed64, split_entry, unsigned64
 
 if TYPE_CHECKING:
     from velamq.client._dead_letter import DeadLetterSender

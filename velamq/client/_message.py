@@ -19,19 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from velamq.protocol import pb
-
-_U64 = 1 << 64
-_I64_MAX = (1 << 63) - 1
-
-
-def signed64(value: int) -> int:
-    """A uint64 from the wire as the signed int64 Pulsar means (-1 is sent as 2**64-1)."""
-    return value - _U64 if value >= 1 << 63 else value
-
-
-def unsigned64(value: int) -> int:
-    return value % _U64
+from velamq.protocol import I64_MAX, pb, signed64, unsigned64
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -120,7 +108,7 @@ class MessageId:
 
 
 MessageId.earliest = MessageId(-1, -1)
-MessageId.latest = MessageId(_I64_MAX, _I64_MAX)
+MessageId.latest = MessageId(I64_MAX, I64_MAX)
 
 
 @dataclass(frozen=True, slots=True)

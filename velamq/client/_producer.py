@@ -54,8 +54,8 @@ from velamq.client._errors import (
     error_from_server,
 )
 from velamq.client._handler import ClientContext, ConnectionHandler
-from velamq.client._message import MessageId, ProducerMessage, signed64
-from velamq.protocol import build_entry, codec_from_name, pb
+from velamq.client._message import MessageId, ProducerMessage
+from velamq.protocol import build_entry, codec_from_name, pb, signed64
 
 if TYPE_CHECKING:
     from velamq.client._partitioned_producer import Producer

@@ -21,8 +21,10 @@ from velamq.protocol._entry import (
     with_checksum,
 )
 from velamq.protocol._frames import Frame, FrameDecoder, encode_command, encode_payload_command
+from velamq.protocol._ids import I64_MAX, signed64, unsigned64
 
 __all__ = [
+    "I64_MAX",
     "Frame",
     "FrameDecoder",
     "build_batch",
@@ -37,7 +39,9 @@ __all__ = [
     "parse_batch",
     "parse_entry_metadata",
     "pb",
+    "signed64",
     "split_entry",
+    "unsigned64",
     "verify_entry",
     "with_checksum",
 ]

@@ -101,7 +101,10 @@ class Storage:
                 self.recovery = await loop.run_in_executor(
                     self._io,
                     functools.partial(
-                        recover_journal, self._data_dir, self._journal_dir, sync=self.config.sync,
+                        recover_journal,
+                        self._data_dir,
+                        self._journal_dir,
+                        sync=self.config.sync,
                         now_ms=self.clock.now_ms(),
                     ),
                 )
@@ -260,6 +263,10 @@ class Storage:
     def _on_closed(self, ml: ManagedLedger) -> None:
         if self._open.get(ml.name) is ml:
             del self._open[ml.name]
+
+    def has_ledger(self, name: str) -> bool:
+        """Whether a managed ledger of that name exists (open or on disk); no I/O."""
+        return name in self._dirs or name in self._open
 
     def ledger_names_on_disk(self) -> list[str]:
         return sorted(self._dirs)
