@@ -15,6 +15,7 @@ from functools import partial
 from typing import Any
 
 from velamq._clock import Clock
+from velamq._errors import StorageError
 from velamq._topic_name import TopicName
 from velamq.broker._compaction import CompactedView, CompactionStatus, compact
 from velamq.broker._dedup import DUPLICATE_POSITION, Deduplication
@@ -165,7 +166,12 @@ class Topic:
             done: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
             done.set_result(DUPLICATE_POSITION)
             return done
-        future: asyncio.Future[Position] = asyncio.ensure_future(self.ledger.append(entry))
+        try:
+            future = self.ledger.append_nowait(entry)
+        except (StorageError, ValueError) as exc:
+            # Same path as a failed write: the receipt callback answers SEND_ERROR.
+            future = asyncio.get_running_loop().create_future()
+            future.set_exception(exc)
         producer.rate_in.add(num_messages, len(entry))
         self.rate_in.add(num_messages, len(entry))
         future.add_done_callback(self._appended)

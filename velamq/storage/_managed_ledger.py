@@ -199,6 +199,12 @@ class ManagedLedger:
 
     async def append(self, data: bytes) -> Position:
         """Append one entry; resolves with its position once it is durable under the sync policy."""
+        return await self.append_nowait(data)
+
+    def append_nowait(self, data: bytes) -> asyncio.Future[Position]:
+        """`append` without a coroutine: the position is assigned now, in call order, and the
+        future resolves once the entry is durable. The broker calls this once per SEND, so it
+        saves a task per message; errors (closed or failed ledger, bad size) raise at once."""
         if self._state != "open":
             raise LedgerClosedError(f"managed ledger {self.name} is closed")
         failure = self._failure or self._ctx.write_path.failure or self._journal.broken
@@ -224,7 +230,7 @@ class ManagedLedger:
         self._ctx.publish_buffer.acquire(size)
         future: asyncio.Future[Position] = self._loop.create_future()
         self._journal.submit(AppendOp(self._handle, entry_id, data, future))
-        return await future
+        return future
 
     def on_durable(self, ledger_id: int, last_entry_id: int, entries: int, size_bytes: int) -> None:
         """Called by the write path (on the loop): entries up to last_entry_id of ledger_id are durable."""
