@@ -45,6 +45,7 @@ from typing import Any
 
 import crc32c
 
+from velamq._clock import system_clock
 from velamq.storage import Position, Storage, StorageConfig
 from velamq.storage._journal import AppendOp, Journal, JournalGroup, LedgerHandle
 from velamq.storage._ledger_file import write_all
@@ -496,7 +497,7 @@ async def journal_alone(directory: Path, size: int, in_flight: int, seconds: flo
 
     journal = Journal(
         directory, directory / "journal", 1, policy="fsync", sync_interval_ms=100,
-        segment_bytes=256 * MIB, deliver=deliver, loop=loop,
+        segment_bytes=256 * MIB, deliver=deliver, loop=loop, clock=system_clock,
     )
     await loop.run_in_executor(None, journal.open)
     journal.start()

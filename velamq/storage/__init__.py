@@ -5,7 +5,9 @@ loop; blocking file work runs in the storage's own threads: the journal (group c
 topic, _journal), the flusher (write cache to ledger files, checkpoint, journal trim, _flusher) and
 a few for reads, recovery and cursor files. docs/storage.md tells the whole story. Byte layouts:
 _layout (directories), _journal_file (journal, checkpoint), _ledger_file (ledger and index files),
-_cursor (cursor files).
+_cursor (cursor files). A managed ledger (_managed_ledger) delegates to _ledger_list (its ledgers),
+_read_path (reads), _cursor_persistence (cursor files) and _trim (retention). Every timed behaviour
+goes through the injected velamq._clock.Clock, so tests can drive time with a ManualClock.
 """
 
 from velamq.storage._config import MemoryBudget, StorageConfig

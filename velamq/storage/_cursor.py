@@ -99,6 +99,12 @@ class CursorState:
 
 
 class ManagedCursor:
+    """A subscription's position in a managed ledger: everything up to `mark_delete_position` is
+    acknowledged, plus the positions acknowledged one by one after it (a RangeSet) and the ack sets
+    of partly acknowledged batches. Changed only on the loop by its topic's code; every change tells
+    the owner (`cursor_changed`), which persists it at a bounded rate. The broker also builds
+    non-durable cursors (readers) on an owner that persists nothing."""
+
     __slots__ = ("_acked", "_batch_ack_sets", "_ledger", "_mark_delete", "name")
 
     def __init__(self, name: str, ledger: CursorOwner, mark_delete: Position) -> None:

@@ -70,6 +70,11 @@ class FlushResult:
 
 
 class Flusher:
+    """The flusher thread: takes frozen write cache halves and deletions, in order, from one queue;
+    writes each half's entries to the ledger files, fsyncs, writes index files and the checkpoint,
+    trims the journal, and reports back to the loop. Deletions run between flushes, so a deleted
+    ledger's entries are never written back."""
+
     def __init__(
         self,
         journal_dir: Path,

@@ -17,17 +17,24 @@ ledger and entry, it is never skipped.
 
 Offsets of a sealed ledger come from its index file, through the shared index cache; those of the
 current ledger (and of a just-sealed one) are kept by the managed ledger in memory.
+
+The read path also answers whether the topic has an active cursor (ME-3), which decides whether
+new entries go to the tail cache: some read came within active_cursor_lag_entries of the end. It
+keeps an ordinal for the furthest entry any read returned (entries counted since the managed ledger
+was opened), so no broker hook is needed.
 """
 
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from velamq._errors import CorruptEntryError, StorageError
 from velamq.storage import _layout
-from velamq.storage._config import read_ahead_entries_max
+from velamq.storage._config import active_cursor_lag_entries, read_ahead_entries_max
 from velamq.storage._ledger_file import read_index, read_records
 from velamq.storage._position import Entry, Position
 
@@ -61,10 +68,54 @@ def offsets_size(offsets: Offsets) -> int:
     return offsets.size_bytes
 
 
+_NEVER_READ = -(1 << 62)
+
+
 class ReadPath:
+    """One managed ledger's reads through the caches to the ledger files, and its tail activity."""
+
+    __slots__ = ("_ctx", "_ml", "_read_ordinal")
+
     def __init__(self, ml: ManagedLedger, ctx: StorageContext) -> None:
         self._ml = ml
         self._ctx = ctx
+        self._read_ordinal = _NEVER_READ  # one past the furthest entry any read returned
+
+    def tail_active(self, assigned_total: int) -> bool:
+        return assigned_total - self._read_ordinal <= active_cursor_lag_entries
+
+    def note_position(self, last: Position) -> None:
+        """A read returned entries up to `last` (or a cursor reads on from just after it)."""
+        ledger = self._ml.ledger_state(last.ledger_id)
+        if ledger is not None:
+            ordinal = ledger.first_ordinal + last.entry_id + 1
+            if ordinal > self._read_ordinal:
+                self._read_ordinal = ordinal
+
+    async def find_first(self, spans: list[tuple[int, int]], predicate: Callable[[bytes], bool]) -> Position | None:
+        """Binary search over the durable entries (spans: (ledger id, entries) in log order) for the
+        first whose data satisfies a predicate monotone over the log."""
+        starts: list[int] = []
+        total = 0
+        for _, count in spans:
+            starts.append(total)
+            total += count
+
+        def position_at(n: int) -> Position:
+            k = bisect_right(starts, n) - 1
+            return Position(spans[k][0], n - starts[k])
+
+        lo, hi = 0, total
+        while lo < hi:
+            mid = (lo + hi) // 2
+            probe = await self.read_entries(position_at(mid), 1)
+            if not probe:
+                raise StorageError(f"{self._ml.name}: entry {position_at(mid)} vanished during find_first")
+            if predicate(probe[0].data):
+                hi = mid
+            else:
+                lo = mid + 1
+        return position_at(lo) if lo < total else None
 
     async def read_entries(self, start: Position, max_entries: int) -> list[Entry]:
         ml = self._ml
@@ -101,7 +152,7 @@ class ReadPath:
                 counters.read_entries_disk_total += len(datas)
             pos = ml.first_at_or_after(Position(ledger_id, e))
         if out:
-            ml.note_read(out[-1].position)
+            self.note_position(out[-1].position)
         return out
 
     async def _read_file(self, ledger_id: int, first: int, last: int) -> list[bytes]:

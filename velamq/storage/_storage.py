@@ -57,6 +57,13 @@ def _entry_size(data: bytes) -> int:
 
 
 class Storage:
+    """The broker's one entry point to durable logs: one per data directory, used from one event
+    loop. `start` locks the directory and replays the journal; `open_ledger` hands out managed
+    ledgers by topic name (recovered from disk on first use, at most one object per name);
+    `delete_ledger` removes one with its cursors; `close` closes them all, flushes and stops the
+    storage threads. It owns what the managed ledgers share: the journal, the write cache and its
+    flusher, the caches, the publish buffer and the ledger id counter."""
+
     def __init__(self, config: StorageConfig, clock: Clock = system_clock) -> None:
         self.config = config
         self.clock = clock
@@ -68,7 +75,7 @@ class Storage:
         self.tail_cache: ByteLRU[Position, bytes] = ByteLRU("tail", budget.tail_cache_bytes, _entry_size)
         self.read_cache: ByteLRU[Position, bytes] = ByteLRU("read", budget.read_cache_bytes, _entry_size)
         self.index_cache: ByteLRU[int, Offsets] = ByteLRU("index", budget.index_cache_bytes, offsets_size)
-        self.write_cache = WriteCache(budget.write_cache_bytes)
+        self.write_cache = WriteCache(budget.write_cache_bytes, clock)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._io: ThreadPoolExecutor | None = None
         self._journal: Journal | None = None
@@ -92,7 +99,7 @@ class Storage:
         self._loop = loop
         self._io = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="velamq-storage-io")
         write_path = WritePath(
-            self.config, loop, self.write_cache, self.tail_cache, self.publish_buffer, self._counters
+            self.config, loop, self.write_cache, self.tail_cache, self.publish_buffer, self._counters, self.clock
         )
         journal: Journal | None = None
         try:
@@ -121,6 +128,7 @@ class Storage:
                     segment_bytes=self.config.journal_segment_bytes,
                     deliver=write_path.on_group,
                     loop=loop,
+                    clock=self.clock,
                 )
                 await loop.run_in_executor(self._io, journal.open)
             except BaseException:

@@ -17,11 +17,11 @@ the loop still serves reads from it, and the loop drops it when the flusher repo
 
 from __future__ import annotations
 
-import time
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from velamq._clock import Clock
 from velamq.storage._config import write_cache_entry_overhead_bytes
 from velamq.storage._journal import LedgerHandle
 from velamq.storage._journal_file import JournalLocation
@@ -63,7 +63,7 @@ class WriteBuffer:
     entries: int = 0
     journal_end: JournalLocation | None = None
     seals: list[SealInfo] = field(default_factory=list)
-    started_s: float = 0.0  # monotonic time of its first entry
+    started_s: float = 0.0  # the clock's monotonic time of its first entry
 
     def get(self, ledger_id: int, entry_id: int) -> bytes | None:
         segment = self.segments.get(ledger_id)
@@ -76,7 +76,12 @@ class WriteBuffer:
 
 
 class WriteCache:
-    def __init__(self, bytes_max: int) -> None:
+    """The two halves of the write cache (ME-4), on the loop: `active` takes durable entries, a
+    frozen `flushing` half is being written by the flusher; reads look in both. Bounded by
+    bytes_max for both halves together, each half swapped once full or old."""
+
+    def __init__(self, bytes_max: int, clock: Clock) -> None:
+        self._clock = clock
         self.bytes_max = bytes_max  # both halves
         self.half_bytes_max = max(1, bytes_max // 2)
         self.active = WriteBuffer(1)
@@ -106,7 +111,7 @@ class WriteCache:
         segment.datas.append(data)
         segment.crcs.append(crc)
         if not active.entries:
-            active.started_s = time.monotonic()
+            active.started_s = self._clock.monotonic_s()
         active.entries += 1
         active.size_bytes += len(data) + write_cache_entry_overhead_bytes
         return True

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
 
+from velamq._clock import Clock
 from velamq._errors import StorageError
 from velamq.storage._caches import ByteLRU
 from velamq.storage._config import Counters, StorageConfig
@@ -42,6 +42,10 @@ log = logging.getLogger("velamq.storage")
 
 
 class WritePath:
+    """The loop side of writing: applies journal groups to the write cache and tail cache, tells
+    the managed ledgers what became durable and resolves their appends, swaps full or old halves to
+    the flusher, parks groups while both halves are busy (backpressure), and learns of flushes."""
+
     def __init__(
         self,
         config: StorageConfig,
@@ -50,7 +54,9 @@ class WritePath:
         tail_cache: ByteLRU[Position, bytes],
         publish_buffer: PublishBuffer,
         counters: Counters,
+        clock: Clock,
     ) -> None:
+        self._clock = clock
         self._config = config
         self._loop = loop
         self.write_cache = write_cache
@@ -64,13 +70,13 @@ class WritePath:
         self._parked_bytes = 0
         self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._swap_requested = False
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.Task[None] | None = None
         self.parked_groups_total = 0
 
     def start(self, journal: Journal, flusher: Flusher) -> None:
         self.journal = journal
         self.flusher = flusher
-        self._arm_timer()
+        self._timer = self._loop.create_task(self._age_timer())
 
     @property
     def parked_bytes(self) -> int:
@@ -244,20 +250,20 @@ class WritePath:
 
     # -- the age trigger -----------------------------------------------------------------------
 
-    def _arm_timer(self) -> None:
-        self._timer = self._loop.call_later(self._config.flush_interval_ms / 1000, self._on_timer)
-
-    def _on_timer(self) -> None:
-        cache = self.write_cache
-        active = cache.active
-        age_s = time.monotonic() - active.started_s
-        if (
-            self.failure is None
-            and cache.flushing is None
-            and (active.seals or (active.entries and age_s >= self._config.flush_interval_ms / 1000 * 0.9))
-        ):
-            self._swap()
-        self._arm_timer()
+    async def _age_timer(self) -> None:
+        """Every flush_interval_ms by the clock: swap a half that is old enough, or holds seals."""
+        interval_s = self._config.flush_interval_ms / 1000
+        while True:
+            await self._clock.sleep(interval_s)
+            cache = self.write_cache
+            active = cache.active
+            age_s = self._clock.monotonic_s() - active.started_s
+            if (
+                self.failure is None
+                and cache.flushing is None
+                and (active.seals or (active.entries and age_s >= interval_s * 0.9))
+            ):
+                self._swap()
 
     def stop_timer(self) -> None:
         if self._timer is not None:

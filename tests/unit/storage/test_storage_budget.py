@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from _storage_testing import NEVER_MS, TOPIC, payload, run, started
+from _storage_testing import NEVER_MS, TOPIC, payload, run, started, wait_until
 
 from velamq.storage import MemoryBudget, PublishBuffer, StorageConfig
 
@@ -107,8 +107,14 @@ def test_a_slow_flush_parks_groups_and_holds_their_receipts(tmp_path: Path) -> N
             tasks = []
             for i in range(60):  # 60 x 5 kB = 300 kB: three times the whole write cache
                 tasks.append(asyncio.ensure_future(ml.append(payload(i, 5000))))
-                await asyncio.sleep(0.002)
-            await asyncio.sleep(0.2)
+                if i % 10 == 9:
+                    await asyncio.sleep(0)  # let the journal take them in several groups
+
+            def settled() -> bool:  # every append is journaled, and either resolved or parked
+                resolved = sum(t.done() for t in tasks) * 5000
+                return resolved + storage.metrics()["velamq_storage_write_cache_parked_bytes"] == 300_000
+
+            await wait_until(settled, "every append is resolved or parked")
             m = storage.metrics()
             assert m["velamq_storage_write_cache_parked_groups_total"] > 0
             assert m["velamq_storage_write_cache_bytes"] <= 100_000 + 2 * 5200  # each half may overshoot by a group

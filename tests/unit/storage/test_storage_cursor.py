@@ -7,9 +7,10 @@ import json
 import shutil
 from pathlib import Path
 
-from _storage_testing import TOPIC, payload, run, started
+from _storage_testing import TOPIC, config, payload, run, started, wait_until
 
-from velamq.storage import ManagedLedger, Position, RangeSet
+from velamq._clock import ManualClock
+from velamq.storage import ManagedLedger, Position, RangeSet, Storage
 
 
 async def filled(ml: ManagedLedger, n: int) -> list[Position]:
@@ -160,23 +161,41 @@ def test_cursor_state_survives_close_and_reopen(tmp_path: Path) -> None:
 
 def test_persistence_is_rate_bounded_and_a_crash_only_means_redelivery(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
+    clock = ManualClock()
 
     async def main() -> None:
-        async with started(data_dir, sync_policy="fsync", cursor_persist_interval_s=0.2) as storage:
+        storage = Storage(config(data_dir, sync_policy="fsync", cursor_persist_interval_s=0.2), clock=clock)
+        await storage.start()
+        try:
             ml = await storage.open_ledger(TOPIC)
             p = await filled(ml, 200)
             c = await ml.open_cursor("sub", "earliest")
             base = storage.metrics()["velamq_storage_cursor_persists_total"]
+
+            def persists() -> float:
+                return storage.metrics()["velamq_storage_cursor_persists_total"] - base
+
+            cursor_file = next((data_dir / "ledgers").iterdir()) / "cursors" / "sub.json"
             for x in p[:100]:
                 c.ack([x])  # 100 changes ...
-            await asyncio.sleep(0.35)
-            written = storage.metrics()["velamq_storage_cursor_persists_total"] - base
-            assert 1 <= written <= 2  # ... far fewer writes
-            doc = json.loads((next((data_dir / "ledgers").iterdir()) / "cursors" / "sub.json").read_bytes())
-            assert doc["mark_delete"] == list(p[99])
-            c.ack([p[100], p[150]])
+            await wait_until(lambda: persists() == 1, "the first change is written")
+            assert json.loads(cursor_file.read_bytes())["mark_delete"] == list(p[99])  # ... one write
+            asleep = clock.sleepers  # the write cache's age timer
+            c.ack([p[100]])
+            c.ack([p[150]])
+            await wait_until(lambda: clock.sleepers == asleep + 1, "the next write waits for the interval")
+            clock.advance(0.1)  # not yet
+            await asyncio.sleep(0)
+            assert persists() == 1 and clock.sleepers == asleep + 1
             # Crash now (a copy of the directory as it is): the last acks are not on disk yet.
             shutil.copytree(data_dir, tmp_path / "crashed")
+            clock.advance(0.1)  # the interval is over: the dirty cursor is written
+            await wait_until(lambda: persists() == 2, "the second round is written")
+            doc = json.loads(cursor_file.read_bytes())
+            assert doc["mark_delete"] == list(p[100])
+            assert doc["individually_acked"] == [[p[150].ledger_id, 150, 150]]
+        finally:
+            await storage.close()
 
         async with started(tmp_path / "crashed") as storage:
             ml = await storage.open_ledger(TOPIC)

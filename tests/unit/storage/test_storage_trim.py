@@ -6,18 +6,8 @@ from pathlib import Path
 
 from _storage_testing import NEVER_MS, TOPIC, config, payload, read_everything, run, snapshot, started
 
+from velamq._clock import ManualClock
 from velamq.storage import Position, Storage
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.ms = 1_000_000
-
-    def now_ms(self) -> int:
-        return self.ms
-
-    def monotonic_s(self) -> float:
-        return self.ms / 1000
 
 
 def test_trim_deletes_whole_ledgers_up_to_a_position(tmp_path: Path) -> None:
@@ -89,16 +79,16 @@ def test_a_crash_after_trim_replays_nothing_of_the_trimmed_ledgers(tmp_path: Pat
 
 
 def test_ledgers_know_when_they_were_created_and_closed_across_restarts(tmp_path: Path) -> None:
-    clock = FakeClock()
+    clock = ManualClock()
 
     async def main() -> None:
         storage = Storage(config(tmp_path, ledger_entries_max=2), clock=clock)
         await storage.start()
         try:
             ml = await storage.open_ledger(TOPIC)
-            first_created = clock.ms
+            first_created = clock.now_ms()
             for i in range(5):
-                clock.ms += 1000
+                clock.advance(1)
                 await ml.append(payload(i))
             infos = ml.ledgers()
             assert [(i.created_ms, i.closed_ms) for i in infos] == [
@@ -108,7 +98,7 @@ def test_ledgers_know_when_they_were_created_and_closed_across_restarts(tmp_path
             ]
         finally:
             await storage.close()
-        clock.ms += 60_000
+        clock.advance(60)
         storage = Storage(config(tmp_path, ledger_entries_max=2), clock=clock)
         await storage.start()
         try:
