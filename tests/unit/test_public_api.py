@@ -35,9 +35,10 @@ PUBLIC_API: dict[str, list[str]] = {
         "sign_safe_mod",
     ],
     "velamq.protocol": [
-        "Frame", "FrameDecoder", "I64_MAX", "build_batch", "build_entry", "codec_from_name", "compress", "crc32c",
-        "decompress", "encode_command", "encode_payload_command", "entry_messages", "parse_batch",
-        "parse_entry_metadata", "pb", "signed64", "split_entry", "unsigned64", "verify_entry", "with_checksum",
+        "AssembledMessage", "ChunkAssembler", "ChunkOutcome", "EvictedMessage", "Frame", "FrameDecoder", "I64_MAX",
+        "build_batch", "build_entry", "chunk_uuid", "codec_from_name", "compress", "crc32c", "decompress",
+        "encode_command", "encode_payload_command", "entry_messages", "parse_batch", "parse_entry_metadata", "pb",
+        "signed64", "split_chunks", "split_entry", "unsigned64", "verify_entry", "with_checksum",
     ],
     "velamq.spark": [
         "VelamqDataLossError", "VelamqDataSource", "VelamqOptionError", "VelamqSchemaError", "register",

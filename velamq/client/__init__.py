@@ -20,6 +20,7 @@ from velamq.client._blocking import BlockingConsumer, BlockingProducer, Blocking
 from velamq.client._boost_hash import boost_hash, java_string_hash, murmur3_32_hash
 from velamq.client._client import AsyncClient
 from velamq.client._config import ClientConfig, ConsumerConfig, DeadLetterPolicy, KeySharedPolicy, ProducerConfig
+from velamq.client._consumer import Consumer
 from velamq.client._errors import (
     AdminError,
     AlreadyClosedError,
@@ -52,10 +53,9 @@ from velamq.client._errors import (
 )
 from velamq.client._interceptors import ProducerInterceptor
 from velamq.client._message import Message, MessageId, ProducerMessage
-from velamq.client._multi_consumer import Consumer
 from velamq.client._ordered_consumer import BlockingOrderedConsumer, OrderedConsumer
 from velamq.client._ordered_metrics import OrderedConsumerMetrics, OrderedPartitionMetrics
-from velamq.client._partitioned_producer import Producer
+from velamq.client._producer import Producer
 from velamq.client._reader import Reader
 from velamq.client._routing import MessageRouter, sign_safe_mod
 

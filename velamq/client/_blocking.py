@@ -24,10 +24,10 @@ from typing import Any, TypeVar
 
 from velamq.client._client import AsyncClient
 from velamq.client._config import ClientConfig
+from velamq.client._consumer import Consumer
 from velamq.client._errors import AlreadyClosedError
 from velamq.client._message import Message, MessageId
-from velamq.client._multi_consumer import Consumer
-from velamq.client._partitioned_producer import Producer
+from velamq.client._producer import Producer
 from velamq.client._reader import Reader
 
 R = TypeVar("R")

@@ -24,12 +24,12 @@ from velamq._clock import Clock, system_clock
 from velamq._topic_name import TopicName
 from velamq.client._backpressure import MemoryLimit
 from velamq.client._config import ClientConfig, ConsumerConfig, ProducerConfig
+from velamq.client._consumer import Consumer
 from velamq.client._errors import AlreadyClosedError, InvalidConfigurationError, OperationTimeoutError, is_retriable
 from velamq.client._lookup import LookupService
 from velamq.client._message import MessageId
-from velamq.client._multi_consumer import Consumer
-from velamq.client._partitioned_producer import Producer
 from velamq.client._pool import ConnectionPool, parse_service_url
+from velamq.client._producer import Producer
 from velamq.client._reader import Reader
 
 log = logging.getLogger("velamq.client")

@@ -54,10 +54,10 @@ from typing import TYPE_CHECKING, Any
 
 from velamq._topic_name import TopicName
 from velamq.client._config import ConsumerConfig
+from velamq.client._consumer import Consumer
 from velamq.client._dead_letter import DeadLetterSender
 from velamq.client._errors import InvalidConfigurationError
 from velamq.client._message import Message
-from velamq.client._multi_consumer import Consumer
 from velamq.client._ordered_metrics import OrderedConsumerMetrics
 from velamq.client._ordered_partition import (
     ACK_MODES,

@@ -12,9 +12,9 @@ from __future__ import annotations
 import datetime
 from collections.abc import AsyncIterator
 
+from velamq.client._consumer import Consumer
 from velamq.client._errors import AlreadyClosedError
 from velamq.client._message import Message, MessageId
-from velamq.client._multi_consumer import Consumer
 
 
 class Reader:
