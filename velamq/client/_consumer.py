@@ -228,7 +228,7 @@ class Consumer:
 
     async def flush_acknowledgements(self) -> None:
         for child in self._children.values():
-            child._acks.flush()
+            child.acks.flush()
 
     # ---- seek, last id, unsubscribe, close -----------------------------------------------------
 
