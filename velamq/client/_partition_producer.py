@@ -24,9 +24,12 @@ Sequence ids: the next id is last_sequence_id + 1 from the first PRODUCER_SUCCES
 initial_sequence_id), so a named producer resumes where the broker's dedup state is (CO-6). A
 message may bring its own sequence_id; ids only go up.
 
+Steps 10 to 12 (the pending queue, receipts, the send timeout) are in _pending_sends.py.
+
 Delayed messages (deliver_at) are never batched. With chunking enabled, a payload whose
-compressed size exceeds the chunk size is split (see velamq/protocol/_chunks.py); every chunk carries the same
-sequence id and the message's future completes on the last chunk's receipt with the chunked id.
+compressed size exceeds the chunk size is split (see velamq/protocol/_chunks.py); every chunk
+carries the same sequence id and the message's future completes on the last chunk's receipt with
+the chunked id.
 """
 
 from __future__ import annotations
@@ -34,9 +37,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections import deque
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from velamq.client._backpressure import MemoryLimit, Permits
 from velamq.client._batch_container import BatchContainer, compress_payload, message_metadata
@@ -49,11 +50,11 @@ from velamq.client._errors import (
     MemoryBufferIsFullError,
     MessageTooBigError,
     ProducerQueueIsFullError,
-    SendTimeoutError,
     error_from_server,
 )
 from velamq.client._handler import ClientContext, ConnectionHandler
 from velamq.client._message import MessageId, ProducerMessage
+from velamq.client._pending_sends import ChunkContext, PendingMessage, PendingSends, Receipt, SendOp
 from velamq.protocol import build_entry, chunk_uuid, codec_from_name, pb, signed64, split_chunks
 
 if TYPE_CHECKING:
@@ -67,6 +68,30 @@ _ACCESS_MODES = {"shared": pb.Shared, "exclusive": pb.Exclusive, "wait_for_exclu
 chunk_metadata_reserve_bytes = 1024
 
 
+def _chunk_payload_bytes(max_message_bytes: int, config: ProducerConfig) -> int:
+    """The payload bytes a chunk (or an unbatched message) may carry."""
+    limit = max_message_bytes
+    if config.chunking_enabled:
+        limit = min(limit, config.chunk_max_message_bytes or limit)
+        return max(1, limit - chunk_metadata_reserve_bytes) if limit > 2 * chunk_metadata_reserve_bytes else limit
+    return limit
+
+
+def _send_command(producer_id: int, sequence_id: int, *, num_messages: int | None = None,
+                  highest: int | None = None, is_chunk: bool = False) -> pb.BaseCommand:
+    command = pb.BaseCommand(type=T.SEND)
+    s = command.send
+    s.producer_id = producer_id
+    s.sequence_id = sequence_id
+    if num_messages is not None:
+        s.num_messages = num_messages
+    if highest is not None:
+        s.highest_sequence_id = highest
+    if is_chunk:
+        s.is_chunk = True
+    return command
+
+
 class State(enum.Enum):
     CONNECTING = "connecting"
     READY = "ready"
@@ -75,37 +100,16 @@ class State(enum.Enum):
     FAILED = "failed"
 
 
-@dataclass(slots=True)
-class _Pending:
-    """One message waiting for its receipt."""
-
-    message: ProducerMessage
-    future: asyncio.Future[MessageId]
-
-
-@dataclass(slots=True)
-class _ChunkContext:
-    first_id: MessageId | None = None
-
-
-@dataclass(slots=True)
-class SendOp:
-    sequence_id: int
-    highest_sequence_id: int
-    num_messages: int
-    frame: bytes
-    items: list[_Pending]
-    created_s: float
-    permits: int
-    memory_bytes: int
-    batched: bool = False
-    chunk: _ChunkContext | None = None
-    last_chunk: bool = False
-    entry_bytes: int = 0
-    done: bool = field(default=False)
-
-
 class PartitionProducer(ConnectionHandler):
+    """The producer of one topic or partition, over one connection at a time.
+
+    It registers (PRODUCER) with a name and an epoch, admits each message against the pending
+    permits and the client's memory limit, batches, compresses or chunks it into SEND ops with
+    sequence ids, and hands them to its PendingSends, which completes them on their receipts. After a
+    reconnect it registers again and writes every pending op again before anything new; the broker
+    deduplicates by producer name and sequence id. Producer holds one per partition.
+    """
+
     def __init__(self, client: ClientContext, owner: Producer, topic: str, partition: int, config: ProducerConfig,
                  permits: Permits, memory: MemoryLimit, producer_id: int) -> None:
         super().__init__(client, topic)
@@ -123,14 +127,15 @@ class PartitionProducer(ConnectionHandler):
         self._codec = codec_from_name(config.compression_type)
         self._next_sequence_id = config.initial_sequence_id + 1 if config.initial_sequence_id is not None else 0
         self._first_connect = True
-        self.last_sequence_id_published = config.initial_sequence_id if config.initial_sequence_id is not None else -1
         self.max_message_bytes = 0
-        self._pending: deque[SendOp] = deque()
-        self._batch: BatchContainer[_Pending] | None = (
+        self.pending = PendingSends(topic, partition, config.send_timeout_ms, permits, memory, client.clock,
+                                    self._notify, self._fail_all)
+        if config.initial_sequence_id is not None:
+            self.pending.last_sequence_id_published = config.initial_sequence_id
+        self._batch: BatchContainer[PendingMessage] | None = (
             BatchContainer(config.batching_max_messages, config.batching_max_bytes) if config.batching_enabled else None
         )
         self._batch_timer: asyncio.TimerHandle | None = None
-        self._timeout_timer: asyncio.TimerHandle | None = None
         self._ready = asyncio.Event()
 
     # ---- lifecycle -----------------------------------------------------------------------------
@@ -166,7 +171,7 @@ class PartitionProducer(ConnectionHandler):
         if self._first_connect:
             self._first_connect = False
             if self.config.initial_sequence_id is None and reply.last_sequence_id >= 0:
-                self.last_sequence_id_published = reply.last_sequence_id
+                self.pending.last_sequence_id_published = reply.last_sequence_id
                 self._next_sequence_id = max(self._next_sequence_id, reply.last_sequence_id + 1)
         self._epoch += 1
         self.max_message_bytes = connection.max_message_bytes
@@ -174,10 +179,10 @@ class PartitionProducer(ConnectionHandler):
         if self.state is State.CONNECTING:
             self.state = State.READY
         # Everything still pending goes out again, in order, before anything new (PR-9).
-        for op in self._pending:
-            connection.send_frame(op.frame)
+        for frame in self.pending.frames():
+            connection.send_frame(frame)
         self._ready.set()
-        self._arm_timeout_timer()
+        self.pending.arm_timeout()
 
     async def start(self) -> None:
         try:
@@ -205,6 +210,10 @@ class PartitionProducer(ConnectionHandler):
     def is_connected(self) -> bool:
         return self.state is State.READY and self.connection is not None and self.connection.is_ready
 
+    @property
+    def last_sequence_id_published(self) -> int:
+        return self.pending.last_sequence_id_published
+
     # ---- send path -----------------------------------------------------------------------------
 
     def _check_usable(self) -> None:
@@ -219,7 +228,7 @@ class PartitionProducer(ConnectionHandler):
             message = interceptor.before_send(self.owner, message)
         if self.max_message_bytes == 0:
             await self._ready.wait()  # a lazily started producer: wait for its first connection
-        chunk_size = self._chunk_payload_bytes()
+        chunk_size = _chunk_payload_bytes(self.max_message_bytes, self.config)
         payload = message.value
         size = len(payload)
         compressed: bytes | None = None
@@ -244,7 +253,7 @@ class PartitionProducer(ConnectionHandler):
             self.memory.release(size)
             raise
         future: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
-        pending = _Pending(message, future)
+        pending = PendingMessage(message, future)
         sequence_id = self._take_sequence_id(message)
         if batchable:
             self._add_to_batch(message, sequence_id, pending)
@@ -258,13 +267,6 @@ class PartitionProducer(ConnectionHandler):
             else:
                 self._send_chunks(meta, compressed, sequence_id, pending, size, chunk_size, chunks)
         return future
-
-    def _chunk_payload_bytes(self) -> int:
-        limit = self.max_message_bytes
-        if self.config.chunking_enabled:
-            limit = min(limit, self.config.chunk_max_message_bytes or limit)
-            return max(1, limit - chunk_metadata_reserve_bytes) if limit > 2 * chunk_metadata_reserve_bytes else limit
-        return limit
 
     async def _admit(self, permits: int, size: int) -> None:
         if self.config.block_if_queue_full:
@@ -290,7 +292,7 @@ class PartitionProducer(ConnectionHandler):
             self._next_sequence_id += 1
         return sequence_id
 
-    def _add_to_batch(self, message: ProducerMessage, sequence_id: int, pending: _Pending) -> None:
+    def _add_to_batch(self, message: ProducerMessage, sequence_id: int, pending: PendingMessage) -> None:
         batch = self._batch
         assert batch is not None
         if not batch.has_space_for(len(message.value)):
@@ -312,106 +314,57 @@ class PartitionProducer(ConnectionHandler):
         built = batch.build(self.producer_name, self._codec, self.client.clock.now_ms())
         n = len(built.items)
         entry = build_entry(built.metadata, built.payload)
-        command = self._send_command(built.sequence_id, num_messages=n, highest=built.highest_sequence_id)
+        command = _send_command(self.producer_id, built.sequence_id, num_messages=n, highest=built.highest_sequence_id)
         memory = sum(len(p.message.value) for p in built.items)
         self._enqueue(SendOp(built.sequence_id, built.highest_sequence_id, n, Connection.encode_send(command, entry),
                              list(built.items), self.client.clock.monotonic_s(), n, memory, batched=True,
                              entry_bytes=len(entry)))
 
-    def _send_command(self, sequence_id: int, *, num_messages: int | None = None, highest: int | None = None,
-                      is_chunk: bool = False) -> pb.BaseCommand:
-        command = pb.BaseCommand(type=T.SEND)
-        s = command.send
-        s.producer_id = self.producer_id
-        s.sequence_id = sequence_id
-        if num_messages is not None:
-            s.num_messages = num_messages
-        if highest is not None:
-            s.highest_sequence_id = highest
-        if is_chunk:
-            s.is_chunk = True
-        return command
-
-    def _send_single(self, meta: pb.MessageMetadata, payload: bytes, sequence_id: int, pending: _Pending,
+    def _send_single(self, meta: pb.MessageMetadata, payload: bytes, sequence_id: int, pending: PendingMessage,
                      size: int) -> None:
         entry = build_entry(meta, payload)
-        frame = Connection.encode_send(self._send_command(sequence_id), entry)
+        frame = Connection.encode_send(_send_command(self.producer_id, sequence_id), entry)
         self._enqueue(SendOp(sequence_id, sequence_id, 1, frame, [pending], self.client.clock.monotonic_s(), 1, size,
                              entry_bytes=len(entry)))
 
-    def _send_chunks(self, meta: pb.MessageMetadata, payload: bytes, sequence_id: int, pending: _Pending,
+    def _send_chunks(self, meta: pb.MessageMetadata, payload: bytes, sequence_id: int, pending: PendingMessage,
                      size: int, chunk_size: int, chunks: int) -> None:
         parts = split_chunks(payload, chunk_size)
         assert len(parts) == chunks
         meta.uuid = chunk_uuid(self.producer_name, sequence_id)
         meta.num_chunks_from_msg = chunks
         meta.total_chunk_msg_size = len(payload)
-        context = _ChunkContext()
+        context = ChunkContext()
         now_s = self.client.clock.monotonic_s()
         for chunk_id, part in enumerate(parts):
             meta.chunk_id = chunk_id
             entry = build_entry(meta, part)
-            frame = Connection.encode_send(self._send_command(sequence_id, is_chunk=True), entry)
+            frame = Connection.encode_send(_send_command(self.producer_id, sequence_id, is_chunk=True), entry)
             last = chunk_id == chunks - 1
             # Memory is given back with the last chunk; every chunk gives back its own permit.
             self._enqueue(SendOp(sequence_id, sequence_id, 1, frame, [pending] if last else [], now_s, 1,
                                  size if last else 0, chunk=context, last_chunk=last, entry_bytes=len(entry)))
 
     def _enqueue(self, op: SendOp) -> None:
-        self._pending.append(op)
+        self.pending.append(op)
         connection = self.connection
         if self.state in (State.READY, State.CLOSING) and connection is not None and connection.is_ready:
             try:
                 connection.send_frame(op.frame)
             except ConnectError:
                 pass  # resent after reconnect
-        self._arm_timeout_timer()
 
-    # ---- receipts ------------------------------------------------------------------------------
+    # ---- receipts and failures -----------------------------------------------------------------
 
     def on_send_receipt(self, receipt: pb.CommandSendReceipt) -> None:
-        if not self._pending:
-            return
-        op = self._pending[0]
-        sequence_id = receipt.sequence_id
-        if sequence_id < op.sequence_id:
-            return  # a receipt for something that already timed out
-        if sequence_id > op.highest_sequence_id:
-            # Out of order: the broker lost something. Reconnecting resends everything pending.
-            log.warning("%s: receipt %d while expecting %d; reconnecting", self.topic, sequence_id, op.sequence_id)
+        mid = receipt.message_id
+        outcome = self.pending.on_receipt(receipt.sequence_id, signed64(mid.ledgerId), signed64(mid.entryId))
+        if outcome is Receipt.OUT_OF_ORDER:
+            # The broker lost something. Reconnecting resends everything pending.
+            log.warning("%s: receipt %d while expecting %s; reconnecting", self.topic, receipt.sequence_id,
+                        self.pending.head_sequence_id())
             if self.connection is not None:
                 self.connection.close("out-of-order send receipt")
-            return
-        self._pending.popleft()
-        mid = receipt.message_id
-        self._complete(op, signed64(mid.ledgerId), signed64(mid.entryId))
-
-    def _complete(self, op: SendOp, ledger_id: int, entry_id: int) -> None:
-        op.done = True
-        self.permits.release(op.permits)
-        self.memory.release(op.memory_bytes)
-        self.last_sequence_id_published = max(self.last_sequence_id_published, op.highest_sequence_id)
-        partition = self.partition
-        if op.chunk is not None:
-            chunk_id = MessageId(ledger_id, entry_id, partition, topic=self.topic)
-            if op.chunk.first_id is None:
-                op.chunk.first_id = chunk_id
-            if not op.last_chunk:
-                return
-            message_id = MessageId(ledger_id, entry_id, partition, first_chunk=op.chunk.first_id, topic=self.topic)
-            self._resolve(op.items[0], message_id)
-            return
-        if op.batched:
-            n = len(op.items)
-            for i, item in enumerate(op.items):
-                self._resolve(item, MessageId(ledger_id, entry_id, partition, i, n, topic=self.topic))
-        else:
-            self._resolve(op.items[0], MessageId(ledger_id, entry_id, partition, topic=self.topic))
-
-    def _resolve(self, item: _Pending, message_id: MessageId) -> None:
-        if not item.future.done():
-            item.future.set_result(message_id)
-        self._notify(item.message, message_id, None)
 
     def _notify(self, message: ProducerMessage, message_id: MessageId | None, error: BaseException | None) -> None:
         for interceptor in self.config.interceptors:
@@ -421,30 +374,16 @@ class PartitionProducer(ConnectionHandler):
                 log.exception("%s: interceptor on_acknowledgement failed", self.topic)
 
     def on_send_error(self, error: pb.CommandSendError) -> None:
-        if error.error == pb.ChecksumError and self._pending and self._pending[0].sequence_id == error.sequence_id:
-            op = self._pending.popleft()
-            self._fail_op(op, ChecksumError(int(error.error), error.message))
+        if error.error == pb.ChecksumError and self.pending.head_sequence_id() == error.sequence_id:
+            self.pending.fail_head(ChecksumError(int(error.error), error.message))
             return
         # Any other send error: the C++ client drops the connection; reconnecting resends.
         log.warning("%s: SEND_ERROR %s (%s); reconnecting", self.topic, error.error, error.message)
         if self.connection is not None:
             self.connection.close(f"send error: {error_from_server(int(error.error), error.message)}")
 
-    # ---- failures and timeouts -----------------------------------------------------------------
-
-    def _fail_op(self, op: SendOp, error: BaseException) -> None:
-        if op.done:
-            return
-        op.done = True
-        self.permits.release(op.permits)
-        self.memory.release(op.memory_bytes)
-        for item in op.items:
-            if not item.future.done():
-                item.future.set_exception(error)
-                item.future.exception()  # a caller that never awaits does not get "never retrieved" noise
-            self._notify(item.message, None, error)
-
     def _fail_all(self, error: BaseException) -> None:
+        """Every admitted message not yet stored fails: the open batch and the pending queue."""
         if self._batch_timer is not None:
             self._batch_timer.cancel()
             self._batch_timer = None
@@ -452,41 +391,19 @@ class PartitionProducer(ConnectionHandler):
             items = self._batch.drain_items()
             self.permits.release(len(items))
             self.memory.release(sum(len(p.message.value) for p in items))
-            for item in items:
-                if not item.future.done():
-                    item.future.set_exception(error)
-                    item.future.exception()
-                self._notify(item.message, None, error)
-        while self._pending:
-            self._fail_op(self._pending.popleft(), error)
-
-    def _arm_timeout_timer(self) -> None:
-        if self._timeout_timer is not None or not self.config.send_timeout_ms or not self._pending:
-            return
-        head = self._pending[0]
-        due_s = head.created_s + self.config.send_timeout_ms / 1000 - self.client.clock.monotonic_s()
-        self._timeout_timer = asyncio.get_running_loop().call_later(max(0.0, due_s) + 0.001, self._check_timeout)
-
-    def _check_timeout(self) -> None:
-        self._timeout_timer = None
-        if not self._pending:
-            return
-        head = self._pending[0]
-        if self.client.clock.monotonic_s() - head.created_s >= self.config.send_timeout_ms / 1000:
-            log.warning("%s: send timeout; failing %d pending sends", self.topic, len(self._pending))
-            self._fail_all(SendTimeoutError(self.topic, head.sequence_id, self.config.send_timeout_ms))
-        self._arm_timeout_timer()
+            self.pending.fail_items(items, error)
+        self.pending.fail_all(error)
 
     # ---- flush and close -----------------------------------------------------------------------
 
     @property
     def pending_count(self) -> int:
-        return sum(op.num_messages for op in self._pending) + (len(self._batch) if self._batch else 0)
+        return self.pending.message_count + (len(self._batch) if self._batch else 0)
 
     async def flush(self) -> None:
         """Send the open batch and wait until everything sent so far has its receipt (or failed)."""
         self._flush_batch()
-        futures = [item.future for op in self._pending for item in op.items]
+        futures = self.pending.futures()
         if futures:
             await asyncio.gather(*futures, return_exceptions=True)
 
@@ -495,7 +412,7 @@ class PartitionProducer(ConnectionHandler):
             return
         if self.state is State.READY or self.state is State.CONNECTING:
             self.state = State.CLOSING
-            if self._pending or (self._batch is not None and len(self._batch)):
+            if len(self.pending) or (self._batch is not None and len(self._batch)):
                 try:
                     await asyncio.wait_for(self.flush(), wait_s if wait_s is not None else
                                            self.config.send_timeout_ms / 1000 or self.client.config.operation_timeout_s)
@@ -514,13 +431,7 @@ class PartitionProducer(ConnectionHandler):
             except Exception as exc:
                 log.debug("%s: CLOSE_PRODUCER failed: %s", self.topic, exc)
             connection.remove_producer(self.producer_id, self)
-        if self._timeout_timer is not None:
-            self._timeout_timer.cancel()
-            self._timeout_timer = None
+        self.pending.close()
         self.state = State.CLOSED
         self._fail_all(AlreadyClosedError(f"{self.topic}: producer closed"))
         self._ready.set()  # wake anything waiting for a connection that will never come
-
-    def debug_state(self) -> dict[str, Any]:
-        return {"state": self.state.value, "pending_ops": len(self._pending), "permits_used": self.permits.used,
-                "next_sequence_id": self._next_sequence_id}
