@@ -48,6 +48,14 @@ def _start_id(value: MessageId | str | bytes) -> MessageId:
 
 
 class AsyncClient:
+    """The asyncio client of one service URL (pulsar://host:port, or several hosts): the entry point.
+
+    It owns the connection pool (one connection per broker, shared by every producer and consumer),
+    topic lookups, the client-wide memory limit of pending messages, and every producer, consumer
+    and reader it created; closing it closes them all. Options follow Pulsar's client names in
+    snake_case (operation_timeout_s, memory_limit_bytes, ...) or come as a ClientConfig.
+    """
+
     def __init__(self, service_url: str, config: ClientConfig | None = None, *, clock: Clock = system_clock,
                  **options: Any) -> None:
         parse_service_url(service_url)  # fail early on a bad URL

@@ -36,6 +36,15 @@ MessageOrId = Message | MessageId
 
 
 class Consumer:
+    """The consumer the application holds: one subscription over one or many topics or partitions.
+
+    It holds one TopicConsumer per partition of every topic (or of every topic a pattern matches,
+    rediscovered periodically), all feeding one receiver queue; receive() takes the next message
+    and returns its permit to the TopicConsumer it came from, and acknowledge / negative_acknowledge
+    / seek go to the TopicConsumer a message or message id belongs to. A dead-letter policy sends
+    messages that used up their redeliveries to the dead-letter topic.
+    """
+
     def __init__(self, client: AsyncClient, topics: Sequence[str], subscription: str, config: ConsumerConfig,
                  consumer_ids: itertools.count[int], *, pattern: re.Pattern[str] | None = None,
                  pattern_namespace: str | None = None, durable: bool = True,

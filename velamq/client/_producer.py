@@ -48,6 +48,15 @@ def _epoch_ms(value: int | float | datetime.datetime) -> int:
 
 
 class Producer:
+    """The producer the application holds, on one topic: one PartitionProducer per partition (one in
+    all for a non-partitioned topic).
+
+    send_async builds the message, chooses its partition (key hash, routing mode or a custom
+    router) and hands it to that partition's producer; it returns once the message is admitted,
+    with a future of its MessageId. Each partition producer has its own pending permits and shares
+    the client's memory limit; with lazy start a partition producer connects on its first message.
+    """
+
     def __init__(self, client: AsyncClient, topic: str, partitions: int, config: ProducerConfig,
                  producer_ids: itertools.count[int]) -> None:
         self.client = client
