@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from velamq._clock import Clock, system_clock
-from velamq._topic_name import TopicName
+from velamq._topic_name import TopicName, TopicPattern
 from velamq.client._backpressure import MemoryLimit
 from velamq.client._config import ClientConfig, ConsumerConfig, ProducerConfig
 from velamq.client._consumer import Consumer
@@ -159,7 +159,7 @@ class AsyncClient:
             raise InvalidConfigurationError("give topics or a topics pattern, not both")
         namespace = None
         if pattern is not None:
-            namespace = _pattern_namespace(pattern.pattern)
+            namespace = TopicPattern.parse(pattern.pattern).namespace
         elif not names:
             raise InvalidConfigurationError("subscribe needs a topic, topics or topics_pattern")
         full = [str(TopicName.parse(n)) for n in names]
@@ -227,11 +227,3 @@ def _replace(config: ClientConfig, options: dict[str, Any]) -> ClientConfig:
         raise InvalidConfigurationError(f"unknown client option(s) {unknown}")
     return dataclasses.replace(config, **options)
 
-
-def _pattern_namespace(pattern: str) -> str:
-    """The namespace a topics pattern lives in: 'persistent://t/ns/x.*' or 't/ns/x.*' -> 't/ns'."""
-    rest = pattern.split("://", 1)[1] if "://" in pattern else pattern
-    parts = rest.split("/")
-    if len(parts) < 3:
-        return "public/default"
-    return f"{parts[0]}/{parts[1]}"

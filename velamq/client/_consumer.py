@@ -109,8 +109,9 @@ class Consumer:
                                                              self.config.regex_subscription_mode)
         out: list[str] = []
         for name in names:
-            parent = str(TopicName.parse(name).partitioned_parent)
-            without_domain = parent.split("://", 1)[1]
+            topic = TopicName.parse(name).partitioned_parent
+            parent = str(topic)
+            without_domain = f"{topic.tenant}/{topic.namespace_part}/{topic.local_name}"
             if (self.pattern.fullmatch(parent) or self.pattern.fullmatch(without_domain)) and parent not in out:
                 out.append(parent)
         return out

@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from velamq._errors import VelamqError
+from velamq._topic_name import TopicPattern
 from velamq.spark._admin import parse_topic
 from velamq.spark._offsets import PartitionOffset
 
@@ -205,9 +206,7 @@ def _topic(option: str, name: str) -> str:
 
 
 def _pattern(raw: str) -> str:
-    text = raw.strip()
-    if "://" not in text:
-        text = f"persistent://{text}" if text.count("/") >= 2 else f"persistent://public/default/{text}"
+    text = TopicPattern.parse(raw).regex
     try:
         re.compile(text)
     except re.error as exc:

@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from velamq._topic_name import TopicName
+from velamq._topic_name import TopicName, TopicPattern
 from velamq.client import AsyncClient, OperationTimeoutError
 from velamq.spark._admin import ConnectorAdmin, parse_topic
 from velamq.spark._offsets import EARLIEST, LedgerMap, PartitionOffset, allocate
@@ -54,9 +54,9 @@ class Planner:
         if self.options.pattern is None:
             return [parse_topic(t) for t in self.options.topics]
         pattern = re.compile(self.options.pattern)
-        domain, rest = self.options.pattern.split("://", 1)
-        tenant, namespace = rest.split("/")[:2]
-        return [t for t in self.admin.topics_of_namespace(domain, tenant, namespace) if pattern.fullmatch(str(t))]
+        where = TopicPattern.parse(self.options.pattern)
+        topics = self.admin.topics_of_namespace(where.domain, where.tenant, where.namespace_part)
+        return [t for t in topics if pattern.fullmatch(str(t))]
 
     def partitions(self) -> list[PartitionRef]:
         refs: list[PartitionRef] = []
