@@ -426,10 +426,7 @@ class PartitionProducer(ConnectionHandler):
             command = pb.BaseCommand(type=T.CLOSE_PRODUCER)
             command.close_producer.producer_id = self.producer_id
             command.close_producer.request_id = request_id
-            try:
-                await connection.request(command, request_id)
-            except Exception as exc:
-                log.debug("%s: CLOSE_PRODUCER failed: %s", self.topic, exc)
+            await self._request_close(connection, command, request_id)
             connection.remove_producer(self.producer_id, self)
         self.pending.close()
         self.state = State.CLOSED

@@ -403,7 +403,4 @@ class TopicConsumer(ConnectionHandler):
                 command = pb.BaseCommand(type=T.CLOSE_CONSUMER)
                 command.close_consumer.consumer_id = self.consumer_id
                 command.close_consumer.request_id = request_id
-                try:
-                    await connection.request(command, request_id)
-                except Exception as exc:
-                    log.debug("%s: CLOSE_CONSUMER failed: %s", self.topic, exc)
+                await self._request_close(connection, command, request_id)
