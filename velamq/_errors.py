@@ -1,20 +1,42 @@
-"""The one exception tree of velamq.
+"""The one exception tree of velamq: every exception class of the package derives from VelamqError
+(tests/unit/test_exception_tree.py walks the package and checks it). Where a class also derives from
+a builtin, it is named after "also": code that catches the builtin keeps working.
 
     VelamqError
-    ├── ProtocolError                 bytes on the wire that are not a valid Pulsar frame
-    │   ├── FrameTooLargeError        a frame above the negotiated size limit
-    │   ├── ChecksumMismatchError     CRC32C of metadata + payload does not verify
-    │   └── CompressionError          a payload that does not decompress
-    ├── StorageError                  the managed ledger could not do what was asked
-    │   ├── CorruptEntryError         a stored entry whose checksum does not verify
-    │   └── LedgerClosedError         append or read on a closed / deleted ledger
-    ├── MetadataError                 the metadata store could not do what was asked
-    │   ├── NotFoundError             tenant, namespace or topic does not exist      (HTTP 404)
-    │   ├── AlreadyExistsError        it exists already                              (HTTP 409)
-    │   └── PreconditionFailedError   it exists but cannot be changed that way       (HTTP 412)
-    ├── InvalidTopicNameError         a topic or namespace name that does not parse
-    ├── ServerError                   a broker answered a request with a Pulsar ServerError code
-    └── ClientError                   the client could not do what was asked (client tier)
+    ├── ProtocolError                     bytes on the wire that are not a valid Pulsar frame
+    │   ├── FrameTooLargeError            a frame above the negotiated size limit
+    │   ├── ChecksumMismatchError         CRC32C of metadata + payload does not verify
+    │   └── CompressionError              a payload that does not decompress
+    ├── StorageError                      the managed ledger could not do what was asked
+    │   ├── CorruptEntryError             a stored entry whose checksum does not verify
+    │   └── LedgerClosedError             append or read on a closed / deleted ledger
+    ├── MetadataError                     the metadata store could not do what was asked
+    │   ├── NotFoundError                 tenant, namespace or topic does not exist      (HTTP 404)
+    │   ├── AlreadyExistsError            it exists already                              (HTTP 409)
+    │   └── PreconditionFailedError       it exists but cannot be changed that way       (HTTP 412)
+    ├── InvalidTopicNameError             a topic or namespace name that does not parse (also ValueError)
+    ├── ServerError                       a Pulsar ServerError code: .code, .message
+    │   ├── broker.BrokerRequestError     a request the broker refuses, with the code it answers
+    │   └── client.BrokerError            the client got that code back (also ClientError; see below)
+    ├── ClientError                       the client could not do what was asked (velamq/client/_errors.py)
+    │   ├── ConnectError                  no connection to the broker
+    │   ├── OperationTimeoutError         no answer within operation_timeout_s (also TimeoutError)
+    │   │   └── SendTimeoutError          no receipt within send_timeout_ms
+    │   ├── AlreadyClosedError            the client, producer or consumer is closed
+    │   ├── ProducerQueueIsFullError      max_pending_messages reached, not blocking
+    │   ├── MemoryBufferIsFullError       the client-wide memory limit reached, not blocking
+    │   ├── MessageTooBigError            a payload above the broker's limit, chunking disabled
+    │   ├── InvalidConfigurationError     options that contradict each other (also ValueError)
+    │   ├── AdminError                    an admin REST call failed: .status (0: unreachable), .reason
+    │   └── BrokerError                   one subclass per fatal ServerError code (TopicNotFoundError,
+    │                                     ProducerBusyError, ...) and two retried ones
+    │                                     (ServiceNotReadyError, TooManyRequestsError)
+    ├── broker.HashRangeOverlapError      a Key_Shared STICKY consumer whose ranges overlap another's
+    ├── admin.HttpError                   an HTTP request the admin server answers with an error status
+    └── spark                             the PySpark data source (velamq.spark)
+        ├── VelamqOptionError             an option unknown, missing, malformed or in conflict (also ValueError)
+        ├── VelamqSchemaError             a DataFrame to write lacks `value` or has a bad column (also ValueError)
+        └── VelamqDataLossError           messages a query had not read are gone (also RuntimeError)
 
 Errors carry structured fields (topic, producer, code) so the broker can translate them into
 Pulsar ServerError codes at one boundary, and the admin API into HTTP status codes.

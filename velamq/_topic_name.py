@@ -6,6 +6,9 @@
     non-persistent://tenant/ns/x        -> itself
     persistent://prop/cluster/ns/x      -> V1 name (cluster kept in the namespace part)
     <topic>-partition-<n>               -> partition n of the partitioned topic <topic>
+
+Topics patterns (regex subscriptions, the Spark source's topicsPattern) name their namespace the
+same way: `x.*` lives in public/default, `tenant/ns/x.*` in tenant/ns (TopicPattern).
 """
 
 from __future__ import annotations
@@ -94,3 +97,34 @@ class TopicName:
 
     def __str__(self) -> str:
         return f"{self.domain}://{self.tenant}/{self.namespace_part}/{self.local_name}"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPattern:
+    """A topics pattern: a regular expression over the topics of one namespace.
+
+    The namespace is read as in a topic name (`x.*` -> persistent://public/default/x.*); what
+    follows it is the regular expression, not checked here. `regex` is the full-name expression."""
+
+    domain: str
+    tenant: str
+    namespace_part: str
+    local_regex: str
+
+    @classmethod
+    def parse(cls, pattern: str) -> TopicPattern:
+        rest, domain = pattern.strip(), "persistent"
+        if "://" in rest:
+            domain, rest = rest.split("://", 1)
+        parts = rest.split("/", 2)
+        if len(parts) < 3:
+            return cls(domain, "public", "default", rest)
+        return cls(domain, parts[0], parts[1], parts[2])
+
+    @property
+    def namespace(self) -> str:
+        return f"{self.tenant}/{self.namespace_part}"
+
+    @property
+    def regex(self) -> str:
+        return f"{self.domain}://{self.tenant}/{self.namespace_part}/{self.local_regex}"

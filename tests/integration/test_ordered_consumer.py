@@ -308,10 +308,13 @@ def test_a_killed_consumer_loses_nothing_and_redelivers_only_after_the_acked_pre
             rows.append(((mid.partition, mid.ledger_id, mid.entry_id, mid.batch_index), key, seq))
 
         async with OrderedConsumer(client, topic, "s", handle, partition_parallelism=4,
-                                   initial_position="earliest"):
+                                   initial_position="earliest") as consumer:
             done1 = {r for r, _, _ in run1}
             await eventually(lambda: done1 | {r for r, _, _ in rows} >= set(ids_all), "every message processed")
-            await asyncio.sleep(0.3)  # anything else would arrive now
+            # Nothing else can arrive once everything received was handled and acknowledged: the
+            # subscription then has no backlog left to deliver (a duplicate would be among the rows).
+            await eventually(lambda: consumer.metrics().received == consumer.metrics().acknowledged == len(rows),
+                             "everything received handled and acknowledged")
         return rows
 
     run2 = run(broker, second)

@@ -202,3 +202,28 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float, interval_s: floa
         if time.monotonic() > deadline:
             return False
         time.sleep(interval_s)
+
+
+def subscription_stats(admin_url: str, topic: str, subscription: str) -> dict[str, Any] | None:
+    """The subscription's part of the topic's stats (None: no such topic or subscription)."""
+    status, text = http("GET", f"{admin_url}/admin/v2/persistent/public/default/{topic}/stats")
+    if status != 200:
+        return None
+    found: dict[str, Any] | None = json.loads(text).get("subscriptions", {}).get(subscription)
+    return found
+
+
+def subscription_backlog(admin_url: str, topic: str, subscription: str) -> int | None:
+    stats = subscription_stats(admin_url, topic, subscription)
+    return None if stats is None else int(stats["msgBacklog"])
+
+
+def wait_for_backlog(admin_url: str, topic: str, subscription: str, backlog: int, timeout_s: float = 10.0) -> None:
+    """Wait until the broker has applied acknowledgements: the subscription's backlog is `backlog`."""
+    seen: list[int | None] = []
+
+    def reached() -> bool:
+        seen.append(subscription_backlog(admin_url, topic, subscription))
+        return seen[-1] == backlog
+
+    assert wait_until(reached, timeout_s), f"backlog of {subscription} stayed {seen[-1]}, expected {backlog}"

@@ -15,13 +15,18 @@ pytestmark = pytest.mark.timeout(60)
 MessageId = pulsar.MessageId
 
 
-def produce(client: Any, topic: str, n: int, gap_s: float = 0.0) -> list[Any]:
+def produce(client: Any, topic: str, n: int, distinct_times: bool = False) -> list[Any]:
+    """n messages; with distinct_times each is published in a later millisecond than the one before
+    (the client stamps publish time when send() is called), so a seek by time can tell them apart."""
     producer = client.create_producer(topic, batching_enabled=False)
     ids = []
+    sent_ms = 0
     for i in range(n):
-        if gap_s and i:
-            time.sleep(gap_s)
+        if distinct_times:
+            while time.time_ns() // 1_000_000 <= sent_ms:
+                time.sleep(0.001)
         ids.append(producer.send(b"r-%d" % i))
+        sent_ms = time.time_ns() // 1_000_000
     producer.close()
     return ids
 
@@ -110,7 +115,7 @@ def test_reader_seek(client: Any, topic: str) -> None:
 
 
 def test_reader_seek_by_timestamp(client: Any, topic: str) -> None:
-    produce(client, topic, 10, gap_s=0.02)
+    produce(client, topic, 10, distinct_times=True)
     reader = client.create_reader(topic, MessageId.earliest)
     msgs = read_n(reader, 10)
     reader.seek(msgs[6].publish_timestamp())
@@ -119,7 +124,7 @@ def test_reader_seek_by_timestamp(client: Any, topic: str) -> None:
 
 def test_consumer_seek_by_message_id_and_timestamp(client: Any, topic: str) -> None:
     consumer = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared)
-    produce(client, topic, 30, gap_s=0.02)
+    produce(client, topic, 30, distinct_times=True)
     msgs = receive_n(consumer, 30)
     assert datas(msgs) == expect(range(30))
     ids = [m.message_id() for m in msgs]

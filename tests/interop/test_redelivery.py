@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pulsar
 import pytest
-from interop_helpers import ack_all, assert_no_more, datas, drain, receive_n
+from interop_helpers import ack_all, assert_no_more, datas, drain, receive_n, wait_for_backlog
+
+from velamq.testing import BrokerProcess
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -56,14 +57,14 @@ def test_negative_ack_exclusive(client: Any, topic: str) -> None:
     assert_no_more(consumer, 1000)
 
 
-def test_redeliver_unacknowledged_messages_shared(client: Any, topic: str) -> None:
+def test_redeliver_unacknowledged_messages_shared(broker: BrokerProcess, client: Any, topic: str) -> None:
     consumer = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared)
     produce(client, topic, 6)
     msgs = receive_n(consumer, 6)
     consumer.acknowledge(msgs[0])
     consumer.acknowledge(msgs[4])
-    # Give the grouped acks (100 ms) time to reach the broker before asking for redelivery.
-    time.sleep(0.3)
+    # The grouped acks (100 ms) must have reached the broker before asking for redelivery.
+    wait_for_backlog(broker.admin_url, topic, "sub", 4)
     consumer.redeliver_unacknowledged_messages()
     again = drain(consumer, idle_ms=1500)
     assert sorted(datas(again)) == [b"n-1", b"n-2", b"n-3", b"n-5"]
@@ -71,12 +72,13 @@ def test_redeliver_unacknowledged_messages_shared(client: Any, topic: str) -> No
     assert_no_more(consumer)
 
 
-def test_redeliver_unacknowledged_messages_exclusive_in_order(client: Any, topic: str) -> None:
+def test_redeliver_unacknowledged_messages_exclusive_in_order(broker: BrokerProcess, client: Any,
+                                                              topic: str) -> None:
     consumer = client.subscribe(topic, "sub")
     produce(client, topic, 6)
     msgs = receive_n(consumer, 6)
     consumer.acknowledge_cumulative(msgs[1])
-    time.sleep(0.3)
+    wait_for_backlog(broker.admin_url, topic, "sub", 4)
     consumer.redeliver_unacknowledged_messages()
     again = receive_n(consumer, 4)
     assert datas(again) == [b"n-2", b"n-3", b"n-4", b"n-5"]

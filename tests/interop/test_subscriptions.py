@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import collections
-import time
 from typing import Any
 
 import pulsar
 import pytest
-from interop_helpers import SendTracker, ack_all, assert_no_more, collect_concurrently, datas, drain, receive_n
+from interop_helpers import (
+    SendTracker,
+    ack_all,
+    assert_no_more,
+    collect_concurrently,
+    datas,
+    drain,
+    receive_n,
+    subscription_stats,
+    wait_until,
+)
+
+from velamq.testing import BrokerProcess
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -67,10 +78,16 @@ def test_shared_each_message_once_across_consumers(client: Any, topic: str) -> N
     assert_no_more(c2)
 
 
-def test_failover_single_active_consumer_and_takeover(client: Any, topic: str) -> None:
+def test_failover_single_active_consumer_and_takeover(broker: BrokerProcess, client: Any, topic: str) -> None:
     a = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Failover, consumer_name="a")
     b = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Failover, consumer_name="b")
-    time.sleep(0.3)  # let the broker settle which one is active
+
+    def one_of_two_active() -> bool:
+        stats = subscription_stats(broker.admin_url, topic, "sub")
+        consumers = stats["consumers"] if stats else []
+        return len(consumers) == 2 and sum(bool(c.get("isActive")) for c in consumers) == 1
+
+    assert wait_until(one_of_two_active, 10), "the broker never had both consumers with one of them active"
     first = [b"first-%d" % i for i in range(20)]
     produce(client, topic, first)
 

@@ -38,6 +38,9 @@ def new_spark(app: str) -> Any:
         .config("spark.driver.extraJavaOptions", java_options)
         .config("spark.executor.extraJavaOptions", java_options)
         .config("spark.sql.streaming.stopTimeout", "60s")
+        # Report every trigger, also those without new data (default: one every 10 s), so a test can
+        # wait for a number of triggers instead of sleeping.
+        .config("spark.sql.streaming.noDataProgressEventInterval", "0")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

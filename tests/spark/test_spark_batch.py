@@ -74,9 +74,11 @@ def test_batch_read_of_100k_messages_across_4_partitions(spark: Any, broker: Bro
 def test_starting_time_and_latest(spark: Any, broker: BrokerProcess) -> None:
     topic = _name("bytime")
     produce(broker.service_url, topic, range(100))
-    time.sleep(0.3)
-    boundary_ms = int(time.time() * 1000)
-    time.sleep(0.3)
+    # Publish times are stamped by the producing client: the first 100 are at or before sent_ms, the
+    # boundary is a later millisecond, and the rest are published after it was taken.
+    sent_ms = time.time_ns() // 1_000_000
+    while (boundary_ms := time.time_ns() // 1_000_000) <= sent_ms:
+        time.sleep(0.001)
     produce(broker.service_url, topic, range(100, 250))
     got = sorted(r.value for r in _read(spark, broker, topic=topic, startingTime=str(boundary_ms)).collect())
     assert got == [payload(i) for i in range(100, 250)]

@@ -1,4 +1,4 @@
-"""The connector's pure parts, without Spark: positions and their order, the offset JSON, entry
+"""The connector's pure parts, without Spark: partition offsets and their order, the offset JSON, entry
 arithmetic for maxEntriesPerTrigger, and option checking (SP-2, SP-3)."""
 
 from __future__ import annotations
@@ -7,45 +7,46 @@ import json
 
 import pytest
 
-from velamq.client import MessageId
-from velamq.spark._admin import Topic
+from velamq.client import AdminClient, MessageId
+from velamq.spark._admin import parse_topic
+from velamq.spark._offsets import EARLIEST, LedgerMap, PartitionOffset, StreamOffset, allocate, message_key
 from velamq.spark._options import VelamqOptionError, parse_sink, parse_source
-from velamq.spark._positions import EARLIEST, LedgerMap, Position, StreamOffset, allocate, message_key
 
 BASE = {"service.url": "pulsar://h:6650", "admin.url": "http://h:8080"}
 
 
 def test_position_order_puts_a_whole_entry_after_its_batch_messages() -> None:
-    assert EARLIEST < Position(0, -1) < Position(0, 0, 0) < Position(0, 0, 5) < Position(0, 0) < Position(0, 1, 0)
-    assert Position(3, 9) < Position(4, -1) < Position(4, 0)
+    assert EARLIEST < PartitionOffset(0, -1) < PartitionOffset(0, 0, 0) < PartitionOffset(0, 0, 5)
+    assert PartitionOffset(0, 0, 5) < PartitionOffset(0, 0) < PartitionOffset(0, 1, 0)
+    assert PartitionOffset(3, 9) < PartitionOffset(4, -1) < PartitionOffset(4, 0)
     batched, single = MessageId(4, 7, 2, 3, 10), MessageId(4, 7, 2)
-    assert message_key(batched) <= Position(4, 7).key() and message_key(single) == Position(4, 7).key()
-    assert message_key(batched) > Position(4, 7, 2).key() > message_key(MessageId(4, 7, 2, 1, 10))
+    assert message_key(batched) <= PartitionOffset(4, 7).key() and message_key(single) == PartitionOffset(4, 7).key()
+    assert message_key(batched) > PartitionOffset(4, 7, 2).key() > message_key(MessageId(4, 7, 2, 1, 10))
 
 
 def test_position_before_a_message() -> None:
-    assert Position.before(MessageId(4, 7, 0, 3, 10)) == Position(4, 7, 2)
-    assert Position.before(MessageId(4, 7, 0, 0, 10)) == Position(4, 6)
-    assert Position.before(MessageId(4, 0)) == Position(4, -1)
+    assert PartitionOffset.before(MessageId(4, 7, 0, 3, 10)) == PartitionOffset(4, 7, 2)
+    assert PartitionOffset.before(MessageId(4, 7, 0, 0, 10)) == PartitionOffset(4, 6)
+    assert PartitionOffset.before(MessageId(4, 0)) == PartitionOffset(4, -1)
     chunked = MessageId(5, 9, first_chunk=MessageId(5, 6))
-    assert Position.before(chunked) == Position(5, 5)
+    assert PartitionOffset.before(chunked) == PartitionOffset(5, 5)
 
 
 def test_position_json_forms() -> None:
     mid = MessageId(12, 40, 1, 3, 5)
-    assert Position.from_json(list(mid.serialize())) == Position(12, 40, 3)
+    assert PartitionOffset.from_json(list(mid.serialize())) == PartitionOffset(12, 40, 3)
     signed = [b - 256 if b > 127 else b for b in MessageId(300, 200).serialize()]  # Java's bytes
-    assert Position.from_json(signed) == Position(300, 200)
-    assert Position.from_json({"ledgerId": 1, "entryId": 2}) == Position(1, 2, -1)
+    assert PartitionOffset.from_json(signed) == PartitionOffset(300, 200)
+    assert PartitionOffset.from_json({"ledgerId": 1, "entryId": 2}) == PartitionOffset(1, 2, -1)
     with pytest.raises(ValueError, match="needs ledgerId and entryId"):
-        Position.from_json({"ledger": 1})
+        PartitionOffset.from_json({"ledger": 1})
 
 
 def test_stream_offset_json_is_deterministic_and_round_trips() -> None:
-    offset = StreamOffset("velamq-spark-x", {"persistent://p/n/t-partition-1": Position(2, 3),
-                                             "persistent://p/n/t-partition-0": Position(1, 5, 0)})
+    offset = StreamOffset("velamq-spark-x", {"persistent://p/n/t-partition-1": PartitionOffset(2, 3),
+                                             "persistent://p/n/t-partition-0": PartitionOffset(1, 5, 0)})
     text = json.dumps(offset.to_json())
-    same = StreamOffset("velamq-spark-x", dict(reversed(list(offset.positions.items()))))
+    same = StreamOffset("velamq-spark-x", dict(reversed(list(offset.partitions.items()))))
     assert json.dumps(same.to_json()) == text
     assert text.index("t-partition-0") < text.index("t-partition-1")
     assert StreamOffset.from_json(json.loads(text)) == offset
@@ -57,12 +58,12 @@ def test_ledger_map_counts_and_steps_across_ledgers() -> None:
                                                       {"ledgerId": 9, "entries": 0}]}
     ledgers = LedgerMap.from_internal_stats(stats)
     assert ledgers.ledgers == ((3, 10), (5, 0), (9, 4))
-    assert ledgers.count_through(EARLIEST) == 0 and ledgers.count_through(Position(9, 3)) == 14
-    assert ledgers.count_through(Position(3, 4, 2)) == 4  # a partly read entry is not read
-    assert ledgers.advance(EARLIEST, Position(9, 3), 10) == Position(3, 9)
-    assert ledgers.advance(Position(3, 9), Position(9, 3), 2) == Position(9, 1)
-    assert ledgers.advance(Position(3, 9), Position(9, 3), 100) == Position(9, 3)
-    assert ledgers.advance(Position(9, -1), Position(9, 3), 1) == Position(9, 0)
+    assert ledgers.count_through(EARLIEST) == 0 and ledgers.count_through(PartitionOffset(9, 3)) == 14
+    assert ledgers.count_through(PartitionOffset(3, 4, 2)) == 4  # a partly read entry is not read
+    assert ledgers.advance(EARLIEST, PartitionOffset(9, 3), 10) == PartitionOffset(3, 9)
+    assert ledgers.advance(PartitionOffset(3, 9), PartitionOffset(9, 3), 2) == PartitionOffset(9, 1)
+    assert ledgers.advance(PartitionOffset(3, 9), PartitionOffset(9, 3), 100) == PartitionOffset(9, 3)
+    assert ledgers.advance(PartitionOffset(9, -1), PartitionOffset(9, 3), 1) == PartitionOffset(9, 0)
 
 
 def test_allocate_is_proportional_deterministic_and_never_starves() -> None:
@@ -74,13 +75,13 @@ def test_allocate_is_proportional_deterministic_and_never_starves() -> None:
 
 
 def test_topic_names() -> None:
-    t = Topic.parse("orders")
+    t = parse_topic(" orders ")
     assert str(t) == "persistent://public/default/orders"
     assert str(t.partition(3)) == "persistent://public/default/orders-partition-3"
-    assert t.partition(3).partition_index == 3 and t.partition(3).parent == t
-    assert Topic.parse("acme/ns/a b").rest_path == "persistent/acme/ns/a%20b"
+    assert t.partition(3).partition_index == 3 and t.partition(3).partitioned_parent == t
+    assert AdminClient.topic_path(parse_topic("acme/ns/a b")) == "/admin/v2/persistent/acme/ns/a%20b"
     with pytest.raises(ValueError):
-        Topic.parse("a/b")
+        parse_topic("a/b")
 
 
 def test_source_options() -> None:

@@ -31,8 +31,9 @@ from typing import Any
 
 from velamq._errors import InvalidTopicNameError
 from velamq.cli import _admin_policies
-from velamq.cli._admin_http import AdminClient, AdminError, RawReply, parse_time_s, quote, render, render_json
+from velamq.cli._admin_output import parse_time_s, render, render_json
 from velamq.cli._admin_policies import namespace_path, topic_path, verb
+from velamq.client import AdminClient, AdminError, AdminReply
 
 admin_url_default = "http://localhost:8080"
 
@@ -57,8 +58,8 @@ def _clusters(groups: Any) -> None:
     group = groups.add_parser("clusters", help="clusters (velamq has one: standalone)").add_subparsers(
         dest="verb", required=True, metavar="VERB"
     )
-    verb(group, "list", "list clusters", lambda c, a: c.call("GET", "/admin/v2/clusters"))
-    verb(group, "get", "show a cluster", lambda c, a: c.call("GET", f"/admin/v2/clusters/{quote(a.cluster)}"),
+    verb(group, "list", "list clusters", lambda c, a: c.request("GET", "/admin/v2/clusters"))
+    verb(group, "get", "show a cluster", lambda c, a: c.request("GET", AdminClient.path("clusters", a.cluster)),
          lambda p: p.add_argument("cluster"))
 
 
@@ -78,15 +79,15 @@ def _tenants(groups: Any) -> None:
         p.add_argument("--admin-roles", "-r", help="comma-separated roles")
         p.add_argument("--allowed-clusters", "-c", help="comma-separated clusters (default: all)")
 
-    verb(group, "list", "list tenants", lambda c, a: c.call("GET", "/admin/v2/tenants"))
-    verb(group, "get", "show a tenant", lambda c, a: c.call("GET", f"/admin/v2/tenants/{quote(a.tenant)}"),
+    verb(group, "list", "list tenants", lambda c, a: c.request("GET", "/admin/v2/tenants"))
+    verb(group, "get", "show a tenant", lambda c, a: c.request("GET", AdminClient.path("tenants", a.tenant)),
          lambda p: p.add_argument("tenant"))
     verb(group, "create", "create a tenant",
-         lambda c, a: c.call("PUT", f"/admin/v2/tenants/{quote(a.tenant)}", _tenant_body(a)), tenant_args)
+         lambda c, a: c.request("PUT", AdminClient.path("tenants", a.tenant), _tenant_body(a)), tenant_args)
     verb(group, "update", "change a tenant's roles or clusters",
-         lambda c, a: c.call("POST", f"/admin/v2/tenants/{quote(a.tenant)}", _tenant_body(a)), tenant_args)
+         lambda c, a: c.request("POST", AdminClient.path("tenants", a.tenant), _tenant_body(a)), tenant_args)
     verb(group, "delete", "delete a tenant (it must have no namespaces)",
-         lambda c, a: c.call("DELETE", f"/admin/v2/tenants/{quote(a.tenant)}"), lambda p: p.add_argument("tenant"))
+         lambda c, a: c.request("DELETE", AdminClient.path("tenants", a.tenant)), lambda p: p.add_argument("tenant"))
 
 
 # ---------------------------------------------------------------------------- namespaces
@@ -98,14 +99,14 @@ def _namespaces(groups: Any) -> None:
     )
     ns_arg = lambda p: p.add_argument("namespace", help="tenant/namespace")  # noqa: E731
     verb(group, "list", "list the namespaces of a tenant",
-         lambda c, a: c.call("GET", f"/admin/v2/namespaces/{quote(a.tenant)}"), lambda p: p.add_argument("tenant"))
+         lambda c, a: c.request("GET", AdminClient.path("namespaces", a.tenant)), lambda p: p.add_argument("tenant"))
     verb(group, "topics", "list the topics of a namespace (partitions included)",
-         lambda c, a: c.call("GET", namespace_path(a.namespace, "topics")), ns_arg)
-    verb(group, "create", "create a namespace", lambda c, a: c.call("PUT", namespace_path(a.namespace), {}), ns_arg)
+         lambda c, a: c.request("GET", namespace_path(a.namespace, "topics")), ns_arg)
+    verb(group, "create", "create a namespace", lambda c, a: c.request("PUT", namespace_path(a.namespace), {}), ns_arg)
     verb(group, "delete", "delete a namespace (it must have no topics)",
-         lambda c, a: c.call("DELETE", namespace_path(a.namespace)), ns_arg)
+         lambda c, a: c.request("DELETE", namespace_path(a.namespace)), ns_arg)
     verb(group, "policies", "show every policy of a namespace",
-         lambda c, a: c.call("GET", namespace_path(a.namespace)), ns_arg)
+         lambda c, a: c.request("GET", namespace_path(a.namespace)), ns_arg)
     _admin_policies.add_policy_verbs(group, topic_level=False)
 
 
@@ -133,10 +134,10 @@ def _reset_cursor(c: AdminClient, a: argparse.Namespace) -> Any:
         raise ValueError("give exactly one of --time and --messageId")
     if a.time is not None:
         timestamp_ms = int(time.time() * 1000) - parse_time_s(a.time) * 1000
-        return c.call("POST", f"{path}/{max(0, timestamp_ms)}")
+        return c.request("POST", f"{path}/{max(0, timestamp_ms)}")
     body = _parse_message_id(a.message_id)
     big = 2**63 - 1
-    return c.call("POST", path, body or {"ledgerId": big, "entryId": big, "partitionIndex": -1})
+    return c.request("POST", path, body or {"ledgerId": big, "entryId": big, "partitionIndex": -1})
 
 
 def _topics(groups: Any) -> None:
@@ -150,47 +151,48 @@ def _topics(groups: Any) -> None:
         tenant_ns = namespace_path(ns).removeprefix("/admin/v2/namespaces/")
         names: list[str] = []
         for domain in ("persistent", "non-persistent"):
-            names += c.call("GET", f"/admin/v2/{domain}/{tenant_ns}{suffix}") or []
+            names += c.request("GET", f"/admin/v2/{domain}/{tenant_ns}{suffix}") or []
         return sorted(set(names))
 
     verb(group, "list", "list the topics of a namespace", lambda c, a: domains(c, a.namespace), ns_arg)
     verb(group, "list-partitioned-topics", "list the partitioned topics of a namespace",
          lambda c, a: domains(c, a.namespace, "/partitioned"), ns_arg)
-    verb(group, "create", "create a non-partitioned topic", lambda c, a: c.call("PUT", topic_path(a.topic), {}),
+    verb(group, "create", "create a non-partitioned topic", lambda c, a: c.request("PUT", topic_path(a.topic), {}),
          topic_arg)
     verb(group, "delete", "delete a topic",
-         lambda c, a: c.call("DELETE", topic_path(a.topic), query={"force": a.force}), _force_arg)
+         lambda c, a: c.request("DELETE", topic_path(a.topic), query={"force": a.force}), _force_arg)
     verb(group, "create-partitioned-topic", "create a partitioned topic",
-         lambda c, a: c.call("PUT", topic_path(a.topic, "partitions"), a.partitions), _partitions_arg)
+         lambda c, a: c.request("PUT", topic_path(a.topic, "partitions"), a.partitions), _partitions_arg)
     verb(group, "update-partitioned-topic", "add partitions to a partitioned topic",
-         lambda c, a: c.call("POST", topic_path(a.topic, "partitions"), a.partitions), _partitions_arg)
+         lambda c, a: c.request("POST", topic_path(a.topic, "partitions"), a.partitions), _partitions_arg)
     verb(group, "delete-partitioned-topic", "delete a partitioned topic and its partitions",
-         lambda c, a: c.call("DELETE", topic_path(a.topic, "partitions"), query={"force": a.force}), _force_arg)
+         lambda c, a: c.request("DELETE", topic_path(a.topic, "partitions"), query={"force": a.force}), _force_arg)
     verb(group, "get-partitioned-topic-metadata", "number of partitions (0: not partitioned)",
-         lambda c, a: c.call("GET", topic_path(a.topic, "partitions")), topic_arg)
-    verb(group, "stats", "a topic's stats", lambda c, a: c.call("GET", topic_path(a.topic, "stats")), topic_arg)
+         lambda c, a: c.request("GET", topic_path(a.topic, "partitions")), topic_arg)
+    verb(group, "stats", "a topic's stats", lambda c, a: c.request("GET", topic_path(a.topic, "stats")), topic_arg)
 
     def per_partition(p: argparse.ArgumentParser) -> None:
         p.add_argument("topic")
         p.add_argument("--per-partition", action="store_true", help="include each partition's stats")
 
     verb(group, "partitioned-stats", "a partitioned topic's stats",
-         lambda c, a: c.call("GET", topic_path(a.topic, "partitioned-stats"), query={"perPartition": a.per_partition}),
+         lambda c, a: c.request("GET", topic_path(a.topic, "partitioned-stats"),
+                                query={"perPartition": a.per_partition}),
          per_partition)
     verb(group, "internal-stats", "ledgers and cursors of a topic",
-         lambda c, a: c.call("GET", topic_path(a.topic, "internalStats")), topic_arg, aliases=["stats-internal"])
+         lambda c, a: c.request("GET", topic_path(a.topic, "internalStats")), topic_arg, aliases=["stats-internal"])
     verb(group, "partitioned-stats-internal", "internal stats of every partition",
-         lambda c, a: c.call("GET", topic_path(a.topic, "partitioned-internalStats")), topic_arg)
+         lambda c, a: c.request("GET", topic_path(a.topic, "partitioned-internalStats")), topic_arg)
     verb(group, "unload", "unload a topic (clients reconnect)",
-         lambda c, a: c.call("PUT", topic_path(a.topic, "unload")), topic_arg)
-    verb(group, "compact", "start compaction", lambda c, a: c.call("PUT", topic_path(a.topic, "compaction")),
+         lambda c, a: c.request("PUT", topic_path(a.topic, "unload")), topic_arg)
+    verb(group, "compact", "start compaction", lambda c, a: c.request("PUT", topic_path(a.topic, "compaction")),
          topic_arg)
     verb(group, "compaction-status", "state of the last compaction",
-         lambda c, a: c.call("GET", topic_path(a.topic, "compaction")), topic_arg)
+         lambda c, a: c.request("GET", topic_path(a.topic, "compaction")), topic_arg)
     verb(group, "last-message-id", "id of the last message",
-         lambda c, a: c.call("GET", topic_path(a.topic, "lastMessageId")), topic_arg)
+         lambda c, a: c.request("GET", topic_path(a.topic, "lastMessageId")), topic_arg)
     verb(group, "subscriptions", "list subscriptions",
-         lambda c, a: c.call("GET", topic_path(a.topic, "subscriptions")), topic_arg)
+         lambda c, a: c.request("GET", topic_path(a.topic, "subscriptions")), topic_arg)
 
     def create_sub(p: argparse.ArgumentParser) -> None:
         _sub_arg(p)
@@ -200,7 +202,7 @@ def _topics(groups: Any) -> None:
     def create_subscription(c: AdminClient, a: argparse.Namespace) -> Any:
         body = _parse_message_id(a.message_id)
         path = topic_path(a.topic, "subscription", a.subscription)
-        return c.call("PUT", path) if body is None else c.call("PUT", path, body)
+        return c.request("PUT", path) if body is None else c.request("PUT", path, body)
 
     verb(group, "create-subscription", "create a subscription", create_subscription, create_sub)
 
@@ -209,7 +211,7 @@ def _topics(groups: Any) -> None:
         p.add_argument("--force", "-f", action="store_true", help="disconnect its consumers first")
 
     verb(group, "unsubscribe", "delete a subscription",
-         lambda c, a: c.call("DELETE", topic_path(a.topic, "subscription", a.subscription),
+         lambda c, a: c.request("DELETE", topic_path(a.topic, "subscription", a.subscription),
                              query={"force": a.force}), unsubscribe_args)
 
     def skip_args(p: argparse.ArgumentParser) -> None:
@@ -217,10 +219,10 @@ def _topics(groups: Any) -> None:
         p.add_argument("--count", "-n", type=int, required=True, help="messages to skip")
 
     verb(group, "skip", "skip messages of a subscription",
-         lambda c, a: c.call("POST", topic_path(a.topic, "subscription", a.subscription, "skip", str(a.count))),
+         lambda c, a: c.request("POST", topic_path(a.topic, "subscription", a.subscription, "skip", str(a.count))),
          skip_args)
     verb(group, "skip-all", "skip the whole backlog of a subscription",
-         lambda c, a: c.call("POST", topic_path(a.topic, "subscription", a.subscription, "skip_all")), _sub_arg)
+         lambda c, a: c.request("POST", topic_path(a.topic, "subscription", a.subscription, "skip_all")), _sub_arg)
 
     def expire_args(p: argparse.ArgumentParser, sub: bool = True) -> None:
         _sub_arg(p) if sub else p.add_argument("topic")
@@ -228,10 +230,10 @@ def _topics(groups: Any) -> None:
                        help="expire messages older than this (e.g. 1h)")
 
     verb(group, "expire-messages", "expire (acknowledge) old messages of a subscription",
-         lambda c, a: c.call("POST", topic_path(a.topic, "subscription", a.subscription, "expireMessages",
+         lambda c, a: c.request("POST", topic_path(a.topic, "subscription", a.subscription, "expireMessages",
                                                 str(parse_time_s(a.expire_time)))), expire_args)
     verb(group, "expire-messages-all-subscriptions", "expire old messages of every subscription",
-         lambda c, a: c.call("POST", topic_path(a.topic, "all_subscription", "expireMessages",
+         lambda c, a: c.request("POST", topic_path(a.topic, "all_subscription", "expireMessages",
                                                 str(parse_time_s(a.expire_time)))),
          lambda p: expire_args(p, sub=False))
 
@@ -253,7 +255,7 @@ def _topics(groups: Any) -> None:
 # ---------------------------------------------------------------------------- peek
 
 
-def _peeked(reply: RawReply, position: int) -> list[dict[str, Any]]:
+def _peeked(reply: AdminReply, position: int) -> list[dict[str, Any]]:
     """Messages of one peeked entry; a whole batch is split as pulsar-admin splits it."""
     message_id = reply.headers.get("X-Pulsar-Message-ID", str(position))
     headers = {k: v for k, v in reply.headers.items() if k.lower().startswith("x-pulsar-")}
@@ -277,7 +279,7 @@ def _peek(c: AdminClient, a: argparse.Namespace) -> Any:
     position = 1
     while len(messages) < a.count:
         try:
-            reply = c.raw("GET", topic_path(a.topic, "subscription", a.subscription, "position", str(position)))
+            reply = c.request_raw("GET", topic_path(a.topic, "subscription", a.subscription, "position", str(position)))
         except AdminError as exc:
             if exc.status == 404 and messages:
                 break  # past the end of the backlog
@@ -317,16 +319,13 @@ def _storage(groups: Any) -> None:
     check = group.add_parser("check", help="report (and with --delete remove) orphaned ledgers and metadata")
     check.add_argument("--data-dir", help="the broker's data directory (default ./data)")
     check.add_argument("--delete", action="store_true", help="remove what is orphaned")
-    check.set_defaults(local=_storage_check)
+    check.set_defaults(local=_check_storage)
 
 
-def _storage_check(a: argparse.Namespace) -> int:
-    try:
-        from velamq.cli import _storage_check  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
-        print("velamq admin storage check is not available in this build (velamq.cli._storage_check is missing)",
-              file=sys.stderr)
-        return 1
+def _check_storage(a: argparse.Namespace) -> int:
+    # Imported here: it loads the storage and metadata code, which no other admin verb needs.
+    from velamq.cli import _storage_check
+
     argv = (["--data-dir", a.data_dir] if a.data_dir else []) + (["--delete"] if a.delete else [])
     return int(_storage_check.main(argv))
 
@@ -355,7 +354,7 @@ def run_admin(args: argparse.Namespace) -> int:
     try:
         result = args.handler(client, args)
     except AdminError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc.reason} (HTTP {exc.status})" if exc.status else f"error: {exc.reason}", file=sys.stderr)
         return 1
     except (ValueError, InvalidTopicNameError) as exc:
         print(f"velamq admin: {exc}", file=sys.stderr)

@@ -26,8 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from velamq._topic_name import TopicName
-from velamq.cli._admin_http import AdminClient, parse_size_bytes, parse_time_s, quote
+from velamq.cli._admin_output import parse_size_bytes, parse_time_s
+from velamq.client import AdminClient
 
 Handler = Callable[[AdminClient, argparse.Namespace], Any]
 Args = Callable[[argparse.ArgumentParser], Any]
@@ -51,18 +51,8 @@ def verb(group: Group, name: str, help_text: str, handler: Handler, add_args: Ar
     return parser
 
 
-def namespace_path(namespace: str, *parts: str) -> str:
-    pieces = namespace.split("/")
-    if len(pieces) != 2 or not all(pieces):
-        raise ValueError(f"bad namespace {namespace!r}: expected tenant/namespace")
-    return "/admin/v2/namespaces/" + "/".join(quote(p) for p in (*pieces, *parts))
-
-
-def topic_path(topic: str, *parts: str) -> str:
-    """REST path of a topic: short names resolve like everywhere (x -> persistent://public/default/x)."""
-    name = TopicName.parse(topic)
-    segments = [name.domain, name.tenant, *name.namespace_part.split("/"), name.local_name, *parts]
-    return "/admin/v2/" + "/".join(quote(s) for s in segments)
+namespace_path = AdminClient.namespace_path
+topic_path = AdminClient.topic_path
 
 
 def parse_duration_ms(text: str) -> int:
@@ -162,14 +152,14 @@ def _handlers(spec: PolicyVerbs, topic_level: bool) -> tuple[Handler, Handler, H
     def set_(c: AdminClient, a: argparse.Namespace) -> Any:
         value = spec.value(a)
         if topic_level and spec.topic_path == "messageTTL":
-            return c.call("POST", path(a), query={"messageTTL": value})  # as Pulsar's client sends it
-        return c.call("POST", path(a), value)
+            return c.request("POST", path(a), query={"messageTTL": value})  # as Pulsar's client sends it
+        return c.request("POST", path(a), value)
 
     def get(c: AdminClient, a: argparse.Namespace) -> Any:
-        return c.call("GET", path(a), query={"applied": True} if getattr(a, "applied", False) else None)
+        return c.request("GET", path(a), query={"applied": True} if getattr(a, "applied", False) else None)
 
     def remove(c: AdminClient, a: argparse.Namespace) -> Any:
-        return c.call("DELETE", path(a))
+        return c.request("DELETE", path(a))
 
     return set_, get, remove
 
@@ -212,7 +202,7 @@ def _add_backlog_quota_verbs(group: Group, topic_level: bool) -> None:
             raise ValueError("give --limit, --limitTime or both")
         body = {"limitSize": -1 if a.limit is None else parse_size_bytes(a.limit),
                 "limitTime": -1 if a.limit_time is None else parse_time_s(a.limit_time), "policy": a.policy}
-        return c.call("POST", _quota_path(a, topic_level, "backlogQuota"), body,
+        return c.request("POST", _quota_path(a, topic_level, "backlogQuota"), body,
                       query={"backlogQuotaType": a.quota_type})
 
     def remove_args(p: argparse.ArgumentParser) -> None:
@@ -223,11 +213,11 @@ def _add_backlog_quota_verbs(group: Group, topic_level: bool) -> None:
     where = "topic" if topic_level else "namespace"
     verb(group, "set-backlog-quota", f"set the {where}'s backlog quota", set_quota, set_args)
     verb(group, "get-backlog-quotas", f"show the {where}'s backlog quotas",
-         lambda c, a: c.call("GET", _quota_path(a, topic_level, "backlogQuotaMap"),
+         lambda c, a: c.request("GET", _quota_path(a, topic_level, "backlogQuotaMap"),
                              query={"applied": True} if getattr(a, "applied", False) else None),
          _getter_args(topic_level))
     verb(group, "remove-backlog-quota", f"remove the {where}'s backlog quota",
-         lambda c, a: c.call("DELETE", _quota_path(a, topic_level, "backlogQuota"),
+         lambda c, a: c.request("DELETE", _quota_path(a, topic_level, "backlogQuota"),
                              query={"backlogQuotaType": a.quota_type}), remove_args)
 
 

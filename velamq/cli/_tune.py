@@ -31,8 +31,7 @@ import sys
 from typing import Any
 
 from velamq._limits import GIB, KIB, MIB
-from velamq.client._config import ProducerConfig
-from velamq.client._errors import InvalidConfigurationError
+from velamq.client import InvalidConfigurationError, ProducerConfig
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": KIB, "m": MIB, "g": GIB, "t": 1024 * GIB}

@@ -10,15 +10,19 @@
         await ordered.start()
     with Client("pulsar://localhost:6650") as client:
         client.create_producer("t").send(b"x")
+    AdminClient("http://localhost:8080").request("GET", "/admin/v2/tenants")   # the admin REST API
 
 It speaks the Pulsar binary protocol through velamq.protocol and never imports the broker.
 """
 
+from velamq.client._admin_client import AdminClient, AdminReply
 from velamq.client._blocking import BlockingConsumer, BlockingProducer, BlockingReader, Client
 from velamq.client._boost_hash import boost_hash, java_string_hash, murmur3_32_hash
 from velamq.client._client import AsyncClient
 from velamq.client._config import ClientConfig, ConsumerConfig, DeadLetterPolicy, KeySharedPolicy, ProducerConfig
+from velamq.client._consumer import Consumer
 from velamq.client._errors import (
+    AdminError,
     AlreadyClosedError,
     AuthenticationError,
     AuthorizationError,
@@ -49,14 +53,16 @@ from velamq.client._errors import (
 )
 from velamq.client._interceptors import ProducerInterceptor
 from velamq.client._message import Message, MessageId, ProducerMessage
-from velamq.client._multi_consumer import Consumer
 from velamq.client._ordered_consumer import BlockingOrderedConsumer, OrderedConsumer
 from velamq.client._ordered_metrics import OrderedConsumerMetrics, OrderedPartitionMetrics
-from velamq.client._partitioned_producer import Producer
+from velamq.client._producer import Producer
 from velamq.client._reader import Reader
 from velamq.client._routing import MessageRouter, sign_safe_mod
 
 __all__ = [
+    "AdminClient",
+    "AdminError",
+    "AdminReply",
     "AlreadyClosedError",
     "AsyncClient",
     "AuthenticationError",

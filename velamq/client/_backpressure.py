@@ -63,6 +63,11 @@ class _FifoCounter:
             future.set_result(None)
 
     @property
+    def waiting(self) -> int:
+        """How many acquire() calls wait for their turn."""
+        return sum(1 for _, future in self._waiters if not future.done())
+
+    @property
     def available(self) -> int:
         """How many units can be taken now without waiting (a large number when unlimited)."""
         if self.limit == 0:

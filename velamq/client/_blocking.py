@@ -24,10 +24,10 @@ from typing import Any, TypeVar
 
 from velamq.client._client import AsyncClient
 from velamq.client._config import ClientConfig
+from velamq.client._consumer import Consumer
 from velamq.client._errors import AlreadyClosedError
 from velamq.client._message import Message, MessageId
-from velamq.client._multi_consumer import Consumer
-from velamq.client._partitioned_producer import Producer
+from velamq.client._producer import Producer
 from velamq.client._reader import Reader
 
 R = TypeVar("R")
@@ -59,6 +59,13 @@ class _LoopThread:
 
 
 class Client:
+    """The blocking client: an AsyncClient running on its own event-loop thread, with plain methods.
+
+    Every call is submitted to that loop and waited for, so it may be used from any number of
+    threads (but not from inside the loop itself). It hands out BlockingProducer, BlockingConsumer
+    and BlockingReader, thin wrappers with the same methods as their asyncio counterparts.
+    """
+
     def __init__(self, service_url: str, config: ClientConfig | None = None, **options: Any) -> None:
         self._thread = _LoopThread()
 
@@ -110,6 +117,8 @@ class Client:
 
 
 class BlockingProducer:
+    """A Producer for the blocking Client: send() waits for the receipt, send_async() only for admission."""
+
     def __init__(self, client: Client, producer: Producer) -> None:
         self._client = client
         self.async_producer = producer
@@ -166,6 +175,8 @@ class BlockingProducer:
 
 
 class BlockingConsumer:
+    """A Consumer for the blocking Client: receive, acknowledge, seek and close as plain calls."""
+
     def __init__(self, client: Client, consumer: Consumer) -> None:
         self._client = client
         self.async_consumer = consumer
@@ -226,6 +237,8 @@ class BlockingConsumer:
 
 
 class BlockingReader:
+    """A Reader for the blocking Client."""
+
     def __init__(self, client: Client, reader: Reader) -> None:
         self._client = client
         self.async_reader = reader

@@ -21,15 +21,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from velamq._clock import Clock, system_clock
-from velamq._topic_name import TopicName
+from velamq._topic_name import TopicName, TopicPattern
 from velamq.client._backpressure import MemoryLimit
 from velamq.client._config import ClientConfig, ConsumerConfig, ProducerConfig
+from velamq.client._consumer import Consumer
 from velamq.client._errors import AlreadyClosedError, InvalidConfigurationError, OperationTimeoutError, is_retriable
 from velamq.client._lookup import LookupService
 from velamq.client._message import MessageId
-from velamq.client._multi_consumer import Consumer
-from velamq.client._partitioned_producer import Producer
 from velamq.client._pool import ConnectionPool, parse_service_url
+from velamq.client._producer import Producer
 from velamq.client._reader import Reader
 
 log = logging.getLogger("velamq.client")
@@ -48,6 +48,14 @@ def _start_id(value: MessageId | str | bytes) -> MessageId:
 
 
 class AsyncClient:
+    """The asyncio client of one service URL (pulsar://host:port, or several hosts): the entry point.
+
+    It owns the connection pool (one connection per broker, shared by every producer and consumer),
+    topic lookups, the client-wide memory limit of pending messages, and every producer, consumer
+    and reader it created; closing it closes them all. Options follow Pulsar's client names in
+    snake_case (operation_timeout_s, memory_limit_bytes, ...) or come as a ClientConfig.
+    """
+
     def __init__(self, service_url: str, config: ClientConfig | None = None, *, clock: Clock = system_clock,
                  **options: Any) -> None:
         parse_service_url(service_url)  # fail early on a bad URL
@@ -151,7 +159,7 @@ class AsyncClient:
             raise InvalidConfigurationError("give topics or a topics pattern, not both")
         namespace = None
         if pattern is not None:
-            namespace = _pattern_namespace(pattern.pattern)
+            namespace = TopicPattern.parse(pattern.pattern).namespace
         elif not names:
             raise InvalidConfigurationError("subscribe needs a topic, topics or topics_pattern")
         full = [str(TopicName.parse(n)) for n in names]
@@ -219,11 +227,3 @@ def _replace(config: ClientConfig, options: dict[str, Any]) -> ClientConfig:
         raise InvalidConfigurationError(f"unknown client option(s) {unknown}")
     return dataclasses.replace(config, **options)
 
-
-def _pattern_namespace(pattern: str) -> str:
-    """The namespace a topics pattern lives in: 'persistent://t/ns/x.*' or 't/ns/x.*' -> 't/ns'."""
-    rest = pattern.split("://", 1)[1] if "://" in pattern else pattern
-    parts = rest.split("/")
-    if len(parts) < 3:
-        return "public/default"
-    return f"{parts[0]}/{parts[1]}"

@@ -14,7 +14,7 @@ from velamq.client._message import Message, MessageId
 
 if TYPE_CHECKING:
     from velamq.client._client import AsyncClient
-    from velamq.client._partitioned_producer import Producer
+    from velamq.client._producer import Producer
 
 PROPERTY_REAL_TOPIC = "REAL_TOPIC"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"

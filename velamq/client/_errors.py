@@ -9,7 +9,7 @@
     ├── MemoryBufferIsFullError          the client-wide memory limit reached, block_if_queue_full false (PR-5)
     ├── MessageTooBigError               a payload above the broker's max message size, chunking disabled
     ├── InvalidConfigurationError        options that contradict each other (also ValueError)
-    ├── ChunkedMessageDroppedError       not raised: the reason recorded when reassembly gives up
+    ├── AdminError                       an admin REST call failed: HTTP status (0: unreachable) and reason
     └── BrokerError                      the broker answered with a ServerError code (also velamq ServerError)
         ├── TopicNotFoundError           TopicNotFound
         ├── SubscriptionNotFoundError    SubscriptionNotFound
@@ -83,6 +83,19 @@ class MessageTooBigError(ClientError):
 
 class InvalidConfigurationError(ClientError, ValueError):
     """Options that cannot be used together, or a value out of range."""
+
+
+class AdminError(ClientError):
+    """An admin REST call failed: the HTTP status (0 when the server could not be reached), the
+    `reason` of Pulsar's error body, and the request's method and URL."""
+
+    def __init__(self, status: int, reason: str, method: str = "", url: str = "") -> None:
+        outcome = f"{reason} (HTTP {status})" if status else reason
+        super().__init__(f"{method} {url}: {outcome}" if method else outcome)
+        self.status = status
+        self.reason = reason
+        self.method = method
+        self.url = url
 
 
 class BrokerError(ClientError, ServerError):

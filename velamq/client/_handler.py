@@ -23,6 +23,7 @@ from velamq.client._connection import Connection
 from velamq.client._errors import AlreadyClosedError, OperationTimeoutError, is_retriable
 from velamq.client._lookup import LookupService
 from velamq.client._pool import ConnectionPool
+from velamq.protocol import pb
 
 log = logging.getLogger("velamq.client")
 
@@ -84,6 +85,13 @@ class ConnectionHandler:
 
     def new_request_id(self) -> int:
         return next(self.client.request_ids)
+
+    async def _request_close(self, connection: Connection, command: pb.BaseCommand, request_id: int) -> None:
+        """CLOSE_PRODUCER / CLOSE_CONSUMER: closing goes on whatever the broker answers."""
+        try:
+            await connection.request(command, request_id)
+        except Exception as exc:
+            log.debug("%s: %s failed: %s", self.topic, pb.BaseCommand.Type.Name(command.type), exc)
 
     async def _connect_once(self) -> None:
         address = await self.client.lookup.lookup(self.topic)

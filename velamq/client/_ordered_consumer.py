@@ -54,10 +54,10 @@ from typing import TYPE_CHECKING, Any
 
 from velamq._topic_name import TopicName
 from velamq.client._config import ConsumerConfig
+from velamq.client._consumer import Consumer
 from velamq.client._dead_letter import DeadLetterSender
 from velamq.client._errors import InvalidConfigurationError
 from velamq.client._message import Message
-from velamq.client._multi_consumer import Consumer
 from velamq.client._ordered_metrics import OrderedConsumerMetrics
 from velamq.client._ordered_partition import (
     ACK_MODES,
@@ -93,6 +93,16 @@ def is_async_handler(handler: Callable[..., Any]) -> bool:
 
 
 class OrderedConsumer:
+    """Consumes a topic with order per key and keys in parallel (article 004).
+
+    One Failover consumer per partition, each with partition_parallelism workers: a message runs on
+    worker hash(key) % N, so messages of one key are handled one at a time in their order while
+    other keys run alongside. At most max_in_flight messages per partition are received and not yet
+    acknowledged; the acknowledged position only moves over a prefix of finished messages. A
+    handler that fails is retried by its RetryPolicy, then dead-lettered. start() subscribes,
+    close() drains (or not) and closes.
+    """
+
     def __init__(self, client: AsyncClient, topic: str, subscription: str, handler: Handler, *,
                  partition_parallelism: int = 1, max_in_flight: int = 1000, subscription_type: str = "failover",
                  initial_position: str = "latest", receiver_queue_size: int | None = None,

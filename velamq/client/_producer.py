@@ -1,527 +1,224 @@
-"""One partition producer: the send path of article 000, steps 4 to 12 (PR-4..PR-10, CH-1).
+"""The producer the application holds (PR-1..PR-3, PR-10, PR-11): one logical producer over one
+partition producer per partition (a non-partitioned topic is the one-partition case).
 
-    send_async(message)
-      4  interceptors' before_send may replace the message
-      5  admission: one pending permit per message (per chunk for a chunked message) and its
-         uncompressed bytes from the client-wide memory limit; block_if_queue_full waits (FIFO),
-         otherwise ProducerQueueIsFullError / MemoryBufferIsFullError at once. Nothing is dropped:
-         every admitted message's future completes with an id or an error
-      6  batchable messages go into the batch container, which closes on batching_max_messages,
-         batching_max_bytes or the batching_max_publish_delay_ms timer
-      7-8  serialised (SingleMessageMetadata + payload each) and compressed as a whole
-      9  one SendOp per batch / unbatched message / chunk, with its sequence id(s)
-      10 the op joins the pending queue ...
-      11 ... and is written at once if the producer is connected
-      12 SEND_RECEIPT completes the head op: release permits and memory, complete each message's
-         future (batch index i of n), call on_acknowledgement
+    send_async(value, key=..., ...)  build the ProducerMessage (step 2), choose its partition
+                                      (step 3: key hash / routing mode / custom router, skipping
+                                      partitions without free permits when blocking-aware), then
+                                      hand it to that partition's producer; returns, once the
+                                      message is admitted, a future of its MessageId
+    send(...)                         send_async plus the wait for the receipt
 
-    reconnect   PRODUCER again with the same name and epoch+1, then every pending op is written
-                again, in order, before anything new (the broker deduplicates by name + sequence id)
-    timeout     when the oldest pending op is older than send_timeout_ms, every pending op and the
-                open batch fail with SendTimeoutError; their permits and memory are released
-
-Sequence ids: the next id is last_sequence_id + 1 from the first PRODUCER_SUCCESS (or
-initial_sequence_id), so a named producer resumes where the broker's dedup state is (CO-6). A
-message may bring its own sequence_id; ids only go up.
-
-Delayed messages (deliver_at) are never batched. With chunking enabled, a payload whose
-compressed size exceeds the chunk size is split (see _chunking.py); every chunk carries the same
-sequence id and the message's future completes on the last chunk's receipt with the chunked id.
+Each partition producer has its own pending permits: min(max_pending_messages,
+max_pending_messages_across_partitions / partitions) of them (PR-5). With
+lazy_start_partitioned_producers a partition producer connects on its first message.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
-import logging
-from collections import deque
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+import datetime
+import itertools
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from velamq.client._backpressure import MemoryLimit, Permits
-from velamq.client._batch_container import BatchContainer, compress_payload, message_metadata
-from velamq.client._chunking import chunk_uuid, split_chunks
+from velamq._topic_name import TopicName
+from velamq.client._backpressure import Permits
 from velamq.client._config import ProducerConfig
-from velamq.client._connection import Connection
-from velamq.client._errors import (
-    AlreadyClosedError,
-    ChecksumError,
-    ConnectError,
-    MemoryBufferIsFullError,
-    MessageTooBigError,
-    ProducerQueueIsFullError,
-    SendTimeoutError,
-    error_from_server,
-)
-from velamq.client._handler import ClientContext, ConnectionHandler
+from velamq.client._errors import AlreadyClosedError
 from velamq.client._message import MessageId, ProducerMessage
-from velamq.protocol import build_entry, codec_from_name, pb, signed64
+from velamq.client._partition_producer import PartitionProducer
+from velamq.client._routing import PartitionChooser
 
 if TYPE_CHECKING:
-    from velamq.client._partitioned_producer import Producer
+    from velamq.client._client import AsyncClient
 
-log = logging.getLogger("velamq.client")
-T = pb.BaseCommand
-_ACCESS_MODES = {"shared": pb.Shared, "exclusive": pb.Exclusive, "wait_for_exclusive": pb.WaitForExclusive,
-                 "exclusive_with_fencing": pb.ExclusiveWithFencing}
-# Room left in a chunk for its metadata, so that metadata + chunk stay within max_message_bytes.
-chunk_metadata_reserve_bytes = 1024
+Value = bytes | bytearray | memoryview | str
 
 
-class State(enum.Enum):
-    CONNECTING = "connecting"
-    READY = "ready"
-    CLOSING = "closing"
-    CLOSED = "closed"
-    FAILED = "failed"
+def _as_bytes(value: Value) -> bytes:
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    return bytes(value)
 
 
-@dataclass(slots=True)
-class _Pending:
-    """One message waiting for its receipt."""
-
-    message: ProducerMessage
-    future: asyncio.Future[MessageId]
+def _epoch_ms(value: int | float | datetime.datetime) -> int:
+    if isinstance(value, datetime.datetime):
+        return int(value.timestamp() * 1000)
+    return int(value)
 
 
-@dataclass(slots=True)
-class _ChunkContext:
-    first_id: MessageId | None = None
+class Producer:
+    """The producer the application holds, on one topic: one PartitionProducer per partition (one in
+    all for a non-partitioned topic).
 
+    send_async builds the message, chooses its partition (key hash, routing mode or a custom
+    router) and hands it to that partition's producer; it returns once the message is admitted,
+    with a future of its MessageId. Each partition producer has its own pending permits and shares
+    the client's memory limit; with lazy start a partition producer connects on its first message.
+    """
 
-@dataclass(slots=True)
-class SendOp:
-    sequence_id: int
-    highest_sequence_id: int
-    num_messages: int
-    frame: bytes
-    items: list[_Pending]
-    created_s: float
-    permits: int
-    memory_bytes: int
-    batched: bool = False
-    chunk: _ChunkContext | None = None
-    last_chunk: bool = False
-    entry_bytes: int = 0
-    done: bool = field(default=False)
-
-
-class PartitionProducer(ConnectionHandler):
-    def __init__(self, client: ClientContext, owner: Producer, topic: str, partition: int, config: ProducerConfig,
-                 permits: Permits, memory: MemoryLimit, producer_id: int) -> None:
-        super().__init__(client, topic)
-        self.owner = owner
-        self.partition = partition
+    def __init__(self, client: AsyncClient, topic: str, partitions: int, config: ProducerConfig,
+                 producer_ids: itertools.count[int]) -> None:
+        self.client = client
+        self.topic = topic
         self.config = config
-        self.permits = permits
-        self.memory = memory
-        self.producer_id = producer_id
-        self.state = State.CONNECTING
-        self.producer_name: str = config.producer_name or ""
-        self._user_named = config.producer_name is not None
-        self._epoch = 0
-        self._topic_epoch: int | None = None
-        self._codec = codec_from_name(config.compression_type)
-        self._next_sequence_id = config.initial_sequence_id + 1 if config.initial_sequence_id is not None else 0
-        self._first_connect = True
-        self.last_sequence_id_published = config.initial_sequence_id if config.initial_sequence_id is not None else -1
-        self.max_message_bytes = 0
-        self._pending: deque[SendOp] = deque()
-        self._batch: BatchContainer[_Pending] | None = (
-            BatchContainer(config.batching_max_messages, config.batching_max_bytes) if config.batching_enabled else None
+        self.num_partitions = partitions
+        count = max(1, partitions)
+        limit = config.pending_limit_per_partition(count)
+        self._permits = [Permits(limit) for _ in range(count)]
+        self._producer_ids = producer_ids
+        self._partitions: list[PartitionProducer | None] = [None] * count
+        self._starting: dict[int, asyncio.Task[PartitionProducer]] = {}
+        self._chooser = PartitionChooser(
+            config.message_routing_mode,
+            config.hashing_scheme,
+            batching_enabled=config.batching_enabled,
+            batching_max_publish_delay_ms=config.batching_max_publish_delay_ms,
+            partition_switch_frequency=config.batching_partition_switch_frequency_by_publish_delay,
+            custom_router=config.message_router,
+            blocking_aware=config.blocking_aware_routing,
+            clock=client.clock,
         )
-        self._batch_timer: asyncio.TimerHandle | None = None
-        self._timeout_timer: asyncio.TimerHandle | None = None
-        self._ready = asyncio.Event()
+        self._closed = False
 
-    # ---- lifecycle -----------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        return f"Producer({self.topic!r}, partitions={self.num_partitions})"
 
-    async def _register(self, connection: Connection) -> None:
-        request_id = self.new_request_id()
-        command = pb.BaseCommand(type=T.PRODUCER)
-        p = command.producer
-        p.topic = self.topic
-        p.producer_id = self.producer_id
-        p.request_id = request_id
-        if self.producer_name:
-            p.producer_name = self.producer_name
-            p.user_provided_producer_name = self._user_named
-        p.epoch = self._epoch
-        p.producer_access_mode = _ACCESS_MODES[self.config.access_mode]
-        if self._topic_epoch is not None:
-            p.topic_epoch = self._topic_epoch
-        for k, v in self.config.properties.items():
-            p.metadata.add(key=k, value=v)
-        connection.add_producer(self.producer_id, self)
-        try:
-            reply = (await connection.request(command, request_id)).producer_success
-        except BaseException:
-            connection.remove_producer(self.producer_id, self)
-            raise
-        if self.state in (State.CLOSED, State.FAILED):
-            connection.remove_producer(self.producer_id, self)
-            return
-        self.producer_name = reply.producer_name
-        if reply.HasField("topic_epoch"):
-            self._topic_epoch = reply.topic_epoch
-        if self._first_connect:
-            self._first_connect = False
-            if self.config.initial_sequence_id is None and reply.last_sequence_id >= 0:
-                self.last_sequence_id_published = reply.last_sequence_id
-                self._next_sequence_id = max(self._next_sequence_id, reply.last_sequence_id + 1)
-        self._epoch += 1
-        self.max_message_bytes = connection.max_message_bytes
-        self.connection = connection
-        if self.state is State.CONNECTING:
-            self.state = State.READY
-        # Everything still pending goes out again, in order, before anything new (PR-9).
-        for op in self._pending:
-            connection.send_frame(op.frame)
-        self._ready.set()
-        self._arm_timeout_timer()
+    def _partition_topic(self, index: int) -> str:
+        if self.num_partitions == 0:
+            return self.topic
+        return str(TopicName.parse(self.topic).partition(index))
+
+    def _new_partition_producer(self, index: int) -> PartitionProducer:
+        # A user-given name is used as is on every partition: each partition is its own topic, so
+        # the broker's dedup state (name + sequence id) stays per partition (Java does the same).
+        return PartitionProducer(self.client, self, self._partition_topic(index),
+                                 index if self.num_partitions > 0 else -1, self.config, self._permits[index],
+                                 self.client.memory, next(self._producer_ids))
 
     async def start(self) -> None:
+        """Connect every partition producer (only the first one with lazy start)."""
+        indexes = range(len(self._partitions))
+        if self.config.lazy_start_partitioned_producers and self.num_partitions > 0:
+            indexes = range(0)
         try:
-            await super().start()
+            await asyncio.gather(*(self._partition(i) for i in indexes))
         except BaseException:
-            self.state = State.FAILED
+            await self.close()
             raise
 
-    def on_connection_lost(self, connection: Connection) -> None:
-        self._connection_gone(connection)
+    async def _partition(self, index: int) -> PartitionProducer:
+        producer = self._partitions[index]
+        if producer is not None:
+            return producer
+        task = self._starting.get(index)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._start_partition(index))
+            self._starting[index] = task
+        return await asyncio.shield(task)
 
-    def on_closed_by_broker(self, connection: Connection) -> None:
-        self._connection_gone(connection)
+    async def _start_partition(self, index: int) -> PartitionProducer:
+        producer = self._new_partition_producer(index)
+        try:
+            await producer.start()
+        finally:
+            self._starting.pop(index, None)
+        if self._closed:
+            await producer.close()
+            raise AlreadyClosedError(f"{self.topic}: producer closed")
+        self._partitions[index] = producer
+        return producer
 
-    def _on_disconnected(self) -> None:
-        self._ready.clear()
-        if self.state is State.READY:
-            self.state = State.CONNECTING
+    # ---- sending -------------------------------------------------------------------------------
 
-    def _on_fatal(self, error: BaseException) -> None:
-        self.state = State.FAILED
-        self._fail_all(error)
+    def build_message(self, value: Value, key: str | None = None, properties: Mapping[str, str] | None = None,
+                      event_time: int | datetime.datetime | None = None, ordering_key: bytes | str | None = None,
+                      sequence_id: int | None = None, deliver_at: int | datetime.datetime | None = None,
+                      deliver_after: int | datetime.timedelta | None = None,
+                      replication_clusters: tuple[str, ...] = (), disable_replication: bool = False) -> ProducerMessage:
+        if deliver_after is not None:
+            after_ms = (int(deliver_after.total_seconds() * 1000) if isinstance(deliver_after, datetime.timedelta)
+                        else int(deliver_after))
+            deliver_at = self.client.clock.now_ms() + after_ms
+        return ProducerMessage(
+            value=_as_bytes(value),
+            key=key or None,
+            properties=dict(properties or {}),
+            event_time=_epoch_ms(event_time) if event_time is not None else None,
+            ordering_key=ordering_key.encode() if isinstance(ordering_key, str) else ordering_key,
+            sequence_id=sequence_id,
+            deliver_at=_epoch_ms(deliver_at) if deliver_at is not None else None,
+            replication_clusters=tuple(replication_clusters),
+            disable_replication=disable_replication,
+        )
+
+    async def send_async(self, value: Value | ProducerMessage, key: str | None = None,
+                         properties: Mapping[str, str] | None = None, event_time: int | datetime.datetime | None = None,
+                         ordering_key: bytes | str | None = None, sequence_id: int | None = None,
+                         deliver_at: int | datetime.datetime | None = None,
+                         deliver_after: int | datetime.timedelta | None = None) -> asyncio.Future[MessageId]:
+        """Admit the message (waiting for room if block_if_queue_full) and return the future of
+        its id. Raises ProducerQueueIsFullError / MemoryBufferIsFullError when full and not blocking."""
+        if self._closed:
+            raise AlreadyClosedError(f"{self.topic}: producer is closed")
+        message = value if isinstance(value, ProducerMessage) else self.build_message(
+            value, key, properties, event_time, ordering_key, sequence_id, deliver_at, deliver_after)
+        index = self._chooser.choose(message, self.num_partitions, self._has_room)
+        producer = self._partitions[index] or await self._partition(index)
+        return await producer.send_async(message)
+
+    async def send(self, value: Value | ProducerMessage, key: str | None = None,
+                   properties: Mapping[str, str] | None = None, event_time: int | datetime.datetime | None = None,
+                   ordering_key: bytes | str | None = None, sequence_id: int | None = None,
+                   deliver_at: int | datetime.datetime | None = None,
+                   deliver_after: int | datetime.timedelta | None = None) -> MessageId:
+        future = await self.send_async(value, key, properties, event_time, ordering_key, sequence_id, deliver_at,
+                                       deliver_after)
+        return await future
+
+    def _has_room(self, index: int) -> bool:
+        return self._permits[index].available > 0
+
+    # ---- state ---------------------------------------------------------------------------------
 
     @property
+    def producer_name(self) -> str:
+        for p in self._partitions:
+            if p is not None:
+                return p.producer_name
+        return self.config.producer_name or ""
+
+    @property
+    def last_sequence_id(self) -> int:
+        ids = [p.last_sequence_id_published for p in self._partitions if p is not None]
+        return max(ids) if ids else -1
+
+    @property
+    def partition_producers(self) -> list[PartitionProducer]:
+        return [p for p in self._partitions if p is not None]
+
     def is_connected(self) -> bool:
-        return self.state is State.READY and self.connection is not None and self.connection.is_ready
-
-    # ---- send path -----------------------------------------------------------------------------
-
-    def _check_usable(self) -> None:
-        if self.state is State.FAILED:
-            raise self._failed or AlreadyClosedError(f"{self.topic}: producer failed")
-        if self.state in (State.CLOSING, State.CLOSED):
-            raise AlreadyClosedError(f"{self.topic}: producer is closed")
-
-    async def send_async(self, message: ProducerMessage) -> asyncio.Future[MessageId]:
-        self._check_usable()
-        for interceptor in self.config.interceptors:
-            message = interceptor.before_send(self.owner, message)
-        if self.max_message_bytes == 0:
-            await self._ready.wait()  # a lazily started producer: wait for its first connection
-        chunk_size = self._chunk_payload_bytes()
-        payload = message.value
-        size = len(payload)
-        compressed: bytes | None = None
-        meta: pb.MessageMetadata | None = None
-        batchable = self._batch is not None and message.deliver_at is None
-        chunks = 1
-        if not batchable:
-            meta = message_metadata(self.producer_name, message, 0, 0)
-            compressed = compress_payload(meta, self._codec, payload)
-            if len(compressed) > chunk_size:
-                if not self.config.chunking_enabled:
-                    raise MessageTooBigError(self.topic, len(compressed), chunk_size)
-                chunks = -(-len(compressed) // chunk_size)
-        elif size > self.max_message_bytes and self.max_message_bytes:
-            raise MessageTooBigError(self.topic, size, self.max_message_bytes)
-        await self._admit(chunks, size)
-        # No await from here on: sequence ids are given in admission order.
-        try:
-            self._check_usable()
-        except BaseException:
-            self.permits.release(chunks)
-            self.memory.release(size)
-            raise
-        future: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
-        pending = _Pending(message, future)
-        sequence_id = self._take_sequence_id(message)
-        if batchable:
-            self._add_to_batch(message, sequence_id, pending)
-        else:
-            assert meta is not None and compressed is not None
-            self._flush_batch()  # whatever was batched before goes first
-            meta.sequence_id = sequence_id
-            meta.publish_time = self.client.clock.now_ms()
-            if chunks == 1:
-                self._send_single(meta, compressed, sequence_id, pending, size)
-            else:
-                self._send_chunks(meta, compressed, sequence_id, pending, size, chunk_size, chunks)
-        return future
-
-    def _chunk_payload_bytes(self) -> int:
-        limit = self.max_message_bytes
-        if self.config.chunking_enabled:
-            limit = min(limit, self.config.chunk_max_message_bytes or limit)
-            return max(1, limit - chunk_metadata_reserve_bytes) if limit > 2 * chunk_metadata_reserve_bytes else limit
-        return limit
-
-    async def _admit(self, permits: int, size: int) -> None:
-        if self.config.block_if_queue_full:
-            await self.permits.acquire(permits)
-            try:
-                await self.memory.acquire(size)
-            except BaseException:
-                self.permits.release(permits)
-                raise
-            return
-        if not self.permits.try_acquire(permits):
-            raise ProducerQueueIsFullError(self.topic, self.permits.limit)
-        if not self.memory.try_acquire(size):
-            self.permits.release(permits)
-            raise MemoryBufferIsFullError(size, self.memory.limit)
-
-    def _take_sequence_id(self, message: ProducerMessage) -> int:
-        if message.sequence_id is not None:
-            sequence_id = message.sequence_id
-            self._next_sequence_id = max(self._next_sequence_id, sequence_id + 1)
-        else:
-            sequence_id = self._next_sequence_id
-            self._next_sequence_id += 1
-        return sequence_id
-
-    def _add_to_batch(self, message: ProducerMessage, sequence_id: int, pending: _Pending) -> None:
-        batch = self._batch
-        assert batch is not None
-        if not batch.has_space_for(len(message.value)):
-            self._flush_batch()
-        was_empty = len(batch) == 0
-        if batch.add(message, sequence_id, pending):
-            self._flush_batch()
-        elif was_empty:
-            delay_s = self.config.batching_max_publish_delay_ms / 1000
-            self._batch_timer = asyncio.get_running_loop().call_later(delay_s, self._flush_batch)
-
-    def _flush_batch(self) -> None:
-        if self._batch_timer is not None:
-            self._batch_timer.cancel()
-            self._batch_timer = None
-        batch = self._batch
-        if batch is None or len(batch) == 0:
-            return
-        built = batch.build(self.producer_name, self._codec, self.client.clock.now_ms())
-        n = len(built.items)
-        entry = build_entry(built.metadata, built.payload)
-        command = self._send_command(built.sequence_id, num_messages=n, highest=built.highest_sequence_id)
-        memory = sum(len(p.message.value) for p in built.items)
-        self._enqueue(SendOp(built.sequence_id, built.highest_sequence_id, n, Connection.encode_send(command, entry),
-                             list(built.items), self.client.clock.monotonic_s(), n, memory, batched=True,
-                             entry_bytes=len(entry)))
-
-    def _send_command(self, sequence_id: int, *, num_messages: int | None = None, highest: int | None = None,
-                      is_chunk: bool = False) -> pb.BaseCommand:
-        command = pb.BaseCommand(type=T.SEND)
-        s = command.send
-        s.producer_id = self.producer_id
-        s.sequence_id = sequence_id
-        if num_messages is not None:
-            s.num_messages = num_messages
-        if highest is not None:
-            s.highest_sequence_id = highest
-        if is_chunk:
-            s.is_chunk = True
-        return command
-
-    def _send_single(self, meta: pb.MessageMetadata, payload: bytes, sequence_id: int, pending: _Pending,
-                     size: int) -> None:
-        entry = build_entry(meta, payload)
-        frame = Connection.encode_send(self._send_command(sequence_id), entry)
-        self._enqueue(SendOp(sequence_id, sequence_id, 1, frame, [pending], self.client.clock.monotonic_s(), 1, size,
-                             entry_bytes=len(entry)))
-
-    def _send_chunks(self, meta: pb.MessageMetadata, payload: bytes, sequence_id: int, pending: _Pending,
-                     size: int, chunk_size: int, chunks: int) -> None:
-        parts = split_chunks(payload, chunk_size)
-        assert len(parts) == chunks
-        meta.uuid = chunk_uuid(self.producer_name, sequence_id)
-        meta.num_chunks_from_msg = chunks
-        meta.total_chunk_msg_size = len(payload)
-        context = _ChunkContext()
-        now_s = self.client.clock.monotonic_s()
-        for chunk_id, part in enumerate(parts):
-            meta.chunk_id = chunk_id
-            entry = build_entry(meta, part)
-            frame = Connection.encode_send(self._send_command(sequence_id, is_chunk=True), entry)
-            last = chunk_id == chunks - 1
-            # Memory is given back with the last chunk; every chunk gives back its own permit.
-            self._enqueue(SendOp(sequence_id, sequence_id, 1, frame, [pending] if last else [], now_s, 1,
-                                 size if last else 0, chunk=context, last_chunk=last, entry_bytes=len(entry)))
-
-    def _enqueue(self, op: SendOp) -> None:
-        self._pending.append(op)
-        connection = self.connection
-        if self.state in (State.READY, State.CLOSING) and connection is not None and connection.is_ready:
-            try:
-                connection.send_frame(op.frame)
-            except ConnectError:
-                pass  # resent after reconnect
-        self._arm_timeout_timer()
-
-    # ---- receipts ------------------------------------------------------------------------------
-
-    def on_send_receipt(self, receipt: pb.CommandSendReceipt) -> None:
-        if not self._pending:
-            return
-        op = self._pending[0]
-        sequence_id = receipt.sequence_id
-        if sequence_id < op.sequence_id:
-            return  # a receipt for something that already timed out
-        if sequence_id > op.highest_sequence_id:
-            # Out of order: the broker lost something. Reconnecting resends everything pending.
-            log.warning("%s: receipt %d while expecting %d; reconnecting", self.topic, sequence_id, op.sequence_id)
-            if self.connection is not None:
-                self.connection.close("out-of-order send receipt")
-            return
-        self._pending.popleft()
-        mid = receipt.message_id
-        self._complete(op, signed64(mid.ledgerId), signed64(mid.entryId))
-
-    def _complete(self, op: SendOp, ledger_id: int, entry_id: int) -> None:
-        op.done = True
-        self.permits.release(op.permits)
-        self.memory.release(op.memory_bytes)
-        self.last_sequence_id_published = max(self.last_sequence_id_published, op.highest_sequence_id)
-        partition = self.partition
-        if op.chunk is not None:
-            chunk_id = MessageId(ledger_id, entry_id, partition, topic=self.topic)
-            if op.chunk.first_id is None:
-                op.chunk.first_id = chunk_id
-            if not op.last_chunk:
-                return
-            message_id = MessageId(ledger_id, entry_id, partition, first_chunk=op.chunk.first_id, topic=self.topic)
-            self._resolve(op.items[0], message_id)
-            return
-        if op.batched:
-            n = len(op.items)
-            for i, item in enumerate(op.items):
-                self._resolve(item, MessageId(ledger_id, entry_id, partition, i, n, topic=self.topic))
-        else:
-            self._resolve(op.items[0], MessageId(ledger_id, entry_id, partition, topic=self.topic))
-
-    def _resolve(self, item: _Pending, message_id: MessageId) -> None:
-        if not item.future.done():
-            item.future.set_result(message_id)
-        self._notify(item.message, message_id, None)
-
-    def _notify(self, message: ProducerMessage, message_id: MessageId | None, error: BaseException | None) -> None:
-        for interceptor in self.config.interceptors:
-            try:
-                interceptor.on_acknowledgement(self.owner, message, message_id, error)
-            except Exception:
-                log.exception("%s: interceptor on_acknowledgement failed", self.topic)
-
-    def on_send_error(self, error: pb.CommandSendError) -> None:
-        if error.error == pb.ChecksumError and self._pending and self._pending[0].sequence_id == error.sequence_id:
-            op = self._pending.popleft()
-            self._fail_op(op, ChecksumError(int(error.error), error.message))
-            return
-        # Any other send error: the C++ client drops the connection; reconnecting resends.
-        log.warning("%s: SEND_ERROR %s (%s); reconnecting", self.topic, error.error, error.message)
-        if self.connection is not None:
-            self.connection.close(f"send error: {error_from_server(int(error.error), error.message)}")
-
-    # ---- failures and timeouts -----------------------------------------------------------------
-
-    def _fail_op(self, op: SendOp, error: BaseException) -> None:
-        if op.done:
-            return
-        op.done = True
-        self.permits.release(op.permits)
-        self.memory.release(op.memory_bytes)
-        for item in op.items:
-            if not item.future.done():
-                item.future.set_exception(error)
-                item.future.exception()  # a caller that never awaits does not get "never retrieved" noise
-            self._notify(item.message, None, error)
-
-    def _fail_all(self, error: BaseException) -> None:
-        if self._batch_timer is not None:
-            self._batch_timer.cancel()
-            self._batch_timer = None
-        if self._batch is not None and len(self._batch):
-            items = self._batch.drain_items()
-            self.permits.release(len(items))
-            self.memory.release(sum(len(p.message.value) for p in items))
-            for item in items:
-                if not item.future.done():
-                    item.future.set_exception(error)
-                    item.future.exception()
-                self._notify(item.message, None, error)
-        while self._pending:
-            self._fail_op(self._pending.popleft(), error)
-
-    def _arm_timeout_timer(self) -> None:
-        if self._timeout_timer is not None or not self.config.send_timeout_ms or not self._pending:
-            return
-        head = self._pending[0]
-        due_s = head.created_s + self.config.send_timeout_ms / 1000 - self.client.clock.monotonic_s()
-        self._timeout_timer = asyncio.get_running_loop().call_later(max(0.0, due_s) + 0.001, self._check_timeout)
-
-    def _check_timeout(self) -> None:
-        self._timeout_timer = None
-        if not self._pending:
-            return
-        head = self._pending[0]
-        if self.client.clock.monotonic_s() - head.created_s >= self.config.send_timeout_ms / 1000:
-            log.warning("%s: send timeout; failing %d pending sends", self.topic, len(self._pending))
-            self._fail_all(SendTimeoutError(self.topic, head.sequence_id, self.config.send_timeout_ms))
-        self._arm_timeout_timer()
-
-    # ---- flush and close -----------------------------------------------------------------------
+        started = self.partition_producers
+        return bool(started) and all(p.is_connected for p in started) and not self._closed
 
     @property
     def pending_count(self) -> int:
-        return sum(op.num_messages for op in self._pending) + (len(self._batch) if self._batch else 0)
+        return sum(p.pending_count for p in self.partition_producers)
 
     async def flush(self) -> None:
-        """Send the open batch and wait until everything sent so far has its receipt (or failed)."""
-        self._flush_batch()
-        futures = [item.future for op in self._pending for item in op.items]
-        if futures:
-            await asyncio.gather(*futures, return_exceptions=True)
+        await asyncio.gather(*(p.flush() for p in self.partition_producers))
 
-    async def close(self, wait_s: float | None = None) -> None:
-        if self.state in (State.CLOSED,):
+    async def close(self) -> None:
+        if self._closed:
             return
-        if self.state is State.READY or self.state is State.CONNECTING:
-            self.state = State.CLOSING
-            if self._pending or (self._batch is not None and len(self._batch)):
-                try:
-                    await asyncio.wait_for(self.flush(), wait_s if wait_s is not None else
-                                           self.config.send_timeout_ms / 1000 or self.client.config.operation_timeout_s)
-                except TimeoutError:
-                    pass
-        self._stop_reconnecting()
-        connection = self.connection
-        self.connection = None
-        if connection is not None and connection.is_ready:
-            request_id = self.new_request_id()
-            command = pb.BaseCommand(type=T.CLOSE_PRODUCER)
-            command.close_producer.producer_id = self.producer_id
-            command.close_producer.request_id = request_id
-            try:
-                await connection.request(command, request_id)
-            except Exception as exc:
-                log.debug("%s: CLOSE_PRODUCER failed: %s", self.topic, exc)
-            connection.remove_producer(self.producer_id, self)
-        if self._timeout_timer is not None:
-            self._timeout_timer.cancel()
-            self._timeout_timer = None
-        self.state = State.CLOSED
-        self._fail_all(AlreadyClosedError(f"{self.topic}: producer closed"))
-        self._ready.set()  # wake anything waiting for a connection that will never come
+        self._closed = True
+        for task in list(self._starting.values()):
+            task.cancel()
+        await asyncio.gather(*(p.close() for p in self.partition_producers), return_exceptions=True)
+        self.client._forget(self)
 
-    def debug_state(self) -> dict[str, Any]:
-        return {"state": self.state.value, "pending_ops": len(self._pending), "permits_used": self.permits.used,
-                "next_sequence_id": self._next_sequence_id}
+    async def __aenter__(self) -> Producer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

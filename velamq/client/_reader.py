@@ -12,12 +12,16 @@ from __future__ import annotations
 import datetime
 from collections.abc import AsyncIterator
 
+from velamq.client._consumer import Consumer
 from velamq.client._errors import AlreadyClosedError
 from velamq.client._message import Message, MessageId
-from velamq.client._multi_consumer import Consumer
 
 
 class Reader:
+    """Reads a topic from a message id on, without a durable subscription (a non-durable Exclusive
+    consumer under a generated name): read_next, has_message_available, seek. The broker keeps no
+    position for it; after a reconnect it resumes after the last message the application took."""
+
     def __init__(self, consumer: Consumer) -> None:
         self._consumer = consumer
 

@@ -36,6 +36,8 @@ def sign_safe_mod(dividend: int, divisor: int) -> int:
 
 @runtime_checkable
 class MessageRouter(Protocol):
+    """A custom router (message_router): the partition, 0..num_partitions-1, for each message."""
+
     def choose_partition(self, message: ProducerMessage, num_partitions: int) -> int: ...
 
 

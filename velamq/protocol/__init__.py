@@ -7,10 +7,19 @@
     build_entry / split_entry / parse_entry_metadata / verify_entry
     build_batch / parse_batch / entry_messages
     compress / decompress / codec_from_name
+    split_chunks / chunk_uuid / ChunkAssembler   chunking: split on the producer, reassembly state
 """
 
 from velamq.protocol import _pulsar_api_pb2 as pb
 from velamq.protocol._batch import build_batch, entry_messages, parse_batch
+from velamq.protocol._chunks import (
+    AssembledMessage,
+    ChunkAssembler,
+    ChunkOutcome,
+    EvictedMessage,
+    chunk_uuid,
+    split_chunks,
+)
 from velamq.protocol._compression import codec_from_name, compress, decompress
 from velamq.protocol._entry import (
     build_entry,
@@ -25,10 +34,15 @@ from velamq.protocol._ids import I64_MAX, signed64, unsigned64
 
 __all__ = [
     "I64_MAX",
+    "AssembledMessage",
+    "ChunkAssembler",
+    "ChunkOutcome",
+    "EvictedMessage",
     "Frame",
     "FrameDecoder",
     "build_batch",
     "build_entry",
+    "chunk_uuid",
     "codec_from_name",
     "compress",
     "crc32c",
@@ -40,6 +54,7 @@ __all__ = [
     "parse_entry_metadata",
     "pb",
     "signed64",
+    "split_chunks",
     "split_entry",
     "unsigned64",
     "verify_entry",

@@ -8,10 +8,15 @@
 
 metadata.uncompressed_size tells the decoder how large the result is; every decoder is bounded
 by it so a hostile payload cannot inflate past it.
+
+A ZstdCompressor / ZstdDecompressor must not be used by two threads at once (python-zstandard
+documents it; the blocking client and the Spark connector run code in threads), and making one
+per call costs a context allocation per message: each thread gets its own pair, on first use.
 """
 
 from __future__ import annotations
 
+import threading
 import zlib
 
 import cramjam
@@ -29,8 +34,18 @@ SNAPPY = pb.SNAPPY
 
 _NAMES = {"none": NONE, "lz4": LZ4, "zlib": ZLIB, "zstd": ZSTD, "snappy": SNAPPY}
 
-_zstd_compressor = zstandard.ZstdCompressor(level=3)
-_zstd_decompressor = zstandard.ZstdDecompressor()
+zstd_level = 3
+
+
+class _ZstdContexts(threading.local):
+    """One compressor and one decompressor per thread (threading.local runs __init__ in each)."""
+
+    def __init__(self) -> None:
+        self.compressor = zstandard.ZstdCompressor(level=zstd_level)
+        self.decompressor = zstandard.ZstdDecompressor()
+
+
+_zstd = _ZstdContexts()
 
 
 def codec_from_name(name: str) -> int:
@@ -48,7 +63,7 @@ def compress(codec: int, data: bytes) -> bytes:
     if codec == ZLIB:
         return zlib.compress(data)
     if codec == ZSTD:
-        return bytes(_zstd_compressor.compress(data))
+        return bytes(_zstd.compressor.compress(data))
     if codec == SNAPPY:
         return bytes(cramjam.snappy.compress_raw(data))
     raise CompressionError(f"unknown compression codec {codec}")
@@ -68,7 +83,7 @@ def decompress(codec: int, data: bytes, uncompressed_size: int) -> bytes:
             if d.unconsumed_tail:
                 raise CompressionError("zlib payload inflates past its uncompressed size")
         elif codec == ZSTD:
-            out = bytes(_zstd_decompressor.decompress(data, max_output_size=uncompressed_size))
+            out = bytes(_zstd.decompressor.decompress(data, max_output_size=uncompressed_size))
         elif codec == SNAPPY:
             out = bytes(cramjam.snappy.decompress_raw(data))
         else:

@@ -37,8 +37,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from velamq.spark._admin import Topic
-from velamq.spark._positions import Position
+from velamq._errors import VelamqError
+from velamq._topic_name import TopicPattern
+from velamq.spark._admin import parse_topic
+from velamq.spark._offsets import PartitionOffset
 
 SERVICE_URL = "service.url"
 ADMIN_URL = "admin.url"
@@ -65,10 +67,10 @@ ALL_OPTIONS = _READ | _STREAM_READ | _WRITE
 _BY_LOWER = {name.lower(): name for name in ALL_OPTIONS}
 
 # A per-partition spec: "earliest", "latest" or a position.
-PartitionSpec = str | Position
+PartitionSpec = str | PartitionOffset
 
 
-class VelamqOptionError(ValueError):
+class VelamqOptionError(VelamqError, ValueError):
     """An option is unknown, missing, malformed or in conflict with another: the message names it."""
 
 
@@ -197,16 +199,14 @@ def _admin_url(opts: Mapping[str, str]) -> str:
 
 def _topic(option: str, name: str) -> str:
     try:
-        topic = Topic.parse(name)
+        topic = parse_topic(name)
     except ValueError as exc:
         raise VelamqOptionError(f"option {option!r}: {exc}") from None
     return str(topic)
 
 
 def _pattern(raw: str) -> str:
-    text = raw.strip()
-    if "://" not in text:
-        text = f"persistent://{text}" if text.count("/") >= 2 else f"persistent://public/default/{text}"
+    text = TopicPattern.parse(raw).regex
     try:
         re.compile(text)
     except re.error as exc:
@@ -267,7 +267,7 @@ def _offsets(option: str, raw: str) -> OffsetSpec:
             partitions[full] = value.lower()
             continue
         try:
-            partitions[full] = Position.from_json(value)
+            partitions[full] = PartitionOffset.from_json(value)
         except ValueError as exc:
             raise VelamqOptionError(f"option {option!r}, partition {name!r}: {exc}") from None
     default = "earliest" if option == STARTING_OFFSETS else "latest"

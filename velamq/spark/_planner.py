@@ -5,7 +5,7 @@ Everything here runs on the Spark driver (in its Python planner process) before 
     partitions()        topic / topics / topicsPattern -> the current partitions (new partitions of a
                         streaming query are found again at every trigger)
     latest()            each partition's last stored entry (admin lastMessageId)
-    resolve()           startingOffsets / endingOffsets -> a Position per partition
+    resolve()           startingOffsets / endingOffsets -> a PartitionOffset per partition
     at_time()           startingTime -> the position just before the first message published at or
                         after it (a reader seeks by publish time and reads one message)
     limited()           maxEntriesPerTrigger -> ends that cover at most that many entries in total,
@@ -19,10 +19,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from velamq._topic_name import TopicName, TopicPattern
 from velamq.client import AsyncClient, OperationTimeoutError
-from velamq.spark._admin import AdminClient, Topic
+from velamq.spark._admin import ConnectorAdmin, parse_topic
+from velamq.spark._offsets import EARLIEST, LedgerMap, PartitionOffset, allocate
 from velamq.spark._options import OffsetSpec, SourceOptions, VelamqOptionError
-from velamq.spark._positions import EARLIEST, LedgerMap, Position, allocate
 from velamq.spark._read import ReadSettings, TopicRange
 
 seek_read_timeout_ms = 3000
@@ -36,26 +37,26 @@ class PartitionRef:
 
     @classmethod
     def of(cls, name: str) -> PartitionRef:
-        topic = Topic.parse(name)
-        return cls(str(topic), str(topic.parent), topic.partition_index)
+        topic = parse_topic(name)
+        return cls(str(topic), str(topic.partitioned_parent), topic.partition_index)
 
 
 class Planner:
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self.admin = AdminClient(options.admin_url)
+        self.admin = ConnectorAdmin(options.admin_url)
         self.settings = ReadSettings(options.service_url, options.admin_url, options.fail_on_data_loss,
                                      options.include_properties)
 
     # ---- partitions ----------------------------------------------------------------------------
 
-    def topics(self) -> list[Topic]:
+    def topics(self) -> list[TopicName]:
         if self.options.pattern is None:
-            return [Topic.parse(t) for t in self.options.topics]
+            return [parse_topic(t) for t in self.options.topics]
         pattern = re.compile(self.options.pattern)
-        domain, rest = self.options.pattern.split("://", 1)
-        tenant, namespace = rest.split("/")[:2]
-        return [t for t in self.admin.topics_of_namespace(domain, tenant, namespace) if pattern.fullmatch(str(t))]
+        where = TopicPattern.parse(self.options.pattern)
+        topics = self.admin.topics_of_namespace(where.domain, where.tenant, where.namespace_part)
+        return [t for t in topics if pattern.fullmatch(str(t))]
 
     def partitions(self) -> list[PartitionRef]:
         refs: list[PartitionRef] = []
@@ -69,18 +70,18 @@ class Planner:
 
     # ---- positions -----------------------------------------------------------------------------
 
-    def latest(self, refs: list[PartitionRef]) -> dict[str, Position | None]:
+    def latest(self, refs: list[PartitionRef]) -> dict[str, PartitionOffset | None]:
         """The last entry of each partition; None for one that does not exist (yet)."""
-        return {ref.name: self.admin.last_message_id(Topic.parse(ref.name)) for ref in refs}
+        return {ref.name: self.admin.last_message_id(parse_topic(ref.name)) for ref in refs}
 
-    def resolve(self, spec: OffsetSpec, refs: list[PartitionRef], latest: Mapping[str, Position | None],
-                option: str) -> dict[str, Position]:
+    def resolve(self, spec: OffsetSpec, refs: list[PartitionRef], latest: Mapping[str, PartitionOffset | None],
+                option: str) -> dict[str, PartitionOffset]:
         known = {ref.name for ref in refs} | {ref.topic for ref in refs if ref.index < 0}
         unknown = sorted(set(spec.partitions) - known)
         if unknown:
             raise VelamqOptionError(f"option {option!r} names {unknown}, which the query does not read "
                                     f"(its partitions: {sorted(r.name for r in refs)})")
-        result: dict[str, Position] = {}
+        result: dict[str, PartitionOffset] = {}
         for ref in refs:
             value = spec.partitions.get(ref.name, spec.default)
             if value == "earliest":
@@ -88,20 +89,20 @@ class Planner:
             elif value == "latest":
                 result[ref.name] = latest.get(ref.name) or EARLIEST
             else:
-                assert isinstance(value, Position)
+                assert isinstance(value, PartitionOffset)
                 result[ref.name] = value
         return result
 
-    def at_time(self, refs: list[PartitionRef], time_ms: int, latest: Mapping[str, Position | None]) -> dict[
-            str, Position]:
-        async def find() -> dict[str, Position]:
+    def at_time(self, refs: list[PartitionRef], time_ms: int, latest: Mapping[str, PartitionOffset | None]) -> dict[
+            str, PartitionOffset]:
+        async def find() -> dict[str, PartitionOffset]:
             async with AsyncClient(self.options.service_url) as client:
                 found = await asyncio.gather(*(self._before_time(client, ref, time_ms) for ref in refs))
             return {ref.name: pos or latest.get(ref.name) or EARLIEST for ref, pos in zip(refs, found, strict=True)}
 
         return asyncio.run(find())
 
-    async def _before_time(self, client: AsyncClient, ref: PartitionRef, time_ms: int) -> Position | None:
+    async def _before_time(self, client: AsyncClient, ref: PartitionRef, time_ms: int) -> PartitionOffset | None:
         reader = await client.create_reader(ref.name, "earliest", reader_name="velamq-spark-seek")
         try:
             await reader.seek(time_ms)
@@ -112,10 +113,10 @@ class Planner:
             return None
         finally:
             await reader.close()
-        return Position.before(message.message_id)
+        return PartitionOffset.before(message.message_id)
 
-    def limited(self, starts: Mapping[str, Position], ends: Mapping[str, Position],
-                entries_max: int) -> dict[str, Position]:
+    def limited(self, starts: Mapping[str, PartitionOffset], ends: Mapping[str, PartitionOffset],
+                entries_max: int) -> dict[str, PartitionOffset]:
         """Ends moved back so that all ranges together cover at most entries_max entries."""
         maps: dict[str, LedgerMap] = {}
         available: dict[str, int] = {}
@@ -123,7 +124,7 @@ class Planner:
             start = starts.get(name, EARLIEST)
             if end <= start:
                 continue
-            ledgers = self.admin.ledgers(Topic.parse(name))
+            ledgers = self.admin.ledgers(parse_topic(name))
             if ledgers is None:
                 continue
             maps[name] = ledgers
@@ -137,7 +138,7 @@ class Planner:
 
     # ---- ranges --------------------------------------------------------------------------------
 
-    def ranges(self, starts: Mapping[str, Position], ends: Mapping[str, Position]) -> list[TopicRange]:
+    def ranges(self, starts: Mapping[str, PartitionOffset], ends: Mapping[str, PartitionOffset]) -> list[TopicRange]:
         """One task per partition with something to read: start < id <= end."""
         ranges: list[TopicRange] = []
         for name in sorted(ends):

@@ -29,9 +29,10 @@ from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
+from velamq._errors import VelamqError
 from velamq.client import AsyncClient, Message, MessageId, Reader
-from velamq.spark._admin import AdminClient, Topic
-from velamq.spark._positions import Position, is_last_of_entry, message_key
+from velamq.spark._admin import ConnectorAdmin, parse_topic
+from velamq.spark._offsets import PartitionOffset, is_last_of_entry, message_key
 from velamq.spark._schema import BatchBuilder, source_schema
 
 log = logging.getLogger("velamq.spark")
@@ -42,7 +43,7 @@ stall_s_max = 300.0  # give up on an end message that never comes (an abandoned 
 reader_queue_size = 5000
 
 
-class VelamqDataLossError(RuntimeError):
+class VelamqDataLossError(VelamqError, RuntimeError):
     """Messages a query had not read are gone (retention, deleted topic) and failOnDataLoss is true."""
 
 
@@ -57,7 +58,7 @@ class ReadSettings:
 class TopicRange(InputPartition):
     """One Spark task: the messages of one partition with start < id <= end."""
 
-    def __init__(self, topic: str, partition: int, partition_topic: str, start: Position, end: Position,
+    def __init__(self, topic: str, partition: int, partition_topic: str, start: PartitionOffset, end: PartitionOffset,
                  settings: ReadSettings) -> None:
         super().__init__((partition_topic, str(start), str(end)))
         self.topic = topic
@@ -164,7 +165,7 @@ class _RangeScan:
         if first is not None and first.entry_key() <= start.entry:
             return
         # The start entry was not delivered: does it still exist?
-        ledgers = AdminClient(self.task.settings.admin_url).ledgers(Topic.parse(self.task.partition_topic))
+        ledgers = ConnectorAdmin(self.task.settings.admin_url).ledgers(parse_topic(self.task.partition_topic))
         present = ledgers is not None and any(
             ledger_id == start.ledger_id and entries > start.entry_id for ledger_id, entries in ledgers.ledgers)
         if present:

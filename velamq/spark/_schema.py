@@ -42,10 +42,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from velamq._errors import VelamqError
 from velamq.client import Message
 
 
-class VelamqSchemaError(ValueError):
+class VelamqSchemaError(VelamqError, ValueError):
     """A DataFrame written to velamq lacks `value` or has a column of the wrong type."""
 
 

@@ -32,8 +32,8 @@ from typing import Any
 from pyspark import TaskContext
 from pyspark.sql.datasource import WriterCommitMessage
 
-from velamq.client import AsyncClient, Producer, ProducerBusyError, boost_hash, sign_safe_mod
-from velamq.spark._admin import AdminClient, AdminError, Topic
+from velamq.client import AdminError, AsyncClient, Producer, ProducerBusyError, boost_hash, sign_safe_mod
+from velamq.spark._admin import ConnectorAdmin, parse_topic
 from velamq.spark._options import SinkOptions
 from velamq.spark._schema import sink_rows
 
@@ -98,7 +98,7 @@ class _Writer:
         self.producer_name = producer_name
         self.partition_id = partition_id
         self.sequence_base = batch_id << 32
-        self.admin = AdminClient(options.admin_url)
+        self.admin = ConnectorAdmin(options.admin_url)
         self.targets: dict[str, _Target] = {}
 
     async def run(self, batches: Iterator[Any]) -> SinkCommit:
@@ -133,12 +133,12 @@ class _Writer:
         return SinkCommit(self.partition_id, rows, sent, skipped)
 
     async def _open(self, client: AsyncClient, topic: str) -> _Target:
-        name = str(Topic.parse(topic))
+        name = str(parse_topic(topic))
         if name in self.targets:
             return self.targets[name]
         await self._ensure_deduplication(client, name)
         partitions = await client.partitions_of(name)
-        names = [str(Topic.parse(name).partition(i)) for i in range(partitions)] if partitions else [name]
+        names = [str(parse_topic(name).partition(i)) for i in range(partitions)] if partitions else [name]
         producers = list(await asyncio.gather(*(self._producer(client, n) for n in names)))
         target = _Target(producers)
         self.targets[name] = self.targets[topic] = target
@@ -158,7 +158,7 @@ class _Writer:
     async def _ensure_deduplication(self, client: AsyncClient, name: str) -> None:
         if name in _dedup_checked:
             return
-        topic = Topic.parse(name)
+        topic = parse_topic(name)
         try:
             enabled = await asyncio.to_thread(self.admin.deduplication_enabled, topic)
             if enabled is None:
@@ -175,6 +175,6 @@ class _Writer:
                 raise RuntimeError(
                     f"cannot switch deduplication on for {name} ({exc}); without it a replayed micro-batch "
                     f"could duplicate messages. Enable it for the topic or its namespace "
-                    f"(pulsar-admin namespaces set-deduplication {topic.tenant}/{topic.namespace} --enable)"
+                    f"(pulsar-admin namespaces set-deduplication {topic.namespace} --enable)"
                 ) from exc
         _dedup_checked.add(name)

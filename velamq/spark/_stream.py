@@ -27,10 +27,11 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from velamq.spark._admin import AdminError, Topic
+from velamq.client import AdminError
+from velamq.spark._admin import parse_topic
+from velamq.spark._offsets import EARLIEST, PartitionOffset, StreamOffset
 from velamq.spark._options import SourceOptions
 from velamq.spark._planner import Planner
-from velamq.spark._positions import EARLIEST, Position, StreamOffset
 from velamq.spark._read import TopicRange, VelamqDataLossError, read_range
 
 log = logging.getLogger("velamq.spark")
@@ -41,8 +42,8 @@ class VelamqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.schema = schema
         self._initial: dict[str, Any] | None = None
-        self._target: dict[str, Position] | None = None  # Trigger.AvailableNow: read no further
-        self._committed: dict[str, Position] = {}
+        self._target: dict[str, PartitionOffset] | None = None  # Trigger.AvailableNow: read no further
+        self._committed: dict[str, PartitionOffset] = {}
 
     def _planner(self) -> Planner:
         return Planner(self.options)
@@ -76,9 +77,9 @@ class VelamqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         planner = self._planner()
         refs = planner.partitions()
         latest = planner.latest(refs)
-        ends: dict[str, Position] = dict(offset.positions)
+        ends: dict[str, PartitionOffset] = dict(offset.partitions)
         for name, last in latest.items():
-            before = offset.positions.get(name, EARLIEST)  # a new partition is read from its beginning
+            before = offset.partitions.get(name, EARLIEST)  # a new partition is read from its beginning
             if last is None:
                 continue  # listed but not created yet
             if self._target is not None:
@@ -86,8 +87,8 @@ class VelamqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ends[name] = max(before, last)
         # A partition that is no longer listed. Never read and empty (a topic that did not exist
         # yet, then created partitioned): nothing to lose. Otherwise its data is gone.
-        gone = sorted(name for name, pos in offset.positions.items() if name not in latest and not pos.is_earliest)
-        for name in set(offset.positions) - set(latest) - set(gone):
+        gone = sorted(name for name, pos in offset.partitions.items() if name not in latest and not pos.is_earliest)
+        for name in set(offset.partitions) - set(latest) - set(gone):
             del ends[name]
         if gone:
             message = f"partitions {gone} are no longer part of the topics read (deleted?)"
@@ -95,12 +96,12 @@ class VelamqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 raise VelamqDataLossError(message + "; set failOnDataLoss=false to go on without them")
             log.warning("%s", message)
         if isinstance(limit, ReadMaxRows):
-            ends = planner.limited(offset.positions, ends, limit.max_rows)
+            ends = planner.limited(offset.partitions, ends, limit.max_rows)
         return StreamOffset(offset.subscription, ends).to_json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin, finish = StreamOffset.from_json(start), StreamOffset.from_json(end)
-        return self._planner().ranges(begin.positions, finish.positions)
+        return self._planner().ranges(begin.partitions, finish.partitions)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, TopicRange)
@@ -109,11 +110,11 @@ class VelamqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict[str, Any]) -> None:
         offset = StreamOffset.from_json(end)
         admin = self._planner().admin
-        for name, position in offset.positions.items():
+        for name, position in offset.partitions.items():
             if self._committed.get(name) == position:
                 continue
             try:
-                admin.move_cursor(Topic.parse(name), offset.subscription, position)
+                admin.move_cursor(parse_topic(name), offset.subscription, position)
             except AdminError as exc:
                 log.warning("could not move subscription %s of %s to %s: %s (retention may not hold this "
                             "query's backlog)", offset.subscription, name, position, exc)

@@ -15,7 +15,7 @@ import pytest
 from admin_harness import Admin
 
 import velamq.cli
-from velamq.cli._admin_http import parse_size_bytes, parse_time_s, render
+from velamq.cli._admin_output import parse_size_bytes, parse_time_s, render
 from velamq.cli._admin_policies import parse_duration_ms, topic_path
 from velamq.cli._main import main
 from velamq.protocol import build_batch, build_entry, pb
@@ -207,9 +207,3 @@ def test_storage_check_hook(capsys: pytest.CaptureFixture[str], monkeypatch: pyt
     assert main(["admin", "storage", "check", "--data-dir", "/d", "--delete"]) == 3
     assert seen == [["--data-dir", "/d", "--delete"]]
 
-
-def test_storage_check_missing_module(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delattr(velamq.cli, "_storage_check", raising=False)
-    monkeypatch.setitem(sys.modules, "velamq.cli._storage_check", None)  # import fails
-    assert main(["admin", "storage", "check"]) == 1
-    assert "not available" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from velamq.client._backpressure import MemoryLimit, Permits
 
@@ -23,6 +24,15 @@ def test_unlimited_and_oversized() -> None:
     assert m.used == 0
 
 
+async def until(condition: Callable[[], bool], turns_max: int = 1000) -> None:
+    """Let other tasks run until the condition holds (no I/O here: only turns of the loop count)."""
+    for _ in range(turns_max):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("condition never held")
+
+
 def test_waiters_are_served_in_order() -> None:
     async def run() -> list[int]:
         p = Permits(1)
@@ -36,7 +46,7 @@ def test_waiters_are_served_in_order() -> None:
             p.release(amount)
 
         tasks = [asyncio.create_task(waiter(i, 1)) for i in range(5)]
-        await asyncio.sleep(0.01)
+        await until(lambda: p.waiting == 5)
         assert not p.try_acquire()  # waiters go first
         p.release()
         await asyncio.gather(*tasks)
@@ -50,7 +60,7 @@ def test_cancelled_waiter_gives_nothing_away() -> None:
         p = Permits(1)
         await p.acquire()
         t = asyncio.create_task(p.acquire())
-        await asyncio.sleep(0.01)
+        await until(lambda: p.waiting == 1)
         t.cancel()
         await asyncio.gather(t, return_exceptions=True)
         p.release()

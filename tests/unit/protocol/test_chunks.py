@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from velamq.client._chunking import ChunkAssembler, chunk_uuid, split_chunks
+from velamq.protocol import ChunkAssembler, chunk_uuid, split_chunks
 
 
 @given(st.binary(max_size=5000), st.integers(min_value=1, max_value=700))

@@ -1,5 +1,8 @@
 """Chunking (CH-1..CH-4), sans-IO: splitting on the producer, reassembly on the consumer.
 
+Pure state, no clock and no I/O: the caller passes the time (now_ms) and the id of each chunk, and
+acts on what comes back (an assembled payload, messages given up and whether to acknowledge them).
+
 Producer: a payload (already compressed) above the chunk size is cut into chunks of at most that
 size. Every chunk is an ordinary SEND with is_chunk=true, the SAME sequence id, and metadata
 
@@ -27,7 +30,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-I = TypeVar("I")  # noqa: E741  (the id type: MessageId in the client, anything in tests)
+I = TypeVar("I")  # noqa: E741  (the chunk id type: the client's MessageId, anything in tests)
 
 
 def split_chunks(payload: bytes, chunk_bytes: int) -> list[bytes]:
@@ -86,6 +89,9 @@ class ChunkOutcome(Generic[I]):
 
 
 class ChunkAssembler(Generic[I]):
+    """Reassembly of chunked messages, one context per uuid, bounded by max_pending_chunked_message
+    contexts and by expire_ms per context (see the module docstring for when a message is given up)."""
+
     def __init__(self, max_pending_chunked_message: int, expire_ms: int, auto_ack_oldest_on_queue_full: bool) -> None:
         self.max_pending = max_pending_chunked_message
         self.expire_ms = expire_ms

@@ -1,108 +1,21 @@
-"""What `velamq admin` needs besides its verbs: an HTTP client, pulsar-admin's units, and output.
+"""What `velamq admin` needs besides its verbs and the HTTP client: pulsar-admin's units, and output.
 
-    AdminClient(url).call("GET", "/admin/v2/tenants")        -> parsed JSON, None for 204
     parse_time_s("1h") == 3600;  parse_size_bytes("10G") == 10 * 2**30
     render(value) -> text table;  render_json(value) -> indented JSON
 
-Errors from the server become AdminError(status, reason) with the `reason` of Pulsar's error body,
-so the CLI can print it and exit 1. Only the standard library is used (urllib), so the admin CLI
-works wherever velamq is installed, with no broker dependencies.
+The HTTP calls go through velamq.client.AdminClient, the one admin REST client of the package.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import urllib.error
-import urllib.parse
-import urllib.request
-from dataclasses import dataclass
-from email.message import Message
 from typing import Any, Final
-
-timeout_s_default: Final = 30.0
-_NO_BODY: Final = object()
 
 _TIME_RE: Final = re.compile(r"(-?[0-9]+)([smhdwy]?)")
 _TIME_UNITS_S: Final = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
 _SIZE_RE: Final = re.compile(r"(-?[0-9]+)([kKmMgGtT]?)")
 _SIZE_UNITS: Final = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-
-class AdminError(Exception):
-    """The server said no (status >= 400), or could not be reached (status 0)."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(f"{reason} (HTTP {status})" if status else reason)
-        self.status = status
-        self.reason = reason
-
-
-@dataclass(frozen=True, slots=True)
-class RawReply:
-    """A response that is not JSON (a peeked message): its body and headers."""
-
-    status: int
-    headers: Message
-    body: bytes
-
-
-def quote(part: str) -> str:
-    """One path segment, percent-encoded (a subscription or topic name may hold any character)."""
-    return urllib.parse.quote(part, safe="")
-
-
-class AdminClient:
-    def __init__(self, base_url: str, timeout_s: float = timeout_s_default) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.timeout_s = timeout_s
-
-    def _open(self, method: str, path: str, body: Any, query: dict[str, Any] | None) -> Any:
-        url = self.base_url + path
-        if query:
-            url += "?" + urllib.parse.urlencode({k: _query_value(v) for k, v in query.items() if v is not None})
-        data = None if body is _NO_BODY else json.dumps(body).encode()
-        request = urllib.request.Request(url, data=data, method=method)
-        request.add_header("Accept", "application/json")
-        if data is not None:
-            request.add_header("Content-Type", "application/json")
-        try:
-            return urllib.request.urlopen(request, timeout=self.timeout_s)
-        except urllib.error.HTTPError as exc:
-            raise AdminError(exc.code, _reason(exc.read(), exc.reason)) from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise AdminError(0, f"cannot reach {self.base_url}: {reason}") from None
-
-    def call(self, method: str, path: str, body: Any = _NO_BODY, query: dict[str, Any] | None = None) -> Any:
-        """The response's JSON, or None for an empty (204) response."""
-        with self._open(method, path, body, query) as response:
-            data = response.read()
-        if not data.strip():
-            return None
-        try:
-            return json.loads(data)
-        except ValueError:
-            return data.decode("utf-8", "replace")
-
-    def raw(self, method: str, path: str, query: dict[str, Any] | None = None) -> RawReply:
-        with self._open(method, path, _NO_BODY, query) as response:
-            return RawReply(response.status, response.headers, response.read())
-
-
-def _query_value(value: Any) -> str:
-    return ("true" if value else "false") if isinstance(value, bool) else str(value)
-
-
-def _reason(body: bytes, fallback: str) -> str:
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        text = body.decode("utf-8", "replace").strip()
-        return text[:500] or str(fallback)
-    if isinstance(parsed, dict) and isinstance(parsed.get("reason"), str):
-        return str(parsed["reason"])
-    return str(fallback)
 
 
 # ---------------------------------------------------------------------------- units

@@ -1,6 +1,7 @@
-"""Positions in a topic partition, the streaming offset, and entry arithmetic for rate limits.
+"""Offsets in a topic partition, the streaming offset, and entry arithmetic for rate limits.
 
-A Position names the LAST message a range includes (or a query has consumed):
+A PartitionOffset names the LAST message a range includes (or a query has consumed) in one
+partition (it is not storage's Position, which names an entry):
 
     (ledgerId, entryId, batchIndex)   batchIndex -1 means "the whole entry" (every message of a
                                       batch entry); >= 0 means "up to this message of the batch"
@@ -35,7 +36,9 @@ _WHOLE = 1 << 62
 
 
 @dataclass(frozen=True, slots=True)
-class Position:
+class PartitionOffset:
+    """The last message a range includes in one partition: (ledger, entry, batch index or -1)."""
+
     ledger_id: int
     entry_id: int
     batch_index: int = -1
@@ -43,16 +46,16 @@ class Position:
     def key(self) -> tuple[int, int, int]:
         return (self.ledger_id, self.entry_id, self.batch_index if self.batch_index >= 0 else _WHOLE)
 
-    def __lt__(self, other: Position) -> bool:
+    def __lt__(self, other: PartitionOffset) -> bool:
         return self.key() < other.key()
 
-    def __le__(self, other: Position) -> bool:
+    def __le__(self, other: PartitionOffset) -> bool:
         return self.key() <= other.key()
 
-    def __gt__(self, other: Position) -> bool:
+    def __gt__(self, other: PartitionOffset) -> bool:
         return self.key() > other.key()
 
-    def __ge__(self, other: Position) -> bool:
+    def __ge__(self, other: PartitionOffset) -> bool:
         return self.key() >= other.key()
 
     @property
@@ -64,12 +67,12 @@ class Position:
         return (self.ledger_id, self.entry_id)
 
     @classmethod
-    def of(cls, message_id: MessageId) -> Position:
+    def of(cls, message_id: MessageId) -> PartitionOffset:
         """The position of a received message: its own id (a chunked message: its last chunk)."""
         return cls(message_id.ledger_id, message_id.entry_id, message_id.batch_index)
 
     @classmethod
-    def before(cls, message_id: MessageId) -> Position:
+    def before(cls, message_id: MessageId) -> PartitionOffset:
         """The position just before a message, so that a range starting there includes it."""
         if message_id.first_chunk is not None:
             message_id = message_id.first_chunk
@@ -81,7 +84,7 @@ class Position:
         return {"ledgerId": self.ledger_id, "entryId": self.entry_id, "batchIndex": self.batch_index}
 
     @classmethod
-    def from_json(cls, value: Any) -> Position:
+    def from_json(cls, value: Any) -> PartitionOffset:
         """{"ledgerId", "entryId"[, "batchIndex"]}, a list of the serialized MessageId's bytes (as the
         Pulsar Spark connector writes them) or those bytes in base64."""
         if isinstance(value, dict):
@@ -103,11 +106,11 @@ class Position:
         return f"{self.ledger_id}:{self.entry_id}:{self.batch_index}"
 
 
-EARLIEST = Position(-1, -1, -1)
+EARLIEST = PartitionOffset(-1, -1, -1)
 
 
 def message_key(message_id: MessageId) -> tuple[int, int, int]:
-    """The sort key of a received message, comparable with Position.key()."""
+    """The sort key of a received message, comparable with PartitionOffset.key()."""
     b = message_id.batch_index
     return (message_id.ledger_id, message_id.entry_id, b if b >= 0 else _WHOLE)
 
@@ -123,12 +126,12 @@ class StreamOffset:
     """What Spark checkpoints for each micro-batch: per partition, the last message included."""
 
     subscription: str
-    positions: Mapping[str, Position]
+    partitions: Mapping[str, PartitionOffset]
 
     def to_json(self) -> dict[str, Any]:
         # Insertion order is the JSON order Spark sees: keep it sorted.
         return {
-            "partitions": {name: self.positions[name].to_json() for name in sorted(self.positions)},
+            "partitions": {name: self.partitions[name].to_json() for name in sorted(self.partitions)},
             "subscription": self.subscription,
         }
 
@@ -136,8 +139,8 @@ class StreamOffset:
     def from_json(cls, value: Mapping[str, Any]) -> StreamOffset:
         if not isinstance(value, Mapping) or "partitions" not in value or "subscription" not in value:
             raise ValueError(f"not a velamq streaming offset: {value!r}")
-        positions = {str(name): Position.from_json(p) for name, p in value["partitions"].items()}
-        return cls(str(value["subscription"]), positions)
+        partitions = {str(name): PartitionOffset.from_json(p) for name, p in value["partitions"].items()}
+        return cls(str(value["subscription"]), partitions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +166,7 @@ class LedgerMap:
             ledgers.append((ledger_id, entries))
         return cls(tuple(ledgers))
 
-    def count_through(self, position: Position) -> int:
+    def count_through(self, position: PartitionOffset) -> int:
         """How many entries are at or before the position's entry (a partly read entry counts as
         not read: its remaining messages still have to be delivered)."""
         if position.is_earliest:
@@ -178,16 +181,16 @@ class LedgerMap:
             total -= 1
         return total
 
-    def position_at(self, count: int) -> Position:
+    def position_at(self, count: int) -> PartitionOffset:
         """The whole entry that is the count-th (1-based) of the partition."""
         seen = 0
         for ledger_id, entries in self.ledgers:
             if seen + entries >= count:
-                return Position(ledger_id, count - seen - 1)
+                return PartitionOffset(ledger_id, count - seen - 1)
             seen += entries
         raise ValueError(f"the partition has {seen} entries, not {count}")
 
-    def advance(self, start: Position, latest: Position, entries_max: int) -> Position:
+    def advance(self, start: PartitionOffset, latest: PartitionOffset, entries_max: int) -> PartitionOffset:
         """At most entries_max entries after start, never beyond latest."""
         available = self.count_through(latest) - self.count_through(start)
         if available <= entries_max:

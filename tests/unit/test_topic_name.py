@@ -1,0 +1,43 @@
+"""Topic names and topics patterns (WC-2): the one parser every tier uses."""
+
+from __future__ import annotations
+
+import pytest
+
+from velamq import InvalidTopicNameError
+from velamq._topic_name import TopicName, TopicPattern
+
+
+def test_short_names_resolve_to_public_default() -> None:
+    assert str(TopicName.parse("orders")) == "persistent://public/default/orders"
+    assert str(TopicName.parse("acme/ns/orders")) == "persistent://acme/ns/orders"
+    assert str(TopicName.parse("non-persistent://acme/ns/x")) == "non-persistent://acme/ns/x"
+    v1 = TopicName.parse("persistent://acme/cluster/ns/x")
+    assert (v1.namespace, v1.local_name) == ("acme/cluster/ns", "x")
+
+
+def test_partitions() -> None:
+    topic = TopicName.parse("orders")
+    partition = topic.partition(3)
+    assert str(partition) == "persistent://public/default/orders-partition-3"
+    assert partition.partition_index == 3 and partition.partitioned_parent == topic
+    assert topic.partition_index == -1 and topic.partitioned_parent == topic
+
+
+@pytest.mark.parametrize("bad", ["", "a/b", "unknown://a/b/c", "a//c", "a/b/c/d", "persistent://a/b"])
+def test_bad_names_are_refused_with_a_value_error(bad: str) -> None:
+    with pytest.raises(InvalidTopicNameError) as info:
+        TopicName.parse(bad)
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize(("pattern", "namespace", "regex"), [
+    ("ev-.*", "public/default", "persistent://public/default/ev-.*"),
+    ("acme/ns/ev-.*", "acme/ns", "persistent://acme/ns/ev-.*"),
+    ("persistent://acme/ns/ev-.*", "acme/ns", "persistent://acme/ns/ev-.*"),
+    ("non-persistent://acme/ns/(a|b)", "acme/ns", "non-persistent://acme/ns/(a|b)"),
+    ("a/b.*", "public/default", "persistent://public/default/a/b.*"),
+])
+def test_patterns_name_their_namespace_as_topic_names_do(pattern: str, namespace: str, regex: str) -> None:
+    parsed = TopicPattern.parse(pattern)
+    assert (parsed.namespace, parsed.regex) == (namespace, regex)
