@@ -113,6 +113,11 @@ class AdminServer:
         return f"http://{self._advertised_address}:{self.port}"
 
     @property
+    def connections(self) -> int:
+        """Connections being served right now."""
+        return len(self._connections)
+
+    @property
     def router(self) -> Router:
         return self._router
 
