@@ -72,6 +72,7 @@ class Subscription:
         self.compacted_view: CompactedView | None = None
         self._epoch = 0
         self._wake = asyncio.Event()
+        self._waiting = False  # the dispatch task waits for a wake-up
         self._closed = False
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"dispatch:{name}")
         self.out = RateCounter()
@@ -267,6 +268,12 @@ class Subscription:
     def wake(self) -> None:
         self._wake.set()
 
+    @property
+    def dispatch_idle(self) -> bool:
+        """The dispatcher has done all it can and waits for something to change (tests use it to
+        check that nothing more is sent)."""
+        return self._waiting and not self._wake.is_set()
+
     async def close(self) -> None:
         self._closed = True
         self._wake.set()
@@ -279,7 +286,9 @@ class Subscription:
 
     async def _run(self) -> None:
         while not self._closed:
+            self._waiting = True
             await self._wake.wait()
+            self._waiting = False
             self._wake.clear()
             try:
                 await self._dispatch_round()
