@@ -11,7 +11,7 @@ from __future__ import annotations
 from velamq.broker._compaction import CompactedView
 from velamq.broker._entry_info import last_batch_index
 from velamq.protocol import I64_MAX, parse_entry_metadata
-from velamq.storage import ManagedLedger, Position
+from velamq.storage import Entry, ManagedLedger, Position
 
 
 def before(position: Position) -> Position:
@@ -60,3 +60,16 @@ async def last_message(ledger: ManagedLedger, compacted: CompactedView | None = 
         return empty
     entries = await ledger.read_entries(last, 1)
     return last, last_batch_index(entries[0].data) if entries else -1
+
+
+async def read_at(ledger: ManagedLedger, positions: list[Position]) -> list[Entry]:
+    """The entries at sorted positions (those still stored), one storage read per contiguous run."""
+    out: list[Entry] = []
+    i = 0
+    while i < len(positions):
+        j = i + 1
+        while j < len(positions) and positions[j] == ledger.next_position(positions[j - 1]):
+            j += 1
+        out.extend(await ledger.read_entries(positions[i], j - i))
+        i = j
+    return out

@@ -308,7 +308,7 @@ class Subscription:
             replay = self._in_flight.replay
             if replay:
                 positions = sorted(replay)[:read_entries_max]
-                entries = await self._read_positions(positions)
+                entries = await _positions.read_at(self.ledger, positions)
                 if epoch != self._epoch:
                     continue
                 # Undeliverable ones are put back by _deliver; positions gone from storage are dropped.
@@ -344,18 +344,6 @@ class Subscription:
                     return
             self.read_position = self.ledger.next_position(entries[-1].position)
             self._deliver(entries, replaying=False)
-
-    async def _read_positions(self, positions: list[Position]) -> list[Entry]:
-        """Read sorted positions, one storage read per contiguous run."""
-        out: list[Entry] = []
-        i = 0
-        while i < len(positions):
-            j = i + 1
-            while j < len(positions) and positions[j] == self.ledger.next_position(positions[j - 1]):
-                j += 1
-            out.extend(await self.ledger.read_entries(positions[i], j - i))
-            i = j
-        return out
 
     def _deliver(self, entries: list[Entry], replaying: bool) -> bool:
         now = self.clock.now_ms()

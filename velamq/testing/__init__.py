@@ -7,7 +7,7 @@
         broker.kill()      # SIGKILL, as a crash would
         broker.start()     # same ports, same data dir: recovery
     with run_broker_in_thread() as broker:     # the same server in this process, on its own loop
-        broker.run(broker.server.broker.get_topic(...))
+        broker.run(broker.server.metadata.list_tenants())   # a coroutine on the server's loop
 """
 
 from velamq.testing._broker_process import BrokerProcess, free_port, run_broker
