@@ -146,11 +146,14 @@ def test_topics_and_subscriptions(admin: Admin, capsys: pytest.CaptureFixture[st
         "persistent://public/default/pt\n"
     full = "persistent://public/default/t"
     client = admin.client()
-    first = client.create_producer(full).send(b"hello")
+    producer = client.create_producer(full)
+    first = producer.send(b"hello")
     batcher = client.create_producer(full, batching_enabled=True, batching_max_publish_delay_ms=60_000)
     batcher.send_async(b"b0")
     batcher.send_async(b"\xff\x00")
     batcher.flush()
+    producer.close()  # gone before the topic is unloaded and deleted below (a live one reconnects)
+    batcher.close()
     assert cli(admin, capsys, "topics", "create-subscription", "t", "-s", "sub", "-m", "earliest")[0] == 0
     assert cli(admin, capsys, "topics", "subscriptions", "t")[1] == "sub\n"
     peeked = cli_json(admin, capsys, "topics", "peek-messages", "t", "-s", "sub", "-n", "5")
