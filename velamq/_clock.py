@@ -1,8 +1,8 @@
 """The clock, injected so that tests can control time where they must.
 
-`Clock` reads time and sleeps by it. `SystemClock` is the real one. `ManualClock` moves only when a
-test calls `advance`; its `sleep` wakes once the clock has been advanced past the deadline, so a test
-can drive timed behaviour (persist intervals, flush ages) without waiting in real time.
+`SystemClock` is the real one. `ManualClock` moves only when a test calls `advance()`: timed
+behaviour written against `Clock` (timers through `sleep`, ages through `now_ms`/`monotonic_s`)
+then runs at the test's pace, with no real waiting and no timing accident.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class Clock(Protocol):
         ...
 
     async def sleep(self, seconds: float) -> None:
-        """Wait until monotonic_s() has moved on by `seconds` (on the event loop)."""
+        """Wait until `seconds` of this clock's monotonic time have passed (timers)."""
         ...
 
 
@@ -43,19 +43,20 @@ system_clock = SystemClock()
 
 
 class ManualClock:
-    """A clock for tests: time stands still until `advance` moves it (wall and monotonic together).
+    """A clock for tests: time stands still until `advance()`, which wakes the sleepers that are due.
 
-    `sleep` and `advance` belong to the event loop's thread; other threads may read the time.
+    Sleepers wake on their own event loop (advance() may be called from any thread that owns that
+    loop's tasks, i.e. from the loop itself). A sleep of 0 or less only yields to the loop.
     """
 
     def __init__(self, now_ms: int = 1_700_000_000_000, monotonic_s: float = 1_000.0) -> None:
-        self._wall_ms = now_ms
+        self._now_ms = now_ms
         self._monotonic_s = monotonic_s
-        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []  # a heap by deadline
+        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
 
     def now_ms(self) -> int:
-        return self._wall_ms
+        return self._now_ms
 
     def monotonic_s(self) -> float:
         return self._monotonic_s
@@ -64,22 +65,22 @@ class ManualClock:
         if seconds <= 0:
             await asyncio.sleep(0)
             return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._sleepers, (self._monotonic_s + seconds, next(self._order), future))
-        await future
-
-    def advance(self, seconds: float) -> None:
-        """Move time on by `seconds` and wake every sleeper whose deadline has come."""
-        if seconds < 0:
-            raise ValueError("a clock never goes back")
-        self._monotonic_s += seconds
-        self._wall_ms += round(seconds * 1000)
-        while self._sleepers and self._sleepers[0][0] <= self._monotonic_s:
-            _, _, future = heapq.heappop(self._sleepers)
-            if not future.done():
-                future.set_result(None)
+        wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (self._monotonic_s + seconds, next(self._order), wake))
+        await wake
 
     @property
     def sleepers(self) -> int:
-        """Sleeps waiting for the clock to move (a test can wait until something is asleep)."""
-        return sum(1 for _, _, f in self._sleepers if not f.done())
+        """Tasks waiting in sleep() right now (cancelled ones excluded)."""
+        return sum(1 for _, _, wake in self._sleepers if not wake.done())
+
+    def advance(self, seconds: float) -> None:
+        """Move both clocks forward and wake every sleeper whose time has come, earliest first."""
+        if seconds < 0:
+            raise ValueError("a clock does not go backwards")
+        self._monotonic_s += seconds
+        self._now_ms += round(seconds * 1000)
+        while self._sleepers and self._sleepers[0][0] <= self._monotonic_s:
+            _, _, wake = heapq.heappop(self._sleepers)
+            if not wake.done():
+                wake.set_result(None)

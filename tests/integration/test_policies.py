@@ -8,6 +8,7 @@ namespace so policies do not leak between tests.
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -62,6 +63,22 @@ def stats(broker: BrokerProcess, topic: str) -> dict[str, Any]:
     status, body = http("GET", f"{broker.admin_url}/admin/v2/persistent/{topic}/stats")
     assert status == 200, body
     return dict(json.loads(body))
+
+
+def policy_checks(broker: BrokerProcess) -> int:
+    """Rounds the broker's policy checker has run (velamq_policy_checks_total on /metrics)."""
+    status, body = http("GET", f"{broker.admin_url}/metrics")
+    assert status == 200, body
+    match = re.search(r"^velamq_policy_checks_total\{[^}]*\} (\d+)$", body, re.MULTILINE)
+    assert match, "no velamq_policy_checks_total on /metrics"
+    return int(match.group(1))
+
+
+def wait_for_policy_checks(broker: BrokerProcess, rounds: int = 2) -> None:
+    """Wait until the policy checker has run `rounds` whole rounds from now: whatever a policy
+    would do to the state seen now, it has had the chance to do (the way to check an absence)."""
+    target = policy_checks(broker) + rounds + 1  # +1: the round in progress may have begun before
+    assert wait_until(lambda: policy_checks(broker) >= target, timeout_s=30), "the policy checker does not run"
 
 
 def subscribe(client: Any, topic: str, name: str = "sub", **kwargs: Any) -> Any:
@@ -122,7 +139,7 @@ def test_backlog_quota_producer_request_hold_makes_sends_wait(
     assert wait_until(lambda: stats(policy_broker, topic)["publishers"] == [], timeout_s=10)
     done: list[Any] = []
     producer.send_async(b"held", lambda res, mid: done.append(res))
-    time.sleep(1.5)
+    wait_for_policy_checks(policy_broker)
     assert done == [], "a send completed while the quota was exceeded"
     received = []
     while True:
@@ -192,7 +209,7 @@ def test_retention_deletes_whole_acknowledged_ledgers_beyond_its_size(
     for _ in range(100):
         consumer.acknowledge(consumer.receive(5000))
     # Ten minutes of retention: acknowledged ledgers are kept.
-    time.sleep(1.5)
+    wait_for_policy_checks(policy_broker)
     kept = internal_stats(policy_broker, topic)["ledgers"]
     assert len(kept) >= 5
     # No retention: every closed, acknowledged ledger goes, whole.
@@ -275,18 +292,27 @@ def test_ack_holes_active_redelivery_keeps_mark_delete_moving(
         for i in range(2000):
             producer.send_async(str(i).encode(), None)
         producer.flush()
-        deadline = time.monotonic() + 8
+
+        def since_first_not_acked(topic: str = topic) -> int:
+            cursor = internal_stats(policy_broker, topic)["cursors"]["sub"]
+            return int(cursor["numberOfEntriesSinceFirstNotAckedMessage"])
+
+        seen: set[int] = set()
+        deadline = time.monotonic() + 60
+        # Off: until every message came once (the holes stay). On: until the holes came back and
+        # were acknowledged, so the mark-delete position reached the end.
         while time.monotonic() < deadline:
             try:
                 msg = consumer.receive(500)
             except pulsar.Timeout:
+                if (len(seen) == 2000 and not enabled) or (enabled and since_first_not_acked() == 0):
+                    break
                 continue
+            seen.add(int(msg.data()))
             if int(msg.data()) % 1000 == 0 and msg.redelivery_count() == 0:
                 continue  # the first consumer loses it: never acked, never nacked
             consumer.acknowledge(msg)
-        time.sleep(1)
-        cursor = internal_stats(policy_broker, topic)["cursors"]["sub"]
-        results[enabled] = cursor["numberOfEntriesSinceFirstNotAckedMessage"]
+        results[enabled] = since_first_not_acked()
         consumer.close()
     assert results[True] == 0, results
     assert results[False] >= 1000, results
@@ -311,6 +337,6 @@ def test_topic_without_subscription_keeps_only_what_retention_allows(
     assert wait_until(lambda: len(internal_stats(policy_broker, local)["ledgers"]) <= 2, timeout_s=15)
     set_policy(policy_broker, namespace, "retention", {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1})
     produce(kept_topic)
-    time.sleep(1)  # a few policy checks on the kept topic too
+    wait_for_policy_checks(policy_broker)  # a few policy checks on the kept topic too
     reader = pclient.create_reader(kept_topic, pulsar.MessageId.earliest)
     assert [int(reader.read_next(5000).data()) for _ in range(100)] == list(range(100))

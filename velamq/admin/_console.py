@@ -8,12 +8,10 @@ Every string that comes from a client (topic and subscription names) is HTML-esc
 from __future__ import annotations
 
 import html
-import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-if TYPE_CHECKING:
-    from velamq.broker._stats import BrokerMetrics, TopicMetrics
+from velamq.broker import BrokerMetrics, TopicMetrics
 
 refresh_interval_s: Final = 5
 # Rates need a baseline at least this old; faster reloads reuse the older baseline.
@@ -31,13 +29,14 @@ def _totals(topic: TopicMetrics) -> tuple[int, int, int, int]:
 
 
 class RateTracker:
-    """Per-topic rates between the current snapshot and an earlier one."""
+    """Per-topic rates between the current snapshot and an earlier one, over the broker clock's
+    time between them (the snapshots' taken_at_s)."""
 
     def __init__(self) -> None:
         self._baseline: _Baseline | None = None
 
     def rates(self, metrics: BrokerMetrics, now_s: float | None = None) -> dict[str, tuple[float, ...]]:
-        now = time.monotonic() if now_s is None else now_s
+        now = metrics.taken_at_s if now_s is None else now_s
         current = {t.topic: _totals(t) for t in metrics.topics}
         result: dict[str, tuple[float, ...]] = {}
         baseline = self._baseline

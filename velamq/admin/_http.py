@@ -31,6 +31,7 @@ from http import HTTPStatus
 from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from velamq._errors import VelamqError
 from velamq._limits import KIB, MIB
 
 request_line_bytes_max: Final = 8 * KIB
@@ -55,7 +56,7 @@ _CHUNK_SIZE_RE: Final = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(;[^\r\n]*)?")
 _TARGET_RE: Final = re.compile(rb"[\x21-\x7e]+")  # visible ASCII, no spaces or controls
 
 
-class HttpError(Exception):
+class HttpError(VelamqError):
     """A request that gets an error status. `close` ends the connection after the response."""
 
     def __init__(

@@ -6,6 +6,7 @@ samples add namespace and topic, subscription samples add subscription, as Pulsa
 
     pulsar_active_connections{cluster}                       gauge
     pulsar_connection_created_total_count{cluster}           counter
+    velamq_policy_checks_total{cluster}                      counter (rounds of the policy checker)
     pulsar_topics_count{cluster,namespace}                   gauge   (topics loaded in the broker)
     per topic {cluster,namespace,topic}:
     pulsar_subscriptions_count / producers / consumers_count gauge
@@ -32,13 +33,11 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from velamq._errors import InvalidTopicNameError
 from velamq._topic_name import TopicName
-
-if TYPE_CHECKING:
-    from velamq.broker._stats import BrokerMetrics, SubscriptionMetrics, TopicMetrics
+from velamq.broker import BrokerMetrics, SubscriptionMetrics, TopicMetrics
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -165,6 +164,9 @@ def render(metrics: BrokerMetrics, cluster: str = "standalone") -> str:
                 [(base, metrics.connections_active)]),
         _Family("pulsar_connection_created_total_count", "counter", "Client connections opened since start",
                 [(base, metrics.connections_opened_total)]),
+        _Family("velamq_policy_checks_total", "counter",
+                "Rounds of the broker's policy checks (TTL, retention, backlog quota, ack holes, rates)",
+                [(base, metrics.policy_checks_total)]),
     ]
     per_namespace = Counter(_namespace(t.topic) for t in metrics.topics)
     families.append(_Family(

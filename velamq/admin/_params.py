@@ -11,7 +11,6 @@ from typing import Any, Final
 
 from velamq._errors import InvalidTopicNameError
 from velamq._topic_name import TopicName
-from velamq.admin._backend import operations
 from velamq.admin._http import HttpError
 from velamq.admin._router import Call
 
@@ -63,9 +62,8 @@ async def require_topic(call: Call, topic: TopicName) -> None:
 
 
 async def notify_policies_changed(call: Call, namespace: str, topic: str | None) -> None:
-    """Tell the broker to re-read policies (if this broker listens; the write is done either way)."""
-    if callable(getattr(call.backend, "policies_changed", None)):
-        await operations(call.backend, "policies_changed").policies_changed(namespace, topic)
+    """Tell the broker to re-read the policies of its live topics."""
+    await call.backend.policies_changed(namespace, topic)
 
 
 def bool_param(call: Call, name: str, default: bool = False) -> bool:

@@ -25,11 +25,12 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """What a handler gets: the broker, the request and the path parameters."""
+    """What a handler gets: the broker, the request, the path parameters and this server's URL."""
 
     backend: BrokerBackend
     request: Request
     params: Mapping[str, str]
+    web_service_url: str  # "http://host:port" of this admin server
 
 
 Handler = Callable[[Call], Awaitable[Response]]

@@ -71,16 +71,13 @@ def _request_value(call: Call) -> Any:
 
 
 def broker_defaults(call: Call) -> Policies:
-    """The broker's default policies, if it says; velamq's built-in defaults otherwise."""
-    defaults = getattr(call.backend, "default_policies", None)
-    return defaults if isinstance(defaults, Policies) else Policies()
+    """The broker's default policies (under namespace and topic policies)."""
+    return call.backend.default_policies
 
 
-def _broker_max_message_bytes(call: Call) -> int | None:
+def _broker_max_message_bytes(call: Call) -> int:
     limit = broker_defaults(call).max_message_bytes
-    if limit is None:
-        limit = getattr(getattr(call.backend, "config", None), "max_message_bytes", None)
-    return limit if isinstance(limit, int) else None
+    return limit if limit is not None else call.backend.max_message_bytes
 
 
 async def _effective(call: Call, topic: TopicName | None, ns: str) -> Policies:
@@ -107,7 +104,7 @@ async def _check(call: Call, spec: PolicySpec, value: Any, topic: TopicName | No
         check_retention_against_quota(value, (await _effective(call, topic, ns)).backlog_quota)
     elif spec.name == "maxMessageSize":
         limit = _broker_max_message_bytes(call)
-        if limit is not None and value > limit:
+        if value > limit:
             raise HttpError(412, f"topic-level maxMessageSize must be between 0 and the broker's ({limit})")
 
 

@@ -26,7 +26,6 @@ import re
 from typing import Any, Final
 
 from velamq._topic_name import TopicName
-from velamq.admin._backend import operations
 from velamq.admin._http import HttpError, Response
 from velamq.admin._params import bool_param, json_body, partitions_of, require_topic, topic_of
 from velamq.admin._peek import peek_response
@@ -86,126 +85,116 @@ async def _refuse_partitioned(call: Call, what: str) -> TopicName:
 
 
 async def list_subscriptions(call: Call) -> Response:
-    ops = operations(call.backend, "list_subscriptions")
     topic = await _topic(call)
     names: set[str] = set()
-    for found in await on_topic_or_partitions(call, topic, ops.list_subscriptions):
+    for found in await on_topic_or_partitions(call, topic, call.backend.list_subscriptions):
         names.update(found)
     return Response.json(sorted(names))
 
 
 async def create_subscription(call: Call) -> Response:
-    ops = operations(call.backend, "create_subscription")
     start = message_id_body(json_body(call))
     topic = await _topic(call)
     subscription = call.params["subscription"]
     position = "latest" if start is None else start
 
     async def create(name: str) -> None:
-        await ops.create_subscription(name, subscription, position)
+        await call.backend.create_subscription(name, subscription, position)
 
     await on_topic_or_partitions(call, topic, create)
     return Response.no_content()
 
 
 async def delete_subscription(call: Call) -> Response:
-    ops = operations(call.backend, "delete_subscription")
     force = bool_param(call, "force")
     topic = await _topic(call)
     subscription = call.params["subscription"]
 
     async def delete(name: str) -> None:
-        await ops.delete_subscription(name, subscription, force)
+        await call.backend.delete_subscription(name, subscription, force)
 
     await on_topic_or_partitions(call, topic, delete)
     return Response.no_content()
 
 
 async def skip(call: Call) -> Response:
-    ops = operations(call.backend, "skip_messages")
     count = _path_int(call, "count")
     topic = await _refuse_partitioned(call, "Skip messages")
-    await ops.skip_messages(str(topic), call.params["subscription"], count)
+    await call.backend.skip_messages(str(topic), call.params["subscription"], count)
     return Response.no_content()
 
 
 async def skip_all(call: Call) -> Response:
-    ops = operations(call.backend, "skip_messages")
     topic = await _topic(call)
     subscription = call.params["subscription"]
 
     async def clear(name: str) -> None:
-        await ops.skip_messages(name, subscription, None)
+        await call.backend.skip_messages(name, subscription, None)
 
     await on_topic_or_partitions(call, topic, clear)
     return Response.no_content()
 
 
 async def expire(call: Call) -> Response:
-    ops = operations(call.backend, "expire_messages")
     seconds = _path_int(call, "seconds")
     topic = await _topic(call)
     subscription = call.params["subscription"]
 
     async def expire_one(name: str) -> None:
-        await ops.expire_messages(name, subscription, seconds)
+        await call.backend.expire_messages(name, subscription, seconds)
 
     await on_topic_or_partitions(call, topic, expire_one)
     return Response.no_content()
 
 
 async def expire_all_subscriptions(call: Call) -> Response:
-    ops = operations(call.backend, "expire_messages", "list_subscriptions")
     seconds = _path_int(call, "seconds")
     topic = await _topic(call)
 
     async def expire_every(name: str) -> None:
-        for subscription in await ops.list_subscriptions(name):
-            await ops.expire_messages(name, subscription, seconds)
+        for subscription in await call.backend.list_subscriptions(name):
+            await call.backend.expire_messages(name, subscription, seconds)
 
     await on_topic_or_partitions(call, topic, expire_every)
     return Response.no_content()
 
 
 async def reset_cursor_to_time(call: Call) -> Response:
-    ops = operations(call.backend, "reset_cursor")
     timestamp_ms = _path_int(call, "timestamp")
     topic = await _topic(call)
     subscription = call.params["subscription"]
 
     async def reset(name: str) -> None:
-        await ops.reset_cursor(name, subscription, timestamp_ms, None)
+        await call.backend.reset_cursor(name, subscription, timestamp_ms, None)
 
     await on_topic_or_partitions(call, topic, reset)
     return Response.no_content()
 
 
 async def reset_cursor_to_id(call: Call) -> Response:
-    ops = operations(call.backend, "reset_cursor", "skip_messages")
     start = message_id_body(json_body(call))
     if start is None:
         raise HttpError(400, "Request body must be a MessageId object {ledgerId, entryId}")
     topic = await _refuse_partitioned(call, "Reset-cursor at position")
     subscription = call.params["subscription"]
     if start == "earliest":
-        await ops.reset_cursor(str(topic), subscription, 0, None)  # before the first publish time
+        await call.backend.reset_cursor(str(topic), subscription, 0, None)  # before the first publish time
     elif start == "latest":
-        await ops.skip_messages(str(topic), subscription, None)  # past the last message
+        await call.backend.skip_messages(str(topic), subscription, None)  # past the last message
     else:
         assert isinstance(start, tuple)
-        await ops.reset_cursor(str(topic), subscription, None, start)
+        await call.backend.reset_cursor(str(topic), subscription, None, start)
     return Response.no_content()
 
 
 async def peek(call: Call) -> Response:
-    ops = operations(call.backend, "peek_messages")
     position = _path_int(call, "position")
     batch_param = call.request.query_param("batchIndex")
     batch_index = None if batch_param is None else as_int(batch_param, "batchIndex")
     if position < 1 or position > peek_position_max:
         raise HttpError(412, f"Message position must be between 1 and {peek_position_max}")
     topic = await _refuse_partitioned(call, "Peek messages")
-    entries = await ops.peek_messages(str(topic), call.params["subscription"], position)
+    entries = await call.backend.peek_messages(str(topic), call.params["subscription"], position)
     if len(entries) < position:
         raise HttpError(404, f"Could not find message at position {position}")
     found, entry = entries[position - 1]

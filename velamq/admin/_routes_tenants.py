@@ -24,7 +24,7 @@ from velamq.metadata import DEFAULT_CLUSTER
 def _cluster_data(call: Call, stored: dict[str, Any]) -> dict[str, Any]:
     backend = call.backend
     data: dict[str, Any] = {
-        "serviceUrl": backend.web_service_url,
+        "serviceUrl": call.web_service_url,
         "serviceUrlTls": "",
         "brokerServiceUrl": backend.service_url,
         "brokerServiceUrlTls": backend.service_url_tls or "",

@@ -10,10 +10,11 @@ Under /admin/v2/{persistent|non-persistent}/{tenant}/{namespace}/{topic}:
     GET /partitioned-internalStats     {"metadata": {"partitions": N}, "partitions": {name: internal stats}}
     GET /lastMessageId                 {"ledgerId", "entryId", "partitionIndex"}; 405 partitioned topic
     PUT /unload                        204; a partitioned topic unloads every partition
-    PUT /compaction                    204; every partition of a partitioned topic; 409 already running
+    PUT /compaction                    204; every partition of a partitioned topic (a compaction
+                                       already running is left to finish)
     GET /compaction                    LongRunningProcessStatus {"status", "lastError"}; 405 partitioned
 
-The work is the broker's (BrokerOperations); a broker without the method answers 501.
+The work is the broker's (BrokerBackend); the JSON is _stats_json.py's.
 """
 
 from __future__ import annotations
@@ -23,10 +24,17 @@ from typing import Any, TypeVar
 
 from velamq._errors import AlreadyExistsError, NotFoundError
 from velamq._topic_name import TopicName
-from velamq.admin._backend import operations
 from velamq.admin._http import HttpError, Response
 from velamq.admin._params import bool_param, partitions_of, require_namespace, require_topic, topic_of
 from velamq.admin._router import Call, Router
+from velamq.admin._stats_json import (
+    compaction_status_json,
+    internal_stats_json,
+    last_message_id_json,
+    partitioned_stats_json,
+    topic_stats_json,
+)
+from velamq.broker import TopicStats
 
 T = TypeVar("T")
 
@@ -74,30 +82,35 @@ async def _existing_topic(call: Call) -> TopicName:
 
 
 async def stats(call: Call) -> Response:
-    ops = operations(call.backend, "topic_stats")
-    return Response.json(await ops.topic_stats(str(await _existing_topic(call))))
+    return Response.json(topic_stats_json(await call.backend.topic_stats(str(await _existing_topic(call)))))
 
 
 async def partitioned_stats(call: Call) -> Response:
-    ops = operations(call.backend, "partitioned_topic_stats")
     topic = topic_of(call)
     per_partition = bool_param(call, "perPartition", default=True)
     await require_namespace(call, topic.namespace)
     if await partitions_of(call, topic) == 0:
         raise HttpError(404, f"Partitioned Topic not found: {topic} is not a partitioned topic")
-    result = await ops.partitioned_topic_stats(str(topic))
+    partitions = await partitions_of(call, topic)
+    found: dict[str, TopicStats] = {}
+    for index in range(partitions):
+        name = str(topic.partition(index))
+        try:
+            found[name] = await call.backend.topic_stats(name)
+        except NotFoundError:
+            continue  # a partition never used has no ledger yet
+    result = partitioned_stats_json(partitions, found)
     if not per_partition:
-        result = {**result, "partitions": {}}
+        result["partitions"] = {}
     return Response.json(result)
 
 
 async def internal_stats(call: Call) -> Response:
-    ops = operations(call.backend, "topic_internal_stats")
-    return Response.json(await ops.topic_internal_stats(str(await _existing_topic(call))))
+    stats = await call.backend.topic_internal_stats(str(await _existing_topic(call)))
+    return Response.json(internal_stats_json(stats))
 
 
 async def partitioned_internal_stats(call: Call) -> Response:
-    ops = operations(call.backend, "topic_internal_stats")
     topic = topic_of(call)
     await require_namespace(call, topic.namespace)
     partitions = await partitions_of(call, topic)
@@ -107,42 +120,38 @@ async def partitioned_internal_stats(call: Call) -> Response:
     for index in range(partitions):
         name = str(topic.partition(index))
         try:
-            result["partitions"][name] = await ops.topic_internal_stats(name)
+            result["partitions"][name] = internal_stats_json(await call.backend.topic_internal_stats(name))
         except NotFoundError:
             continue  # a partition never used has no ledger yet
     return Response.json(result)
 
 
 async def last_message_id(call: Call) -> Response:
-    ops = operations(call.backend, "last_message_id")
     topic = topic_of(call)
     await require_topic(call, topic)
     await _not_partitioned(call, topic, "Get last message id")
-    return Response.json(await ops.last_message_id(str(topic)))
+    return Response.json(last_message_id_json(await call.backend.last_message_id(str(topic))))
 
 
 async def unload(call: Call) -> Response:
-    ops = operations(call.backend, "unload_topic")
     topic = topic_of(call)
     await require_topic(call, topic)
-    await on_topic_or_partitions(call, topic, ops.unload_topic)
+    await on_topic_or_partitions(call, topic, call.backend.unload_topic)
     return Response.no_content()
 
 
 async def trigger_compaction(call: Call) -> Response:
-    ops = operations(call.backend, "trigger_compaction")
     topic = topic_of(call)
     await require_topic(call, topic)
-    await on_topic_or_partitions(call, topic, ops.trigger_compaction)
+    await on_topic_or_partitions(call, topic, call.backend.trigger_compaction)
     return Response.no_content()
 
 
 async def compaction_status(call: Call) -> Response:
-    ops = operations(call.backend, "compaction_status")
     topic = topic_of(call)
     await require_topic(call, topic)
     await _not_partitioned(call, topic, "Compaction status")
-    return Response.json(ops.compaction_status(str(topic)))
+    return Response.json(compaction_status_json(call.backend.compaction_status(str(topic))))
 
 
 def register(router: Router) -> None:

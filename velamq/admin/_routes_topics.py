@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from velamq._errors import PreconditionFailedError
 from velamq._topic_name import TopicName
-from velamq.admin._backend import operations
 from velamq.admin._http import HttpError, Response
 from velamq.admin._params import bool_param, int_body, namespace_of, require_namespace, topic_of
 from velamq.admin._router import Call, Router
@@ -95,10 +94,7 @@ async def create_topic(call: Call) -> Response:
             raise HttpError(
                 412, f"{topic} is beyond the {parent_partitions} partitions of {topic.partitioned_parent}"
             )
-    if callable(getattr(call.backend, "create_topic", None)):
-        await operations(call.backend, "create_topic").create_topic(str(topic))  # the broker's own checks
-    else:
-        await metadata.create_topic(str(topic))
+    await call.backend.create_topic(str(topic))
     return Response.no_content()
 
 
@@ -138,7 +134,7 @@ async def lookup(call: Call) -> Response:
     return Response.json({
         "brokerUrl": backend.service_url,
         "brokerUrlTls": backend.service_url_tls or "",
-        "httpUrl": backend.web_service_url,
+        "httpUrl": call.web_service_url,
         "httpUrlTls": "",
         "nativeUrl": backend.service_url,
     })

@@ -49,7 +49,7 @@ def register(router: Router) -> None:
         rates = tracker.rates(snapshot)
         rows = await _namespace_rows(call)
         page = await asyncio.to_thread(
-            _console.render, snapshot, rates, rows, call.backend.service_url, call.backend.web_service_url
+            _console.render, snapshot, rates, rows, call.backend.service_url, call.web_service_url
         )
         return Response.text(page, content_type="text/html; charset=utf-8")
 

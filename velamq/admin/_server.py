@@ -76,17 +76,23 @@ def error_response(exc: BaseException) -> Response:
 
 
 class AdminServer:
+    """The admin tier's HTTP listener: Pulsar's admin REST API, HTTP lookup, /metrics and the
+    console, over one BrokerBackend. It serves requests concurrently but acts on the broker only
+    through the backend, and turns every error into an HTTP status at one place (error_response)."""
+
     def __init__(
         self,
         backend: BrokerBackend,
         host: str,
         port: int,
         *,
+        advertised_address: str | None = None,
         timeout_s: float = _limits.admin_timeout_s,
         max_connections: int = connections_max,
     ) -> None:
         self._backend = backend
         self._host = host
+        self._advertised_address = advertised_address or host
         self._requested_port = port
         self._timeout_s = timeout_s
         self._max_connections = max_connections
@@ -100,6 +106,16 @@ class AdminServer:
         if self._server is None or not self._server.sockets:
             raise RuntimeError("admin server is not started")
         return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def web_service_url(self) -> str:
+        """"http://advertised-address:port" of this server, as lookups and the console show it."""
+        return f"http://{self._advertised_address}:{self.port}"
+
+    @property
+    def connections(self) -> int:
+        """Connections being served right now."""
+        return len(self._connections)
 
     @property
     def router(self) -> Router:
@@ -169,7 +185,7 @@ class AdminServer:
     async def _respond(self, request: Request) -> Response:
         try:
             handler, params = self._router.resolve(request.method, request.segments)
-            call = Call(self._backend, request, params)
+            call = Call(self._backend, request, params, self.web_service_url)
             return await asyncio.wait_for(handler(call), self._timeout_s)
         except TimeoutError:
             log.warning("admin request timed out after %.0f s: %s %s", self._timeout_s, request.method, request.path)

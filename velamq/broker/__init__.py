@@ -1,6 +1,47 @@
-"""The broker tier: the Pulsar protocol server over storage and metadata."""
+"""The broker tier: the Pulsar protocol server over storage and metadata.
 
+    broker = BrokerService(config, storage, metadata, clock)   # storage, metadata started first
+    await broker.start(); broker.service_url; await broker.close()
+    BrokerAdmin(broker)                                         # what the admin tier talks to
+
+velamq/server.py composes them with the admin server. The stats records are what BrokerAdmin
+answers with; the admin tier renders them.
+"""
+
+from velamq.broker._broker_admin import BrokerAdmin
+from velamq.broker._compaction import CompactionStatus
 from velamq.broker._config import BrokerConfig
+from velamq.broker._errors import BrokerRequestError
 from velamq.broker._service import BrokerService
+from velamq.broker._stats import (
+    BrokerMetrics,
+    ConsumerStats,
+    CursorStats,
+    InternalStats,
+    LastMessageId,
+    LedgerStats,
+    PublisherStats,
+    SubscriptionMetrics,
+    SubscriptionStats,
+    TopicMetrics,
+    TopicStats,
+)
 
-__all__ = ["BrokerConfig", "BrokerService"]
+__all__ = [
+    "BrokerAdmin",
+    "BrokerConfig",
+    "BrokerMetrics",
+    "BrokerRequestError",
+    "BrokerService",
+    "CompactionStatus",
+    "ConsumerStats",
+    "CursorStats",
+    "InternalStats",
+    "LastMessageId",
+    "LedgerStats",
+    "PublisherStats",
+    "SubscriptionMetrics",
+    "SubscriptionStats",
+    "TopicMetrics",
+    "TopicStats",
+]

@@ -45,8 +45,10 @@ def compacted_store_name(topic: str) -> str:
     return topic + COMPACTED_SUFFIX
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class CompactionStatus:
+    """Where the last compaction of a topic stands (Pulsar's LongRunningProcessStatus)."""
+
     status: str = "NOT_RUN"  # NOT_RUN | RUNNING | SUCCESS | ERROR
     last_error: str = ""
 

@@ -44,6 +44,9 @@ _KEYS = {
 
 @dataclass(frozen=True, slots=True)
 class BrokerConfig:
+    """Everything a broker is configured with: listeners, storage sizing and sync policy, limits,
+    policy defaults. Immutable; with_overrides() and from_file() make changed copies."""
+
     data_dir: Path = Path("./data")
     broker_port: int = 6650
     http_port: int = 8080

@@ -2,39 +2,26 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
+from velamq.broker._channel import NO_REQUEST_ID, Channel
 from velamq.broker._rates import RateCounter
-from velamq.protocol import encode_payload_command, pb
+from velamq.protocol import encode_payload_command, pb, unsigned64
 from velamq.storage import Position
 
 if TYPE_CHECKING:
     from velamq.broker._subscription import Subscription
 
-_U64_MAX = (1 << 64) - 1
 
+class ServerConsumer:
+    """The broker's side of one client consumer: the permits the client granted (FLOW), the entries
+    sent to it and not yet acknowledged (`pending`), and the frames that go to it. The subscription
+    decides what it gets; the consumer only encodes and counts."""
 
-class ConsumerConnection(Protocol):
-    """What a consumer needs from the connection it lives on."""
-
-    @property
-    def protocol_version(self) -> int: ...
-
-    @property
-    def remote_address(self) -> str: ...
-
-    def write(self, data: bytes) -> None: ...
-
-    def send_command(self, command: pb.BaseCommand) -> None: ...
-
-    def forget_consumer(self, consumer: Consumer) -> None: ...
-
-
-class Consumer:
     __slots__ = (
+        "channel",
         "chunks_out",
         "connected_since_ms",
-        "connection",
         "consumer_id",
         "hash_ranges",
         "name",
@@ -48,14 +35,15 @@ class Consumer:
 
     def __init__(
         self,
-        connection: ConsumerConnection,
+        channel: Channel,
         consumer_id: int,
         name: str,
         subscription: Subscription,
         priority: int,
         partition_index: int,
+        connected_since_ms: int = 0,
     ) -> None:
-        self.connection = connection
+        self.channel = channel
         self.consumer_id = consumer_id
         self.name = name
         self.subscription = subscription
@@ -68,7 +56,7 @@ class Consumer:
         self.hash_ranges: list[tuple[int, int]] = []
         self.out = RateCounter()
         self.chunks_out = RateCounter()
-        self.connected_since_ms = 0
+        self.connected_since_ms = connected_since_ms
 
     @property
     def unacked_messages(self) -> int:
@@ -81,30 +69,31 @@ class Consumer:
         message = command.message
         message.consumer_id = self.consumer_id
         message_id = message.message_id
-        message_id.ledgerId = position.ledger_id & _U64_MAX
-        message_id.entryId = position.entry_id & _U64_MAX
+        message_id.ledgerId = unsigned64(position.ledger_id)
+        message_id.entryId = unsigned64(position.entry_id)
         if self.partition_index >= 0:
             message_id.partition = self.partition_index
         if redelivery_count:
             message.redelivery_count = redelivery_count
         if ack_set:
             message.ack_set.extend(ack_set)
-        self.connection.write(encode_payload_command(command, entry))
+        self.channel.write(encode_payload_command(command, entry))
         self.permits -= num_messages
         self.pending[position] = num_messages
         self.out.add(num_messages, len(entry))
 
     def notify_active(self, active: bool) -> None:
-        if self.connection.protocol_version < 12:
+        if self.channel.protocol_version < 12:
             return
         command = pb.BaseCommand(type=pb.BaseCommand.ACTIVE_CONSUMER_CHANGE)
         command.active_consumer_change.consumer_id = self.consumer_id
         command.active_consumer_change.is_active = active
-        self.connection.send_command(command)
+        self.channel.send_command(command)
 
     def close_by_broker(self) -> None:
-        """Tell the client this consumer is closed; it will look up and subscribe again."""
+        """Detach from the connection and tell the client; it looks up and subscribes again."""
+        self.channel.forget_consumer(self)
         command = pb.BaseCommand(type=pb.BaseCommand.CLOSE_CONSUMER)
         command.close_consumer.consumer_id = self.consumer_id
-        command.close_consumer.request_id = _U64_MAX
-        self.connection.send_command(command)
+        command.close_consumer.request_id = NO_REQUEST_ID
+        self.channel.send_command(command)

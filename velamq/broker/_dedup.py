@@ -22,6 +22,9 @@ scan_batch_entries = 1000
 
 
 class Deduplication:
+    """The deduplication state of one topic: per producer name, the highest sequence id accepted
+    ("pushed") and the highest durable one ("persisted")."""
+
     def __init__(self) -> None:
         self.pushed: dict[str, int] = {}
         self.persisted: dict[str, int] = {}

@@ -7,9 +7,8 @@ help (TopicNotFound, ProducerBusy, ConsumerBusy, InvalidTopicName, NotAllowedErr
 
 from __future__ import annotations
 
+from velamq._errors import ServerError
 
-class BrokerRequestError(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+
+class BrokerRequestError(ServerError):
+    """Raised by a command handler; the connection answers the request with `code` and `message`."""

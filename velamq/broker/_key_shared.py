@@ -7,21 +7,24 @@ first). STICKY: consumers bring their own ranges, which must not overlap.
 
 from __future__ import annotations
 
+from velamq._errors import VelamqError
 from velamq._hashing import KEY_SHARED_HASH_RANGE, key_shared_slot
-from velamq.broker._consumer import Consumer
+from velamq.broker._consumer import ServerConsumer
 
 
-class HashRangeOverlapError(Exception):
-    pass
+class HashRangeOverlapError(VelamqError):
+    """Sticky hash ranges that overlap another consumer's, or an invalid range."""
 
 
 class KeySharedSelector:
+    """The hash ranges of a Key_Shared subscription's consumers and the lookup from a key to its owner."""
+
     def __init__(self) -> None:
         # Sorted, non-overlapping ranges (start, end, consumer) covering what is assigned.
-        self._ranges: list[tuple[int, int, Consumer]] = []
+        self._ranges: list[tuple[int, int, ServerConsumer]] = []
         self._slot_cache: dict[bytes, int] = {}
 
-    def add_auto_split(self, consumer: Consumer) -> None:
+    def add_auto_split(self, consumer: ServerConsumer) -> None:
         if not self._ranges:
             self._ranges = [(0, KEY_SHARED_HASH_RANGE - 1, consumer)]
         else:
@@ -33,7 +36,7 @@ class KeySharedSelector:
             self._ranges[i : i + 1] = [(start, mid, owner), (mid + 1, end, consumer)]
         self._refresh_consumer_ranges()
 
-    def add_sticky(self, consumer: Consumer, ranges: list[tuple[int, int]]) -> None:
+    def add_sticky(self, consumer: ServerConsumer, ranges: list[tuple[int, int]]) -> None:
         for start, end in ranges:
             if start < 0 or end >= KEY_SHARED_HASH_RANGE or start > end:
                 raise HashRangeOverlapError(f"invalid hash range [{start}, {end}]")
@@ -44,12 +47,12 @@ class KeySharedSelector:
         self._ranges.sort(key=lambda r: r[0])
         self._refresh_consumer_ranges()
 
-    def remove(self, consumer: Consumer, auto_split: bool) -> None:
+    def remove(self, consumer: ServerConsumer, auto_split: bool) -> None:
         if not auto_split:
             self._ranges = [r for r in self._ranges if r[2] is not consumer]
             self._refresh_consumer_ranges()
             return
-        merged: list[tuple[int, int, Consumer]] = []
+        merged: list[tuple[int, int, ServerConsumer]] = []
         orphan: list[tuple[int, int]] = []
         for start, end, owner in self._ranges:
             if owner is consumer:
@@ -65,7 +68,7 @@ class KeySharedSelector:
         self._ranges = merged
         self._refresh_consumer_ranges()
 
-    def select(self, sticky_key: bytes) -> Consumer | None:
+    def select(self, sticky_key: bytes) -> ServerConsumer | None:
         slot = self._slot_cache.get(sticky_key)
         if slot is None:
             slot = key_shared_slot(sticky_key)
@@ -78,9 +81,7 @@ class KeySharedSelector:
         return None
 
     def _refresh_consumer_ranges(self) -> None:
-        owners: dict[int, Consumer] = {}
         for _, _, c in self._ranges:
-            owners[id(c)] = c
             c.hash_ranges = []
         for s, e, c in self._ranges:
             c.hash_ranges.append((s, e))

@@ -1,8 +1,17 @@
-"""Snapshots of broker figures, taken on the loop and handed to the admin tier (metrics, stats)."""
+"""Snapshots of broker figures, taken on the loop and handed to the admin tier, which renders them
+(Prometheus text, the console, Pulsar's TopicStats and PersistentTopicInternalStats JSON).
+
+All are frozen: the admin tier may read them from a worker thread while the loop moves on.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from velamq.storage import Position
+
+# ---- metrics (/metrics, console) ------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,3 +61,116 @@ class BrokerMetrics:
     topics: tuple[TopicMetrics, ...]
     # Counters of the storage layer, already named in Prometheus style (e.g. velamq_storage_fsyncs_total).
     storage: dict[str, float] = field(default_factory=dict)
+    # The broker clock's monotonic seconds when the snapshot was taken (rates between snapshots).
+    taken_at_s: float = 0.0
+    # Rounds of the policy checker since start (TTL, retention, backlog quota, ack holes, rates).
+    policy_checks_total: int = 0
+
+
+# ---- topic stats (admin REST: /stats) ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PublisherStats:
+    producer_id: int
+    producer_name: str
+    access_mode: str  # Shared | Exclusive | WaitForExclusive | ExclusiveWithFencing
+    msg_rate_in: float
+    msg_throughput_in: float
+    average_msg_size: float
+    chunked_message_rate: float
+    address: str
+    connected_since_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerStats:
+    consumer_name: str
+    msg_rate_out: float
+    msg_throughput_out: float
+    bytes_out_counter: int
+    msg_out_counter: int
+    chunked_message_rate: float
+    available_permits: int
+    unacked_messages: int
+    address: str
+    connected_since_ms: int
+    key_hash_ranges: tuple[tuple[int, int], ...]  # Key_Shared: [start, end] ranges owned
+    is_active: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionStats:
+    type: str  # Exclusive | Shared | Failover | Key_Shared
+    is_durable: bool
+    msg_backlog: int
+    backlog_size_bytes: int
+    unacked_messages: int
+    mark_delete_position: Position
+    msg_rate_out: float = 0.0
+    msg_throughput_out: float = 0.0
+    bytes_out_counter: int = 0
+    msg_out_counter: int = 0
+    msg_rate_redeliver: float = 0.0
+    msg_rate_expired: float = 0.0
+    total_msg_expired: int = 0
+    chunked_message_rate: float = 0.0
+    consumers: tuple[ConsumerStats, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TopicStats:
+    msg_rate_in: float
+    msg_throughput_in: float
+    bytes_in_counter: int
+    msg_in_counter: int
+    average_msg_size: float
+    msg_chunk_published: bool
+    storage_size_bytes: int
+    backlog_size_bytes: int  # of the subscription with the largest backlog
+    publishers: tuple[PublisherStats, ...]
+    subscriptions: Mapping[str, SubscriptionStats]
+    deduplication_enabled: bool
+    topic_epoch: int
+    non_contiguous_deleted_ranges: int  # acked ranges beyond mark-delete, over every cursor
+
+
+# ---- internal stats (admin REST: /internalStats) ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerStats:
+    ledger_id: int
+    entries: int
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class CursorStats:
+    mark_delete_position: Position
+    read_position: Position
+    messages_consumed_counter: int
+    individually_acked: tuple[tuple[Position, Position], ...]  # [first, last] ranges
+    entries_since_mark_delete: int  # acked or not: what ack holes inflate
+    active: bool
+
+
+@dataclass(frozen=True, slots=True)
+class InternalStats:
+    entries_added_counter: int
+    number_of_entries: int
+    total_size_bytes: int
+    current_ledger_entries: int
+    current_ledger_size_bytes: int
+    pending_add_entries: int
+    last_confirmed_entry: Position  # (current ledger, -1) when the topic is empty
+    ledgers: tuple[LedgerStats, ...]
+    cursors: Mapping[str, CursorStats]
+
+
+@dataclass(frozen=True, slots=True)
+class LastMessageId:
+    ledger_id: int
+    entry_id: int  # -1 when the topic is empty
+    partition_index: int  # -1 for a non-partitioned topic
+    batch_index: int = -1  # the last message of a batch entry, -1 when it is no batch

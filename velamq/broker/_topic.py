@@ -1,6 +1,6 @@
 """A loaded topic: its managed ledger, producers and subscriptions. Lives on the broker loop.
 
-Publish path: SEND → Topic.publish → ManagedLedger.append (durable under the sync policy) →
+Publish path: SEND → ProducerCommands.on_send → Topic.publish → ManagedLedger.append (durable under the sync policy) →
 receipt and a wake-up of every subscription's dispatcher. Positions are assigned in call order,
 so receipts for one producer go out in the order its sends arrived.
 """
@@ -10,19 +10,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
 
 from velamq._clock import Clock
 from velamq._errors import StorageError
 from velamq._topic_name import TopicName
 from velamq.broker._compaction import CompactedView, CompactionStatus, compact
+from velamq.broker._consumer_selector import SubType
 from velamq.broker._dedup import DUPLICATE_POSITION, Deduplication
 from velamq.broker._errors import BrokerRequestError
+from velamq.broker._positions import end_of_log
+from velamq.broker._producer import ServerProducer
 from velamq.broker._rates import RateCounter
-from velamq.broker._stats import SubscriptionMetrics, TopicMetrics
-from velamq.broker._subscription import Subscription, SubType
+from velamq.broker._subscription import Subscription
 from velamq.metadata import Policies
 from velamq.protocol import pb
 from velamq.storage import ManagedCursor, ManagedLedger, Position, Storage
@@ -30,36 +30,42 @@ from velamq.storage import ManagedCursor, ManagedLedger, Position, Storage
 log = logging.getLogger(__name__)
 
 
-@dataclass(eq=False, slots=True)
-class Producer:
-    connection: Any  # the ServerConnection; typed loosely to keep this module free of it
-    producer_id: int
-    name: str
-    topic: Topic
-    epoch: int
-    access_mode: int
-    rate_in: RateCounter = field(default_factory=RateCounter)
-    chunks_in: RateCounter = field(default_factory=RateCounter)
-    connected_since_ms: int = 0
+class _NonDurableOwner:
+    """A cursor owner that forwards to the ledger but never persists: the cursors of readers."""
 
-    def close_by_broker(self) -> None:
-        """Detach from the connection and tell the client; it reconnects (or learns it is fenced)."""
-        self.topic.remove_producer(self)
-        self.connection.forget_producer(self)
-        command = pb.BaseCommand(type=pb.BaseCommand.CLOSE_PRODUCER)
-        command.close_producer.producer_id = self.producer_id
-        command.close_producer.request_id = (1 << 64) - 1
-        self.connection.send_command(command)
+    def __init__(self, ledger: ManagedLedger) -> None:
+        self._ledger = ledger
+
+    @property
+    def last_confirmed(self) -> Position | None:
+        return self._ledger.last_confirmed
+
+    def next_position(self, pos: Position) -> Position:
+        return self._ledger.next_position(pos)
+
+    def count_entries(self, after: Position, up_to: Position) -> int:
+        return self._ledger.count_entries(after, up_to)
+
+    def entry_exists(self, pos: Position) -> bool:
+        return bool(self._ledger.entry_exists(pos))
+
+    def cursor_changed(self, cursor: ManagedCursor) -> None:
+        pass
 
 
 class Topic:
+    """One loaded topic: its managed ledger, the producers publishing to it and the subscriptions
+    reading it, plus the topic-wide state policies need (deduplication, backlog quota, producer
+    access mode and epoch, compacted view). It is the only writer of its ledger; everything here
+    runs on the broker loop."""
+
     def __init__(self, name: TopicName, ledger: ManagedLedger, clock: Clock) -> None:
         self.name = name
         self.full_name = str(name)
         self.ledger = ledger
         self.clock = clock
         self.partition_index = name.partition_index
-        self.producers: dict[str, Producer] = {}
+        self.producers: dict[str, ServerProducer] = {}
         self.subscriptions: dict[str, Subscription] = {}
         self.rate_in = RateCounter()
         self.chunks_published = 0
@@ -80,18 +86,18 @@ class Topic:
 
     # ---- producers -------------------------------------------------------------------------------
 
-    def add_producer(self, producer: Producer) -> str | None:
+    def add_producer(self, producer: ServerProducer) -> str | None:
         """Register a producer; returns an error text (ProducerBusy) instead of raising."""
         existing = self.producers.get(producer.name)
         if existing is not None and existing is not producer:
-            if existing.connection is producer.connection or producer.epoch <= existing.epoch:
+            if existing.channel is producer.channel or producer.epoch <= existing.epoch:
                 return f"producer with name '{producer.name}' is already connected to topic {self.full_name}"
             # A reconnecting producer (higher epoch) replaces its stale registration.
-            existing.connection.forget_producer(existing)
+            existing.channel.forget_producer(existing)
         self.producers[producer.name] = producer
         return None
 
-    def remove_producer(self, producer: Producer) -> None:
+    def remove_producer(self, producer: ServerProducer) -> None:
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
             if self.exclusive_producer == producer.name:
@@ -99,7 +105,7 @@ class Topic:
             self._producers_changed.set()
 
     async def admit_producer(
-        self, producer: Producer, request_epoch: int | None, on_queued: Callable[[], None]
+        self, producer: ServerProducer, request_epoch: int | None, on_queued: Callable[[], None]
     ) -> None:
         """Apply the producer access mode (Shared, Exclusive, WaitForExclusive, ExclusiveWithFencing).
 
@@ -152,7 +158,7 @@ class Topic:
 
     def publish(
         self,
-        producer: Producer,
+        producer: ServerProducer,
         entry: bytes,
         num_messages: int,
         sequence_id: int,
@@ -195,7 +201,6 @@ class Topic:
         durable: bool,
         initial_earliest: bool,
         start: Position | None,
-        make_non_durable_cursor: Callable[[ManagedLedger, str, Position], ManagedCursor],
     ) -> Subscription:
         """The named subscription, created if needed. `start` is the non-durable start mark-delete."""
         async with self._subscribe_lock:
@@ -205,17 +210,13 @@ class Topic:
             if durable:
                 cursor = await self.ledger.open_cursor(name, "earliest" if initial_earliest else "latest")
             else:
-                mark_delete = start if start is not None else self._latest_mark_delete()
-                cursor = make_non_durable_cursor(self.ledger, name, mark_delete)
+                mark_delete = start if start is not None else end_of_log(self.ledger)
+                cursor = ManagedCursor(name, _NonDurableOwner(self.ledger), mark_delete)
             subscription = Subscription(name, self.ledger, cursor, sub_type, durable, self.partition_index, self.clock)
             subscription.delayed_delivery = self.policies.delayed_delivery
             subscription.compacted_view = self.compacted
             self.subscriptions[name] = subscription
             return subscription
-
-    def _latest_mark_delete(self) -> Position:
-        last = self.ledger.last_confirmed
-        return last if last is not None else Position(self.ledger.current_ledger_id, -1)
 
     def set_compacted_view(self, view: CompactedView | None) -> None:
         self.compacted = view
@@ -249,61 +250,23 @@ class Topic:
 
     # ---- figures and lifecycle -------------------------------------------------------------------
 
-    def metrics(self) -> TopicMetrics:
-        subs = []
-        for name, cursor in self.ledger.cursors.items():
-            subs.append(self._subscription_metrics(name, cursor, self.subscriptions.get(name)))
-        for name, s in self.subscriptions.items():
-            if name not in self.ledger.cursors:
-                subs.append(self._subscription_metrics(name, s.cursor, s))
-        backlog = max((s.backlog_entries for s in subs), default=0)
-        entries = self.ledger.entries_total
-        average_entry = self.ledger.size_bytes / entries if entries else 0.0
-        quota = self.policies.backlog_quota
-        return TopicMetrics(
-            topic=self.full_name,
-            producers=len(self.producers),
-            consumers=sum(len(s.consumers) for s in self.subscriptions.values()),
-            msg_in_total=self.rate_in.messages_total,
-            bytes_in_total=self.rate_in.bytes_total,
-            msg_out_total=sum(s.out.messages_total for s in self.subscriptions.values()),
-            bytes_out_total=sum(s.out.bytes_total for s in self.subscriptions.values()),
-            storage_size_bytes=self.ledger.size_bytes,
-            entries_total=entries,
-            backlog_entries=backlog,
-            subscriptions=tuple(subs),
-            msg_rate_in=self.rate_in.message_rate,
-            msg_rate_out=sum(s.msg_rate_out for s in subs),
-            msg_throughput_in=self.rate_in.byte_rate,
-            msg_throughput_out=sum(s.msg_throughput_out for s in subs),
-            backlog_size_bytes=int(backlog * average_entry),
-            backlog_quota_limit_bytes=quota.limit_bytes if quota else -1,
-            backlog_quota_limit_time_s=quota.limit_time_s if quota else -1,
-        )
-
-    @staticmethod
-    def _subscription_metrics(name: str, cursor: ManagedCursor, s: Subscription | None) -> SubscriptionMetrics:
-        md = cursor.mark_delete_position
-        return SubscriptionMetrics(
-            name=name,
-            type=s.sub_type.name.title().replace("Key_shared", "Key_Shared") if s else "Exclusive",
-            consumers=len(s.consumers) if s else 0,
-            backlog_entries=cursor.backlog,
-            unacked_messages=s.unacked_messages if s else 0,
-            msg_out_total=s.out.messages_total if s else 0,
-            bytes_out_total=s.out.bytes_total if s else 0,
-            mark_delete_position=f"{md.ledger_id}:{md.entry_id}",
-            delayed_messages=s.delayed_messages if s else 0,
-            msg_rate_out=s.out.message_rate if s else 0.0,
-            msg_throughput_out=s.out.byte_rate if s else 0.0,
-            msg_rate_redeliver=s.redelivered.message_rate if s else 0.0,
-            msg_rate_expired=s.expired.message_rate if s else 0.0,
-            total_msg_expired=s.expired.messages_total if s else 0,
-        )
-
     @property
     def in_use(self) -> bool:
         return bool(self.producers) or any(s.consumers for s in self.subscriptions.values())
+
+    def disconnect_clients(self) -> None:
+        """Close every producer and consumer from the broker's side (delete, unload)."""
+        for producer in list(self.producers.values()):
+            producer.close_by_broker()
+        for subscription in self.subscriptions.values():
+            subscription.disconnect_consumers()
+
+    def cursors(self) -> list[tuple[str, ManagedCursor, Subscription | None]]:
+        """Every subscription as (name, cursor, live subscription or None): the durable cursors
+        (with or without consumers), then the non-durable subscriptions of readers."""
+        found = [(name, cursor, self.subscriptions.get(name)) for name, cursor in self.ledger.cursors.items()]
+        found += [(name, s.cursor, s) for name, s in self.subscriptions.items() if name not in self.ledger.cursors]
+        return found
 
     async def close(self) -> None:
         self.closed = True

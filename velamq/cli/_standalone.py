@@ -9,7 +9,8 @@ import signal
 import sys
 import time
 
-from velamq.broker import BrokerConfig, BrokerService
+from velamq.broker import BrokerConfig
+from velamq.server import VelamqServer
 
 log = logging.getLogger("velamq")
 
@@ -33,21 +34,21 @@ def load_config(args: argparse.Namespace) -> BrokerConfig:
 
 
 async def serve(config: BrokerConfig, started_at: float) -> None:
-    service = BrokerService(config)
-    await service.start()
+    server = VelamqServer(config)
+    await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     elapsed_ms = (time.monotonic() - started_at) * 1000
     print(
-        f"velamq standalone ready: service_url={service.service_url} admin_url={service.web_service_url} "
+        f"velamq standalone ready: service_url={server.service_url} admin_url={server.web_service_url} "
         f"data_dir={config.data_dir.resolve()} started_in_ms={elapsed_ms:.0f}",
         flush=True,
     )
     await stop.wait()
     log.info("shutting down: flushing storage and persisting cursors")
-    await service.close()
+    await server.close()
     log.info("stopped")
 
 

@@ -1,120 +1,34 @@
-"""An AdminServer on a free port with a real MetadataStore, its event loop in a background thread.
-
-The broker is the outside world for this layer, so `FakeBroker` stands in for it: it implements
-BrokerBackend with the real store underneath and a fixed metrics snapshot, and records the calls
-that would act on live topics. `FakeBrokerWithOperations` adds BrokerOperations (broker_fake.py),
-which `start_admin` uses unless asked for the bare broker (to see the 501 answers). Tests talk HTTP
-to the server from the main thread.
+"""The admin server as it runs in a broker: a real VelamqServer (BrokerService + AdminServer over
+real storage and metadata in a temp dir) on free ports, its loop in a background thread
+(velamq.testing.BrokerThread). Tests talk HTTP to it from the main thread and use velamq's own
+client to publish and subscribe, as any client would.
 """
 
 from __future__ import annotations
 
-import asyncio
 import http.client
 import json
 import socket
-import threading
-from collections.abc import Coroutine, Iterator
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, TypeVar
 
-from broker_fake import FakeOperations
-
-from velamq._errors import NotFoundError, PreconditionFailedError
 from velamq.admin import AdminServer
-from velamq.broker._stats import BrokerMetrics, SubscriptionMetrics, TopicMetrics
-from velamq.metadata import MetadataStore, Policies
+from velamq.client import Client
+from velamq.metadata import MetadataStore
+from velamq.testing import BrokerThread
 
 T = TypeVar("T")
 
-SNAPSHOT = BrokerMetrics(
-    connections_active=3,
-    connections_opened_total=17,
-    topics=(
-        TopicMetrics(
-            topic="persistent://public/default/orders",
-            producers=2, consumers=1, msg_in_total=100, bytes_in_total=2048, msg_out_total=90,
-            bytes_out_total=1800, storage_size_bytes=4096, entries_total=100, backlog_entries=10,
-            subscriptions=(
-                SubscriptionMetrics("sub-a", "Shared", 1, 10, 4, 90, 1800, "1:89"),
-                SubscriptionMetrics('we"ird\\sub\nname', "Exclusive", 0, 0, 0, 0, 0, "1:99"),
-            ),
-        ),
-        TopicMetrics(
-            topic="non-persistent://acme/ns/<script>",
-            producers=0, consumers=0, msg_in_total=0, bytes_in_total=0, msg_out_total=0,
-            bytes_out_total=0, storage_size_bytes=0, entries_total=0, backlog_entries=0,
-        ),
-    ),
-    storage={"velamq_storage_fsyncs_total": 42.0, "velamq_journal_bytes": 1.5e6, "bad name-1": 1.0},
-)
 
-
-@dataclass
-class FakeBroker:
-    """BrokerBackend over a real store; topics in `in_use` refuse deletion without force."""
-
-    store: MetadataStore
-    in_use: set[str] = field(default_factory=set)
-    deleted: list[tuple[str, bool]] = field(default_factory=list)
-    hang_on_delete: bool = False
-    snapshot: BrokerMetrics = SNAPSHOT
-
-    @property
-    def metadata(self) -> MetadataStore:
-        return self.store
-
-    @property
-    def service_url(self) -> str:
-        return "pulsar://127.0.0.1:6650"
-
-    @property
-    def service_url_tls(self) -> str | None:
-        return None
-
-    @property
-    def web_service_url(self) -> str:
-        return "http://127.0.0.1:8080"
-
-    def metrics_snapshot(self) -> BrokerMetrics:
-        return self.snapshot
-
-    @property
-    def default_policies(self) -> Policies:
-        return Policies()
-
-    @property
-    def config(self) -> Any:
-        return SimpleNamespace(max_message_bytes=5 * 1024 * 1024)
-
-    async def delete_topic(self, topic: str, force: bool) -> None:
-        if self.hang_on_delete:
-            await asyncio.sleep(3600)
-        if topic in self.in_use and not force:
-            raise PreconditionFailedError(f"Topic {topic} has active producers/subscriptions")
-        if not await self.store.topic_exists(topic):
-            raise NotFoundError("Topic not found")
-        self.deleted.append((topic, force))
-        await self.store.delete_topic(topic)
-
-    async def create_partitioned_topic(self, topic: str, partitions: int) -> None:
-        await self.store.create_partitioned_topic(topic, partitions)
-
-    async def delete_partitioned_topic(self, topic: str, force: bool) -> None:
-        if topic in self.in_use and not force:
-            raise PreconditionFailedError(f"Topic {topic} has active producers/subscriptions")
-        self.deleted.append((topic, force))
-        await self.store.delete_partitioned_topic(topic)
-
-
-class FakeBrokerWithOperations(FakeBroker, FakeOperations):
-    """FakeBroker plus the fake BrokerOperations over the same store."""
-
-    def __init__(self, store: MetadataStore) -> None:
-        FakeBroker.__init__(self, store)
-        FakeOperations.__init__(self, store)
+def wait_until(check: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    """Poll until check() holds; fail the test after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)
 
 
 @dataclass
@@ -130,18 +44,33 @@ class Reply:
 class Admin:
     """The running server plus helpers to call it."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, broker: Any, server: AdminServer) -> None:
-        self.loop = loop
+    def __init__(self, broker: BrokerThread) -> None:
         self.broker = broker
-        self.server = server
-        self.port = server.port
+        self.server: AdminServer = broker.server.admin
+        self.port = self.server.port
+        self._clients: list[Client] = []
+
+    @property
+    def metadata(self) -> MetadataStore:
+        return self.broker.server.metadata
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=30)
+        return self.broker.run(coro)
+
+    def client(self) -> Client:
+        """A velamq client of this broker, closed when the test ends."""
+        client = Client(self.broker.service_url)
+        self._clients.append(client)
+        return client
+
+    def close_clients(self) -> None:
+        for client in self._clients:
+            client.close()
+        self._clients.clear()
 
     def policy(self, key: str, ns: str = "public/default") -> Any:
         """One policy as stored, read straight from the metadata store."""
-        return self.run(self.broker.store.get_policies(ns)).get(key)
+        return self.run(self.metadata.get_policies(ns)).get(key)
 
     def request(
         self, method: str, path: str, body: bytes | str | None = None, headers: dict[str, str] | None = None
@@ -177,29 +106,13 @@ class Admin:
             return b"".join(chunks)
 
 
-def start_admin(tmp_path: Path, operations: bool = True, **server_kwargs: Any) -> Iterator[Admin]:
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="admin-test-loop", daemon=True)
-    thread.start()
-
-    def run(coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout=30)
-
-    store = MetadataStore(tmp_path / "metadata.db")
-    run(store.start())
-    broker = FakeBrokerWithOperations(store) if operations else FakeBroker(store)
-
-    async def make_server() -> AdminServer:
-        server = AdminServer(broker, "127.0.0.1", 0, **server_kwargs)
-        await server.start()
-        return server
-
-    server = run(make_server())
+def start_admin(tmp_path: Path, **server_options: Any) -> Iterator[Admin]:
+    """`server_options` go to VelamqServer (admin_timeout_s, admin_connections_max)."""
+    broker = BrokerThread(tmp_path / "data", **server_options)
+    broker.start()
+    admin = Admin(broker)
     try:
-        yield Admin(loop, broker, server)
+        yield admin
     finally:
-        run(server.close())
-        run(store.close())
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        loop.close()
+        admin.close_clients()
+        broker.stop()

@@ -18,7 +18,6 @@ import velamq.cli
 from velamq.cli._admin_output import parse_size_bytes, parse_time_s, render
 from velamq.cli._admin_policies import parse_duration_ms, topic_path
 from velamq.cli._main import main
-from velamq.protocol import build_batch, build_entry, pb
 
 
 def cli(admin: Admin, capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -146,31 +145,47 @@ def test_topics_and_subscriptions(admin: Admin, capsys: pytest.CaptureFixture[st
     assert cli(admin, capsys, "topics", "list-partitioned-topics", "public/default")[1] == \
         "persistent://public/default/pt\n"
     full = "persistent://public/default/t"
-    admin.broker.append(full, build_entry(pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1),
-                                          b"hello"))
-    batch = build_batch([(pb.SingleMessageMetadata(), b"b0"), (pb.SingleMessageMetadata(), b"\xff\x00")])
-    admin.broker.append(full, build_entry(pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=2,
-                                                             num_messages_in_batch=2), batch))
+    client = admin.client()
+    producer = client.create_producer(full)
+    first = producer.send(b"hello")
+    batcher = client.create_producer(full, batching_enabled=True, batching_max_publish_delay_ms=60_000)
+    batcher.send_async(b"b0")
+    batcher.send_async(b"\xff\x00")
+    batcher.flush()
+    producer.close()  # gone before the topic is unloaded and deleted below (a live one reconnects)
+    batcher.close()
     assert cli(admin, capsys, "topics", "create-subscription", "t", "-s", "sub", "-m", "earliest")[0] == 0
     assert cli(admin, capsys, "topics", "subscriptions", "t")[1] == "sub\n"
     peeked = cli_json(admin, capsys, "topics", "peek-messages", "t", "-s", "sub", "-n", "5")
-    assert [(m["messageId"], m["payload"]) for m in peeked] == [("7:0", "hello"), ("7:1:0", "b0"), ("7:1:1", "/wA=")]
+    first_id = f"{first.ledger_id}:{first.entry_id}"
+    batch_id = f"{first.ledger_id}:{first.entry_id + 1}"
+    assert [(m["messageId"], m["payload"]) for m in peeked] == [
+        (first_id, "hello"), (f"{batch_id}:0", "b0"), (f"{batch_id}:1", "/wA=")
+    ]
     assert peeked[2]["payloadEncoding"] == "base64"
     code, out, _ = cli(admin, capsys, "topics", "peek-messages", "t", "-s", "sub")
-    assert code == 0 and out.startswith("Message ID: 7:0") and "payload (utf-8): hello" in out
+    assert code == 0 and out.startswith(f"Message ID: {first_id}") and "payload (utf-8): hello" in out
+
+    def backlog() -> int:
+        return int(cli_json(admin, capsys, "topics", "stats", "t")["subscriptions"]["sub"]["msgBacklog"])
+
     assert cli(admin, capsys, "topics", "skip", "t", "-s", "sub", "-n", "1")[0] == 0
+    assert backlog() == 1
     assert cli(admin, capsys, "topics", "expire-messages", "t", "-s", "sub", "-t", "1h")[0] == 0
-    assert cli(admin, capsys, "topics", "reset-cursor", "t", "-s", "sub", "--messageId", "7:0")[0] == 0
+    assert backlog() == 1  # nothing is an hour old
+    assert cli(admin, capsys, "topics", "reset-cursor", "t", "-s", "sub", "--messageId", first_id)[0] == 0
+    assert backlog() == 2
+    assert cli(admin, capsys, "topics", "skip-all", "t", "-s", "sub")[0] == 0
+    assert backlog() == 0
     assert cli(admin, capsys, "topics", "reset-cursor", "t", "-s", "sub", "--time", "10m")[0] == 0
+    assert backlog() == 2  # published within the last ten minutes
     assert cli(admin, capsys, "topics", "reset-cursor", "t", "-s", "sub")[0] == 2
     assert cli(admin, capsys, "topics", "skip-all", "t", "-s", "sub")[0] == 0
-    assert ("expire", full, "sub", 3600) in admin.broker.calls
-    assert ("reset", full, "sub", None, (7, 0)) in admin.broker.calls
-    assert cli_json(admin, capsys, "topics", "stats", "t")["subscriptions"]["sub"]["msgBacklog"] == 0
+    assert backlog() == 0
     assert "cursors.sub.markDeletePosition" in cli(admin, capsys, "topics", "stats-internal", "t")[1]
-    assert cli_json(admin, capsys, "topics", "last-message-id", "t")["entryId"] == 1
+    assert cli_json(admin, capsys, "topics", "last-message-id", "t")["entryId"] == first.entry_id + 1
     assert cli(admin, capsys, "topics", "compact", "t")[0] == 0
-    assert cli_json(admin, capsys, "topics", "compaction-status", "t")["status"] == "RUNNING"
+    assert cli_json(admin, capsys, "topics", "compaction-status", "t")["status"] in ("RUNNING", "SUCCESS")
     assert cli(admin, capsys, "topics", "unload", "t")[0] == 0
     assert cli(admin, capsys, "topics", "unsubscribe", "t", "-s", "sub")[0] == 0
     assert cli(admin, capsys, "topics", "delete", "t")[0] == 0
@@ -188,7 +203,7 @@ def test_topic_policies(admin: Admin, capsys: pytest.CaptureFixture[str]) -> Non
     assert cli(admin, capsys, "topics", "set-retention", "t", "--time", "-1", "--size", "-1")[0] == 0
     assert cli(admin, capsys, "topics", "set-backlog-quota", "t", "--limitTime", "1h", "-p",
                "consumer_backlog_eviction", "-t", "message_age")[0] == 0
-    stored = admin.run(admin.broker.store.get_topic_policies("persistent://public/default/t"))
+    stored = admin.run(admin.metadata.get_topic_policies("persistent://public/default/t"))
     assert stored["maxProducerPerTopic"] == 2 and stored["messageTTLInSeconds"] == 90
     assert stored["maxMessageSize"] == 1 << 20
     assert stored["retentionPolicies"] == {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}

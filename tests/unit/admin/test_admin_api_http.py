@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from admin_harness import Admin, start_admin
+from admin_harness import Admin, start_admin, wait_until
 
 from velamq.admin import _http
 
@@ -262,13 +262,13 @@ def test_idle_connection_is_closed_quietly(admin: Admin, monkeypatch: pytest.Mon
 
 @pytest.fixture
 def capped_admin(tmp_path: Path) -> Iterator[Admin]:
-    yield from start_admin(tmp_path, max_connections=2)
+    yield from start_admin(tmp_path, admin_connections_max=2)
 
 
 def test_connections_over_the_cap_get_503(capped_admin: Admin) -> None:
     idle = [socket.create_connection(("127.0.0.1", capped_admin.port), timeout=10) for _ in range(2)]
     try:
-        time.sleep(0.2)  # let the server accept both
+        wait_until(lambda: capped_admin.server.connections == 2)  # the server accepted both
         assert status_of(capped_admin.raw(OK_REQUEST)) == 503
     finally:
         for sock in idle:

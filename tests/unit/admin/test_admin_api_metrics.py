@@ -1,4 +1,8 @@
-"""/metrics parses as Prometheus text 0.0.4 with Pulsar's names; the console escapes what it shows (OP-3)."""
+"""/metrics parses as Prometheus text 0.0.4 with Pulsar's names; the console escapes what it shows (OP-3).
+
+The renderers are tested on a fixed snapshot (SNAPSHOT: data, every figure chosen), the endpoints
+on a real broker with a topic, a producer and a consumer.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +11,33 @@ import re
 from dataclasses import dataclass, field
 
 import pytest
-from admin_harness import SNAPSHOT, Admin
+from admin_harness import Admin, wait_until
 
 from velamq.admin import _console, _metrics
-from velamq.broker._stats import BrokerMetrics, SubscriptionMetrics, TopicMetrics
+from velamq.broker import BrokerMetrics, SubscriptionMetrics, TopicMetrics
+
+SNAPSHOT = BrokerMetrics(
+    connections_active=3,
+    connections_opened_total=17,
+    topics=(
+        TopicMetrics(
+            topic="persistent://public/default/orders",
+            producers=2, consumers=1, msg_in_total=100, bytes_in_total=2048, msg_out_total=90,
+            bytes_out_total=1800, storage_size_bytes=4096, entries_total=100, backlog_entries=10,
+            subscriptions=(
+                SubscriptionMetrics("sub-a", "Shared", 1, 10, 4, 90, 1800, "1:89"),
+                SubscriptionMetrics('we"ird\\sub\nname', "Exclusive", 0, 0, 0, 0, 0, "1:99"),
+            ),
+        ),
+        TopicMetrics(
+            topic="non-persistent://acme/ns/<script>",
+            producers=0, consumers=0, msg_in_total=0, bytes_in_total=0, msg_out_total=0,
+            bytes_out_total=0, storage_size_bytes=0, entries_total=0, backlog_entries=0,
+        ),
+    ),
+    storage={"velamq_storage_fsyncs_total": 42.0, "velamq_journal_bytes": 1.5e6, "bad name-1": 1.0},
+    policy_checks_total=5,
+)
 
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -96,11 +123,8 @@ def parse_prometheus(text: str) -> dict[str, Family]:
     return families
 
 
-def test_metrics_endpoint_parses_with_pulsar_names(admin: Admin) -> None:
-    reply = admin.request("GET", "/metrics")
-    assert reply.status == 200
-    assert reply.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
-    families = parse_prometheus(reply.body.decode())
+def test_metrics_render_with_pulsar_names() -> None:
+    families = parse_prometheus(_metrics.render(SNAPSHOT))
     c = (("cluster", "standalone"),)
     orders = (*c, ("namespace", "public/default"), ("topic", "persistent://public/default/orders"))
 
@@ -144,6 +168,41 @@ def test_metrics_endpoint_parses_with_pulsar_names(admin: Admin) -> None:
     assert families["velamq_journal_bytes"].samples == {c: 1.5e6}
     assert families["velamq_journal_bytes"].type == "gauge"
     assert families["bad_name_1"].samples == {c: 1}
+    assert families["velamq_policy_checks_total"].samples == {c: 5}
+
+
+def test_metrics_endpoint_shows_the_broker(admin: Admin) -> None:
+    topic = "persistent://public/default/orders"
+    client = admin.client()
+    consumer = client.subscribe(topic, "sub-a", subscription_type="shared")
+    producer = client.create_producer(topic)
+    for i in range(3):
+        producer.send(b"m%d" % i)
+    consumer.acknowledge(consumer.receive(10_000))
+
+    def scrape() -> dict[str, Family]:
+        reply = admin.request("GET", "/metrics")
+        assert reply.status == 200
+        assert reply.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+        return parse_prometheus(reply.body.decode())
+
+    c = (("cluster", "standalone"),)
+    orders = (*c, ("namespace", "public/default"), ("topic", topic))
+    sub_a = (*orders, ("subscription", "sub-a"))
+    # The consumer got the other two as well (receiver queue): they are unacked, not backlog-free.
+    wait_until(lambda: scrape()["pulsar_subscription_unacked_messages"].samples.get(sub_a) == 2)
+    families = scrape()
+    assert families["pulsar_active_connections"].samples[c] >= 1
+    assert families["pulsar_topics_count"].samples[(*c, ("namespace", "public/default"))] == 1
+    assert families["pulsar_producers_count"].samples[orders] == 1
+    assert families["pulsar_consumers_count"].samples[orders] == 1
+    assert families["pulsar_in_messages_total"].samples[orders] == 3
+    assert families["pulsar_in_messages_total"].type == "counter"
+    assert families["velamq_topic_entries"].samples[orders] == 3
+    assert families["pulsar_subscription_back_log"].samples[sub_a] == 2
+    assert families["pulsar_out_messages_total"].samples[sub_a] == 3
+    assert families["velamq_policy_checks_total"].type == "counter"
+    assert any(name.startswith("velamq_storage") or name.startswith("velamq_journal") for name in families)
 
 
 def test_metrics_with_no_topics_and_special_values() -> None:
@@ -182,18 +241,26 @@ def test_metrics_is_answered_with_trailing_slash(admin: Admin) -> None:
 # ----------------------------------------------------------------------------- console
 
 
-def test_console_lists_topics_and_escapes_names(admin: Admin) -> None:
-    assert admin.request("PUT", "/admin/v2/persistent/public/default/console-topic").status == 204
-    reply = admin.request("GET", "/")
-    assert reply.status == 200
-    assert reply.headers["content-type"] == "text/html; charset=utf-8"
-    page = reply.body.decode()
+def test_console_escapes_names() -> None:
+    page = _console.render(SNAPSHOT, {}, [("public/default", 1, 0)], "pulsar://h:1", "http://h:2")
     assert "persistent://public/default/orders" in page
     assert "sub-a" in page and "Shared" in page
     assert "non-persistent://acme/ns/&lt;script&gt;" in page
     assert "<script>" not in page
     assert "we&quot;ird" in page
-    assert "public/default" in page
+
+
+def test_console_lists_the_brokers_topics(admin: Admin) -> None:
+    topic = "persistent://public/default/<b>console&"
+    admin.client().subscribe(topic, 'we"ird', initial_position="earliest")
+    reply = admin.request("GET", "/")
+    assert reply.status == 200
+    assert reply.headers["content-type"] == "text/html; charset=utf-8"
+    page = reply.body.decode()
+    assert "persistent://public/default/&lt;b&gt;console&amp;" in page and "<b>" not in page
+    assert "we&quot;ird (Exclusive)" in page
+    assert f"pulsar://127.0.0.1:{admin.broker.server.broker_port}" in page
+    assert f"http://127.0.0.1:{admin.port}" in page
     # Second view: rates appear (the first view set the baseline).
     assert admin.request("GET", "/").status == 200
 
@@ -218,10 +285,6 @@ def test_rate_tracker() -> None:
 def test_console_renders_empty_broker() -> None:
     page = _console.render(BrokerMetrics(0, 0, ()), {}, [], "pulsar://h:1", "http://h:2")
     assert "no topic loaded" in page
-
-
-def test_snapshot_fixture_is_what_the_harness_serves(admin: Admin) -> None:
-    assert admin.broker.metrics_snapshot() is SNAPSHOT
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,9 @@ from typing import Any
 import pytest
 from admin_harness import Admin, Reply
 
+from velamq._topic_name import TopicName
+from velamq.metadata import Policies
+
 NS = "/admin/v2/namespaces/public/default"
 T = "/admin/v2/persistent/public/default/t"
 FULL = "persistent://public/default/t"
@@ -20,6 +23,18 @@ def assert_error(reply: Reply, status: int, reason: str = "") -> None:
 
 def post(admin: Admin, path: str, value: Any) -> Reply:
     return admin.request("POST", path, json.dumps(value))
+
+
+def loaded_topic_policies(admin: Admin) -> tuple[Policies, Policies]:
+    """(the policies the broker's loaded topic t works with, the policies resolved from the store
+    now); loads the topic if it is not."""
+    broker = admin.broker.server.broker
+
+    async def read() -> tuple[Policies, Policies]:
+        topic = await broker.get_topic(TopicName.parse(FULL), create=False)
+        return topic.policies, await broker.policies_for(topic.name)
+
+    return admin.run(read())
 
 
 # (namespace path, stored key, value to set, REST value read back)
@@ -39,15 +54,19 @@ NAMESPACE_CASES = [
 
 @pytest.mark.parametrize(("path", "key", "value", "shown"), NAMESPACE_CASES)
 def test_namespace_policy_get_set_remove(admin: Admin, path: str, key: str, value: Any, shown: Any) -> None:
+    assert admin.request("PUT", T).status == 204
+    before, _ = loaded_topic_policies(admin)
     assert admin.request("GET", f"{NS}/{path}").status == 204  # never set: null, as Pulsar answers
     assert post(admin, f"{NS}/{path}", value).status == 204
     assert admin.request("GET", f"{NS}/{path}").json() == shown
     assert admin.policy(key) == shown  # stored under Pulsar's Policies name
     assert admin.request("GET", NS).json()[key] == shown  # and shown in the namespace's policies
-    assert ("policies_changed", "public/default", None) in admin.broker.calls
+    live, resolved = loaded_topic_policies(admin)
+    assert live == resolved != before  # the broker was told: its loaded topic works with the new value
     assert admin.request("DELETE", f"{NS}/{path}").status == 204
     assert admin.request("GET", f"{NS}/{path}").status == 204
     assert admin.policy(key) is None
+    assert loaded_topic_policies(admin)[0] == before
 
 
 @pytest.mark.parametrize("path", [case[0] for case in NAMESPACE_CASES])
@@ -133,7 +152,7 @@ def test_create_namespace_with_policies_checks_them(admin: Admin) -> None:
             "backlog_quota_map": {"destination_storage": {"limitSize": 100, "policy": "producer_exception"}},
             "bundles": {"numBundles": 8}}
     assert admin.request("PUT", "/admin/v2/namespaces/public/withp", json.dumps(body)).status == 204
-    stored = admin.run(admin.broker.store.get_policies("public/withp"))
+    stored = admin.run(admin.metadata.get_policies("public/withp"))
     assert stored["message_ttl_in_seconds"] == 30
     assert stored["backlog_quota_map"]["destination_storage"]["limitSize"] == 100
     assert stored["bundles"] == {"numBundles": 8}  # other Pulsar fields are kept as given
@@ -168,16 +187,18 @@ def test_topic_policy_get_set_remove(
     admin: Admin, path: str, keys: set[str], value: Any, shown: Any, default: Any
 ) -> None:
     assert admin.request("PUT", T).status == 204
+    before, _ = loaded_topic_policies(admin)
     assert admin.request("GET", f"{T}/{path}").status == 204
     assert admin.request("GET", f"{T}/{path}?applied=true").json() == default  # the broker's
     assert post(admin, f"{T}/{path}", value).status == 204
     assert admin.request("GET", f"{T}/{path}").json() == shown
     assert admin.request("GET", f"{T}/{path}?applied=true").json() == shown
-    assert set(admin.run(admin.broker.store.get_topic_policies(FULL))) == keys
-    assert ("policies_changed", "public/default", FULL) in admin.broker.calls
+    assert set(admin.run(admin.metadata.get_topic_policies(FULL))) == keys
+    live, resolved = loaded_topic_policies(admin)
+    assert live == resolved != before
     assert admin.request("DELETE", f"{T}/{path}").status == 204
     assert admin.request("GET", f"{T}/{path}").status == 204
-    assert admin.run(admin.broker.store.get_topic_policies(FULL)) == {}
+    assert admin.run(admin.metadata.get_topic_policies(FULL)) == {}
 
 
 def test_topic_message_ttl_as_query_parameter(admin: Admin) -> None:
@@ -217,7 +238,7 @@ def test_topic_backlog_quota(admin: Admin) -> None:
     applied = admin.request("GET", f"{T}/backlogQuotaMap?applied=true").json()
     assert applied["destination_storage"]["policy"] == "consumer_backlog_eviction"
     assert admin.request("DELETE", f"{T}/backlogQuota").status == 204
-    assert admin.run(admin.broker.store.get_topic_policies(FULL)) == {}
+    assert admin.run(admin.metadata.get_topic_policies(FULL)) == {}
 
 
 def test_topic_policy_errors(admin: Admin) -> None:
@@ -237,4 +258,4 @@ def test_deleting_a_topic_removes_its_policies(admin: Admin) -> None:
     assert admin.request("PUT", T).status == 204
     assert post(admin, f"{T}/messageTTL", 5).status == 204
     assert admin.request("DELETE", T).status == 204
-    assert admin.run(admin.broker.store.list_topic_policies("public/default")) == []
+    assert admin.run(admin.metadata.list_topic_policies("public/default")) == []

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from admin_harness import Admin, Reply, start_admin
+
+from velamq.admin._http import Response
+from velamq.admin._router import Call
 
 P = "/admin/v2/persistent/public/default"
 NP = "/admin/v2/non-persistent/public/default"
@@ -25,8 +29,8 @@ def assert_error(reply: Reply, status: int) -> None:
 def test_clusters(admin: Admin) -> None:
     assert admin.request("GET", "/admin/v2/clusters").json() == ["standalone"]
     data = admin.request("GET", "/admin/v2/clusters/standalone").json()
-    assert data["serviceUrl"] == "http://127.0.0.1:8080"
-    assert data["brokerServiceUrl"] == "pulsar://127.0.0.1:6650"
+    assert data["serviceUrl"] == f"http://127.0.0.1:{admin.port}"
+    assert data["brokerServiceUrl"] == admin.broker.service_url
     assert data["brokerServiceUrlTls"] == ""
     assert_error(admin.request("PUT", "/admin/v2/clusters/standalone", "{}"), 409)
     assert admin.request("PUT", "/admin/v2/clusters/other", '{"serviceUrl":"http://o:8080"}').status == 204
@@ -179,7 +183,6 @@ def test_partitioned_topic_lifecycle(admin: Admin) -> None:
     assert admin.request("GET", f"{P}/partitioned").json() == ["persistent://public/default/pt"]
     assert admin.request("GET", f"{NP}/partitioned").json() == []
     assert admin.request("DELETE", url + "?force=true").status == 204
-    assert admin.broker.deleted == [("persistent://public/default/pt", True)]
     assert admin.request("GET", url).json() == {"partitions": 0}
     assert_error(admin.request("DELETE", url), 404)
 
@@ -204,10 +207,12 @@ def test_partitioned_topic_errors(admin: Admin) -> None:
 def test_partitioned_topic_in_use(admin: Admin) -> None:
     url = f"{P}/busy/partitions"
     assert admin.request("PUT", url, "2").status == 204
-    admin.broker.in_use.add("persistent://public/default/busy")
+    admin.client().subscribe("persistent://public/default/busy", "sub")  # a consumer on each partition
     assert_error(admin.request("DELETE", url), 412)
     assert_error(admin.request("DELETE", url + "?force=false"), 412)
+    assert admin.request("GET", url).json() == {"partitions": 2}
     assert admin.request("DELETE", url + "?force=true").status == 204
+    assert admin.request("GET", url).json() == {"partitions": 0}
 
 
 # ----------------------------------------------------------------------------- topics
@@ -221,7 +226,6 @@ def test_non_partitioned_topic_lifecycle(admin: Admin) -> None:
     assert admin.request("GET", NP).json() == ["non-persistent://public/default/t1"]
     assert admin.request("GET", f"{P}/t1/partitions").json() == {"partitions": 0}
     assert admin.request("DELETE", f"{P}/t1").status == 204
-    assert admin.broker.deleted == [("persistent://public/default/t1", False)]
     assert_error(admin.request("DELETE", f"{P}/t1"), 404)
     assert admin.request("GET", P).json() == []
 
@@ -238,7 +242,7 @@ def test_topic_errors(admin: Admin) -> None:
     assert_error(admin.request("DELETE", f"{P}/pp"), 409)  # use delete-partitioned-topic
     assert admin.request("PUT", f"{P}/pp-partition-1").status == 204  # a missing partition
     assert_error(admin.request("PUT", f"{P}/pp-partition-2"), 412)  # beyond its partitions
-    admin.broker.in_use.add("persistent://public/default/pp-partition-1")
+    admin.client().create_producer("persistent://public/default/pp-partition-1")
     assert_error(admin.request("DELETE", f"{P}/pp-partition-1"), 412)
     assert admin.request("DELETE", f"{P}/pp-partition-1?force=true").status == 204
 
@@ -259,11 +263,11 @@ def test_http_lookup(admin: Admin) -> None:
     assert reply.status == 200
     assert reply.headers["content-type"].startswith("application/json")
     assert reply.json() == {
-        "brokerUrl": "pulsar://127.0.0.1:6650",
+        "brokerUrl": admin.broker.service_url,
         "brokerUrlTls": "",
-        "httpUrl": "http://127.0.0.1:8080",
+        "httpUrl": f"http://127.0.0.1:{admin.port}",
         "httpUrlTls": "",
-        "nativeUrl": "pulsar://127.0.0.1:6650",
+        "nativeUrl": admin.broker.service_url,
     }
     assert admin.request("GET", "/lookup/v2/topic/non-persistent/public/default/x").status == 200
     assert_error(admin.request("GET", "/lookup/v2/topic/persistent/public/ghost/x"), 404)
@@ -303,13 +307,19 @@ def test_trailing_slash_and_absolute_form(admin: Admin) -> None:
 
 @pytest.fixture
 def slow_admin(tmp_path: Path) -> Iterator[Admin]:
-    yield from start_admin(tmp_path, timeout_s=0.3)
+    yield from start_admin(tmp_path, admin_timeout_s=0.3)
 
 
 def test_handler_timeout_gives_503_and_server_keeps_serving(slow_admin: Admin) -> None:
-    assert slow_admin.request("PUT", f"{P}/slow").status == 204
-    slow_admin.broker.hang_on_delete = True
-    assert_error(slow_admin.request("DELETE", f"{P}/slow"), 503)
+    async def never_answers(call: Call) -> Response:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def add_route() -> None:  # on the server's loop, where the router is read
+        slow_admin.server.router.add("GET", "/test/never", never_answers)
+
+    slow_admin.run(add_route())
+    assert_error(slow_admin.request("GET", "/test/never"), 503)
     assert slow_admin.request("GET", "/admin/v2/clusters").status == 200
 
 

@@ -1,0 +1,241 @@
+"""The broker's admin facade: everything the admin tier may ask of a live broker.
+
+BrokerAdmin implements velamq.admin's BrokerBackend protocol (the composition root hands it to
+the AdminServer; the broker never imports the admin tier). It answers with the typed records of
+_stats.py, which the admin tier renders as Pulsar's JSON. Names are full topic names; message
+ids are (ledger_id, entry_id). Everything runs on the broker loop; nothing here blocks.
+"""
+
+from __future__ import annotations
+
+from velamq._errors import AlreadyExistsError, NotFoundError, PreconditionFailedError
+from velamq._topic_name import TopicName
+from velamq.broker import _positions
+from velamq.broker._compaction import CompactionStatus
+from velamq.broker._errors import BrokerRequestError
+from velamq.broker._policy_tasks import expire
+from velamq.broker._service import BrokerService
+from velamq.broker._stats import BrokerMetrics, InternalStats, LastMessageId, TopicStats
+from velamq.broker._subscription import Subscription
+from velamq.broker._topic import Topic
+from velamq.broker._topic_stats import internal_stats, topic_stats
+from velamq.metadata import MetadataStore, Policies
+from velamq.storage import ManagedCursor, Position
+
+_EARLIEST = "earliest"
+
+
+class BrokerAdmin:
+    """Admin operations on one BrokerService: topic lifecycle (create, delete, unload, compact),
+    stats, and subscription operations (create, delete, skip, expire, reset, peek). Plain metadata
+    reads and writes go to `metadata` directly; whatever must also act on live topics comes here,
+    so that each topic's state keeps one owner."""
+
+    def __init__(self, broker: BrokerService) -> None:
+        self._broker = broker
+
+    # ---- what the admin server shows ----------------------------------------------------------
+
+    @property
+    def metadata(self) -> MetadataStore:
+        return self._broker.metadata
+
+    @property
+    def service_url(self) -> str:
+        return self._broker.service_url
+
+    @property
+    def service_url_tls(self) -> str | None:
+        return self._broker.service_url_tls
+
+    @property
+    def default_policies(self) -> Policies:
+        return self._broker.default_policies
+
+    @property
+    def max_message_bytes(self) -> int:
+        return self._broker.config.max_message_bytes
+
+    def metrics_snapshot(self) -> BrokerMetrics:
+        return self._broker.metrics_snapshot()
+
+    async def policies_changed(self, namespace: str, topic: str | None) -> None:
+        await self._broker.policies_changed(namespace, topic)
+
+    # ---- topics --------------------------------------------------------------------------------
+
+    async def _topic(self, topic: str) -> Topic:
+        """A topic that exists (loaded on demand, never auto-created)."""
+        try:
+            return await self._broker.get_topic(TopicName.parse(topic), create=False)
+        except BrokerRequestError as exc:
+            raise NotFoundError(exc.message) from None
+
+    async def create_topic(self, topic: str) -> None:
+        name = str(TopicName.parse(topic))
+        metadata = self.metadata
+        if await metadata.get_partitions(name) > 0 or await metadata.topic_exists(name):
+            raise AlreadyExistsError(f"topic {topic} already exists")
+        await metadata.create_topic(name)
+
+    async def delete_topic(self, topic: str, force: bool) -> None:
+        name = str(TopicName.parse(topic))
+        loaded = self._broker.loaded_topic(name)
+        exists = await self.metadata.topic_exists(name)
+        if loaded is None and not exists and not self._broker.storage.has_ledger(name):
+            raise NotFoundError(f"topic {topic} does not exist")
+        if loaded is not None and loaded.in_use and not force:
+            raise PreconditionFailedError(f"topic {topic} has active producers or consumers")
+        await self._broker.delete(name)
+        if exists:
+            await self.metadata.delete_topic(name)
+
+    async def create_partitioned_topic(self, topic: str, partitions: int) -> None:
+        name = TopicName.parse(topic)
+        if name.partition_index >= 0:
+            raise PreconditionFailedError(f"{topic} is a partition name")
+        if await self.metadata.topic_exists(str(name)):
+            raise AlreadyExistsError(f"topic {topic} already exists")
+        await self.metadata.create_partitioned_topic(str(name), partitions)
+
+    async def delete_partitioned_topic(self, topic: str, force: bool) -> None:
+        name = TopicName.parse(topic)
+        partitions = await self.metadata.get_partitions(str(name))
+        if partitions <= 0:
+            raise NotFoundError(f"partitioned topic {topic} does not exist")
+        for i in range(partitions):
+            partition = str(name.partition(i))
+            if self._broker.loaded_topic(partition) is not None or await self.metadata.topic_exists(partition):
+                await self.delete_topic(partition, force)
+        await self.metadata.delete_partitioned_topic(str(name))
+
+    async def unload_topic(self, topic: str) -> None:
+        """Close the topic (clients reconnect and it loads again): persists cursors, frees memory."""
+        name = str(TopicName.parse(topic))
+        loaded = self._broker.loaded_topic(name)
+        if loaded is None:
+            if not await self.metadata.topic_exists(name):
+                raise NotFoundError(f"topic {topic} does not exist")
+            return
+        await self._broker.unload(loaded)
+
+    async def trigger_compaction(self, topic: str) -> None:
+        """Start compacting unless a compaction of the topic is running already."""
+        (await self._topic(topic)).trigger_compaction(self._broker.storage)
+
+    def compaction_status(self, topic: str) -> CompactionStatus:
+        loaded = self._broker.loaded_topic(str(TopicName.parse(topic)))
+        return loaded.compaction if loaded is not None else CompactionStatus()
+
+    # ---- stats ---------------------------------------------------------------------------------
+
+    async def topic_stats(self, topic: str) -> TopicStats:
+        """NotFoundError if the topic is unknown."""
+        return topic_stats(await self._topic(topic))
+
+    async def topic_internal_stats(self, topic: str) -> InternalStats:
+        return internal_stats(await self._topic(topic))
+
+    async def last_message_id(self, topic: str) -> LastMessageId:
+        t = await self._topic(topic)
+        last, batch_index = await _positions.last_message(t.ledger)
+        return LastMessageId(last.ledger_id, last.entry_id, t.partition_index, batch_index)
+
+    # ---- subscriptions -------------------------------------------------------------------------
+
+    async def list_subscriptions(self, topic: str) -> list[str]:
+        t = await self._topic(topic)
+        return sorted(set(t.ledger.cursors) | set(t.subscriptions))
+
+    async def create_subscription(self, topic: str, subscription: str, message_id: tuple[int, int] | str) -> None:
+        """message_id: "earliest", "latest" or (ledger, entry); AlreadyExistsError if it exists."""
+        t = await self._topic(topic)
+        if subscription in t.ledger.cursors or subscription in t.subscriptions:
+            raise AlreadyExistsError(f"subscription {subscription} already exists")
+        initial = "earliest" if message_id == _EARLIEST else "latest"
+        cursor = await t.ledger.open_cursor(subscription, initial)  # type: ignore[arg-type]
+        if isinstance(message_id, tuple):
+            cursor.reset(_positions.before(Position(*message_id)))
+
+    async def delete_subscription(self, topic: str, subscription: str, force: bool) -> None:
+        t = await self._topic(topic)
+        s = t.subscriptions.get(subscription)
+        if s is None and subscription not in t.ledger.cursors:
+            raise NotFoundError(f"subscription {subscription} not found")
+        if s is not None and s.consumers:
+            if not force:
+                raise PreconditionFailedError(f"subscription {subscription} has active consumers")
+            s.disconnect_consumers()
+        await t.remove_subscription(subscription, delete_cursor=True)
+
+    def _cursor(self, t: Topic, subscription: str) -> tuple[ManagedCursor, Subscription | None]:
+        s = t.subscriptions.get(subscription)
+        if s is not None:
+            return s.cursor, s
+        cursor = t.ledger.cursors.get(subscription)
+        if cursor is None:
+            raise NotFoundError(f"subscription {subscription} not found")
+        return cursor, None
+
+    async def skip_messages(self, topic: str, subscription: str, count: int | None) -> None:
+        """Acknowledge the first `count` unacknowledged entries; None: everything (skip_all)."""
+        t = await self._topic(topic)
+        cursor, s = self._cursor(t, subscription)
+        last = t.ledger.last_confirmed
+        if last is None:
+            return
+        if count is None:
+            cursor.ack_cumulative(last)
+        else:
+            skipped: list[Position] = []
+            position = t.ledger.next_position(cursor.mark_delete_position)
+            while len(skipped) < count and position <= last:
+                if not cursor.is_acked(position):
+                    skipped.append(position)
+                position = t.ledger.next_position(position)
+            cursor.ack(skipped)
+        if s is not None:
+            s.forget_acked()
+
+    async def expire_messages(self, topic: str, subscription: str, seconds: int) -> None:
+        t = await self._topic(topic)
+        cursor, s = self._cursor(t, subscription)
+        now_ms = self._broker.clock.now_ms()
+        expired = await expire(t, cursor, now_ms - seconds * 1000, now_ms)
+        if s is not None:
+            s.expired.add(expired, 0)
+            s.forget_acked()
+
+    async def reset_cursor(
+        self, topic: str, subscription: str, timestamp_ms: int | None, message_id: tuple[int, int] | None
+    ) -> None:
+        t = await self._topic(topic)
+        cursor, s = self._cursor(t, subscription)
+        if message_id is not None:
+            mark_delete = _positions.before(Position(*message_id))
+        elif timestamp_ms is not None:
+            mark_delete = await _positions.mark_delete_for_publish_time(t.ledger, timestamp_ms)
+        else:
+            raise PreconditionFailedError("reset needs a timestamp or a message id")
+        if s is not None:
+            s.seek(mark_delete)
+        else:
+            cursor.reset(mark_delete)
+
+    async def peek_messages(self, topic: str, subscription: str, count: int) -> list[tuple[tuple[int, int], bytes]]:
+        """The first `count` entries of the subscription's backlog as ((ledger, entry), stored entry
+        bytes: [0x0e01][crc][metadata size][MessageMetadata][payload])."""
+        t = await self._topic(topic)
+        cursor, _ = self._cursor(t, subscription)
+        out: list[tuple[tuple[int, int], bytes]] = []
+        position = t.ledger.next_position(cursor.mark_delete_position)
+        last = t.ledger.last_confirmed
+        while last is not None and position <= last and len(out) < count:
+            entries = await t.ledger.read_entries(position, count)
+            if not entries:
+                break
+            for entry in entries:
+                if not cursor.is_acked(entry.position) and len(out) < count:
+                    out.append(((entry.position.ledger_id, entry.position.entry_id), entry.data))
+            position = t.ledger.next_position(entries[-1].position)
+        return out

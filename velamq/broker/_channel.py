@@ -1,0 +1,53 @@
+"""What command handlers and server-side producers and consumers need of their client connection.
+
+ServerConnection implements `Channel`; the broker unit tests implement it with a recorder of the
+frames sent, so that topics, subscriptions and consumers run without sockets.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from velamq.protocol import pb
+from velamq.storage import PublishBuffer
+
+if TYPE_CHECKING:
+    from velamq.broker._consumer import ServerConsumer
+    from velamq.broker._producer import ServerProducer
+
+NO_REQUEST_ID = (1 << 64) - 1  # request id of a command the broker sends on its own
+
+
+class Channel(Protocol):
+    @property
+    def closed(self) -> bool:
+        """True once the connection is closed: late replies are dropped, late registrations undone."""
+        ...
+
+    @property
+    def remote_address(self) -> str: ...
+
+    @property
+    def protocol_version(self) -> int: ...
+
+    def write(self, data: bytes) -> None:
+        """Queue an encoded frame; frames of one loop iteration go out in one write."""
+        ...
+
+    def send_command(self, command: pb.BaseCommand) -> None: ...
+
+    def forget_producer(self, producer: ServerProducer) -> None:
+        """Drop a producer the broker closed or that a reconnect elsewhere replaced."""
+        ...
+
+    def forget_consumer(self, consumer: ServerConsumer) -> None: ...
+
+    def pause_reading_until_room(self, buffer: PublishBuffer) -> None:
+        """Backpressure (ME-2): stop reading this client's bytes until the buffer has room again."""
+        ...
+
+
+def success_reply(request_id: int) -> pb.BaseCommand:
+    reply = pb.BaseCommand(type=pb.BaseCommand.SUCCESS)
+    reply.success.request_id = request_id
+    return reply

@@ -1,0 +1,86 @@
+"""What the connection and its command handlers need of the broker, as narrow protocols.
+
+BrokerService implements all three; a handler module depends only on the one it names, so what a
+command can reach is visible in its signature (and a unit test can tell what it must provide).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, Protocol
+
+from velamq._clock import Clock
+from velamq._topic_name import TopicName
+from velamq.broker._config import BrokerConfig
+from velamq.broker._schemas import SchemaRegistry
+from velamq.metadata import Policies
+from velamq.storage import PublishBuffer
+
+if TYPE_CHECKING:
+    from velamq.broker._connection import ServerConnection
+    from velamq.broker._topic import Topic
+
+
+class TopicRegistry(Protocol):
+    @property
+    def clock(self) -> Clock: ...
+
+    async def get_topic(self, name: TopicName, create: bool) -> Topic:
+        """The loaded topic, loading it first; BrokerRequestError(TopicNotFound) if it does not
+        exist and may not be created."""
+        ...
+
+    def loaded_topic(self, full_name: str) -> Topic | None: ...
+
+    async def policies_for(self, name: TopicName) -> Policies:
+        """Topic policy over namespace policy over the broker default, field by field."""
+        ...
+
+    def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> None:
+        """Run a task the broker owns (cancelled when it closes)."""
+        ...
+
+
+class ProducerBroker(TopicRegistry, Protocol):
+    @property
+    def publish_buffer(self) -> PublishBuffer: ...
+
+    @property
+    def schemas(self) -> SchemaRegistry: ...
+
+    def new_producer_name(self) -> str: ...
+
+
+class BrokerContext(ProducerBroker, Protocol):
+    """Everything one client connection can reach."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def server_version(self) -> str: ...
+
+    @property
+    def listeners(self) -> set[str]:
+        """Advertised listener names LOOKUP accepts."""
+        ...
+
+    @property
+    def service_url(self) -> str: ...
+
+    @property
+    def service_url_tls(self) -> str | None: ...
+
+    async def check_namespace(self, name: TopicName) -> None:
+        """BrokerRequestError(TopicNotFound) unless the topic's namespace exists."""
+        ...
+
+    async def partitions_of(self, name: TopicName) -> int:
+        """Partitions of a partitioned topic, 0 for anything else."""
+        ...
+
+    async def topics_of_namespace(self, namespace: str, mode: int) -> list[str]: ...
+
+    def connection_opened(self, connection: ServerConnection) -> None: ...
+
+    def connection_closed(self, connection: ServerConnection) -> None: ...

@@ -1,0 +1,47 @@
+"""What dispatch needs to know of a stored entry, read from its MessageMetadata (and nothing more)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from velamq._errors import ProtocolError
+from velamq.protocol import parse_entry_metadata
+
+NONE_KEY = b"NONE_KEY"  # the sticky key of a message without key, as Pulsar names it
+
+
+@dataclass(frozen=True, slots=True)
+class EntryInfo:
+    num_messages: int
+    sticky_key: bytes
+    deliver_at_ms: int
+    publish_time_ms: int = 0
+    is_chunk: bool = False
+
+
+def entry_info(data: bytes) -> EntryInfo:
+    try:
+        metadata = parse_entry_metadata(data)
+    except ProtocolError:
+        # Never block a subscription on one bad entry: deliver it as one message; the client
+        # acknowledges it with a validation error.
+        return EntryInfo(1, NONE_KEY, 0)
+    num = metadata.num_messages_in_batch if metadata.HasField("num_messages_in_batch") else 1
+    if metadata.HasField("ordering_key"):
+        key = metadata.ordering_key
+    elif metadata.HasField("partition_key"):
+        key = metadata.partition_key.encode()
+    else:
+        key = NONE_KEY
+    deliver_at = metadata.deliver_at_time if metadata.HasField("deliver_at_time") else 0
+    return EntryInfo(max(num, 1), key, deliver_at, metadata.publish_time, metadata.HasField("chunk_id"))
+
+
+def last_batch_index(data: bytes) -> int:
+    """The index of the last message of a batch entry; -1 for an entry that is not a batch."""
+    try:
+        if not parse_entry_metadata(data).HasField("num_messages_in_batch"):
+            return -1
+    except ProtocolError:
+        return -1
+    return entry_info(data).num_messages - 1
