@@ -59,7 +59,9 @@ async def broker(tmp_path: Path, clock: ManualClock) -> AsyncIterator[BrokerServ
     """A BrokerService without its listener: connections are made by the test."""
     config = BrokerConfig(data_dir=tmp_path, sync_policy="none", keepalive_interval_s=30)
     metadata = MetadataStore(tmp_path / "metadata.db")
-    storage = Storage(storage_config(config), clock)
+    # Storage keeps its own timers (write cache age, cursor persistence) on a clock of its own, so
+    # the broker's clock has only the connection's sleepers on it.
+    storage = Storage(storage_config(config), ManualClock())
     await metadata.start()
     await storage.start()
     service = BrokerService(config, storage, metadata, clock)
