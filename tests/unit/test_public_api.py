@@ -52,9 +52,13 @@ PUBLIC_API: dict[str, list[str]] = {
         "BacklogQuota", "DEFAULT_CLUSTER", "DEFAULT_NAMESPACE", "DEFAULT_TENANT", "MetadataStore", "Policies",
         "partitions_max", "resolve_policies",
     ],
-    "velamq.broker": ["BrokerConfig", "BrokerService"],
+    "velamq.broker": [
+        "BrokerAdmin", "BrokerConfig", "BrokerMetrics", "BrokerRequestError", "BrokerService", "CompactionStatus",
+        "ConsumerStats", "CursorStats", "InternalStats", "LastMessageId", "LedgerStats", "PublisherStats",
+        "SubscriptionMetrics", "SubscriptionStats", "TopicMetrics", "TopicStats",
+    ],
     "velamq.admin": ["AdminServer", "BrokerBackend"],
-    "velamq.testing": ["BrokerProcess", "free_port", "run_broker"],
+    "velamq.testing": ["BrokerProcess", "BrokerThread", "free_port", "run_broker", "run_broker_in_thread"],
     "velamq.cli": [],  # no importable API: its entry point is the `velamq` command
 }
 
