@@ -37,8 +37,7 @@ from velamq.broker._context import BrokerContext
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker._producer import ServerProducer
 from velamq.broker._producer_commands import ProducerCommands
-from velamq.protocol import FrameDecoder, encode_command, pb
-from velamq.protocol._frames import Frame
+from velamq.protocol import Frame, FrameDecoder, encode_command, pb
 from velamq.storage import PublishBuffer
 
 log = logging.getLogger(__name__)

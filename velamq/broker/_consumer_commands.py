@@ -25,8 +25,7 @@ from velamq.broker._key_shared import HashRangeOverlapError
 from velamq.broker._positions import mark_delete_for_message_id
 from velamq.broker._subscription import Subscription
 from velamq.broker._topic import Topic
-from velamq.protocol import pb, signed64, unsigned64
-from velamq.protocol._frames import Frame
+from velamq.protocol import Frame, pb, signed64, unsigned64
 from velamq.storage import Position
 
 T = pb.BaseCommand

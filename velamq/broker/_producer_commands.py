@@ -23,8 +23,7 @@ from velamq.broker._context import ProducerBroker
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker._producer import ServerProducer
 from velamq.broker._topic import Topic
-from velamq.protocol import parse_entry_metadata, pb, unsigned64
-from velamq.protocol._frames import Frame
+from velamq.protocol import Frame, parse_entry_metadata, pb, unsigned64
 from velamq.storage import Position
 
 log = logging.getLogger(__name__)
