@@ -121,6 +121,9 @@ def test_two_processes_share_the_work_and_merge_their_figures(broker: BrokerProc
     assert produced["processes"] == 2
     assert [p["sent"] for p in produced["per_process"]] == [2000, 2000]
     assert produced["produced"]["messages"] == 4000
+    # The run's rate is all messages over the run's time (elapsed_s is rounded to the millisecond).
+    elapsed = produced["elapsed_s"]
+    assert produced["produced"]["msg_per_s"] == pytest.approx(4000 / elapsed, abs=4000 * 0.0005 / elapsed**2 + 0.1)
     # One histogram holding both processes' samples, not an average of two sets of percentiles.
     assert_latency_ordered(produced["publish_latency_ms"], 4000)
     assert stored_count(client, topic) == 4000

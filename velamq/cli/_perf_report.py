@@ -12,8 +12,9 @@ Times are seconds since the common start (every worker measures from the same mo
 so interval k covers the same span of time in every process. The Aggregator prints interval k once
 every worker still running has reported it (or a later one), merging the counts and adding the
 histograms; a rate is the sum of each worker's count over its own interval length. The summary
-merges the final reports the same way. With --json each interval and the summary are one JSON
-object per line on stdout; otherwise human lines.
+merges the final reports the same way, its rates over the whole run's time (the slowest worker's).
+With --json each interval and the summary are one JSON object per line on stdout; otherwise human
+lines.
 """
 
 from __future__ import annotations
@@ -184,10 +185,11 @@ class Aggregator:
 
     def summary(self) -> dict[str, Any]:
         finals = [f for f in self._finals.values() if not f.get("missing")]
-        for f in finals:
-            f.setdefault("start_s", 0.0)
-            f["end_s"] = f["elapsed_s"]
         elapsed = max((f["elapsed_s"] for f in finals), default=0.0)
+        for f in finals:
+            # The run's rate is everything over the whole run's time: a process that finished its
+            # share early does not count as faster.
+            f["start_s"], f["end_s"] = 0.0, elapsed
         out: dict[str, Any] = {
             "type": "summary", "command": self.shape.command, "elapsed_s": round(elapsed, 3),
             "processes": self.shape.processes, "topics": self.shape.topics,
