@@ -113,6 +113,17 @@ def test_end_to_end_receives_everything_with_ordered_latencies(broker: BrokerPro
     assert_latency_ordered(summary["end_to_end_latency_ms"], 3000)
 
 
+def test_end_to_end_across_two_processes(broker: BrokerProcess, topic: str) -> None:
+    # One producer (process 0) and two Shared consumers (one per process): messages sent by one
+    # process are received by both, and the coordinator ends the run once all arrived.
+    _, summary = perf(broker, "end-to-end", "-n", "1", "-nc", "2", "-st", "Shared", "--processes", "2", "-r", "0",
+                      "-m", "3000", "-s", "64", "-i", "1", topic)
+    assert summary["produced"]["messages"] == summary["consumed"]["messages"] == 3000
+    assert [p["sent"] for p in summary["per_process"]] == [3000, 0]
+    assert sum(p["received"] for p in summary["per_process"]) == 3000
+    assert_latency_ordered(summary["end_to_end_latency_ms"], 3000)
+
+
 def test_two_processes_share_the_work_and_merge_their_figures(broker: BrokerProcess, client: Any,
                                                               topic: str) -> None:
     client.subscribe(topic, "shared-sub", consumer_type=pulsar.ConsumerType.Shared,

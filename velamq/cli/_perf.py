@@ -89,8 +89,17 @@ def consumer_options(args: argparse.Namespace) -> dict[str, Any]:
             "receiver_queue_size": args.receiver_queue_size, "ack_grouping_time_ms": args.acks_delay_millis}
 
 
-def _share(total: int, workers: int, index: int) -> int:
-    return total // workers + (1 if index < total % workers else 0)
+def shares(total: int, weights: list[int]) -> list[int]:
+    """`total` split in proportion to `weights`, in whole units that add up to `total`."""
+    weight = sum(weights)
+    if not weight:
+        return [0] * len(weights)
+    out = [total * w // weight for w in weights]
+    # The remainder goes one by one to the largest fractional parts (ties: the first process).
+    order = sorted(range(len(weights)), key=lambda i: (-(total * weights[i] % weight), i))
+    for i in order[:total - sum(out)]:
+        out[i] += 1
+    return out
 
 
 def build_plans(args: argparse.Namespace) -> tuple[list[WorkerPlan], StopRule, RunShape]:
@@ -107,6 +116,11 @@ def build_plans(args: argparse.Namespace) -> tuple[list[WorkerPlan], StopRule, R
     payloads = Payloads(size=args.size, choices=payload_choices(args)) if producing else Payloads()
     produce_rate = args.rate if producing else 0.0
     consume_rate = args.rate if command == "consume" else 0.0
+    # Each process gets the producers and consumers dealt to it round robin, and the rate and
+    # message count in proportion to them (a process without producers sends nothing).
+    producers_of = [len(producer_topics[i::n]) for i in range(n)]
+    consumers_of = [len(consumer_pairs[i::n]) for i in range(n)]
+    messages_of = shares(args.num_messages, producers_of) if producing else [0] * n
     plans = []
     for i in range(n):
         mine = producer_topics[i::n]
@@ -114,11 +128,11 @@ def build_plans(args: argparse.Namespace) -> tuple[list[WorkerPlan], StopRule, R
             index=i, command=command, service_url=args.service_url, client_options=client_options(args),
             producer_topics=tuple(mine),
             producer_options=producer_options(args, len(mine)) if producing else {},
-            payloads=payloads, rate=produce_rate / n,
-            messages=_share(args.num_messages, n, i) if producing else 0,
+            payloads=payloads, rate=produce_rate * producers_of[i] / max(1, len(producer_topics)),
+            messages=messages_of[i],
             subscriptions=tuple(consumer_pairs[i::n]),
             consumer_options=consumer_options(args) if consuming else {},
-            consume_rate=consume_rate / n,
+            consume_rate=consume_rate * consumers_of[i] / max(1, len(consumer_pairs)),
             consume_messages=args.num_messages if command == "consume" and n == 1 else 0,
             duration_s=args.test_duration, interval_s=args.interval, stamped=command == "end-to-end",
             drain_timeout_s=getattr(args, "drain_timeout", 0.0),

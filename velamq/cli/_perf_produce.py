@@ -129,6 +129,10 @@ class ProduceSide:
     def stop(self) -> None:
         self._stop.set()
 
+    def abandon(self) -> None:
+        """Stop waiting for the receipts still missing (the broker is gone or stuck)."""
+        self._drained.set()
+
     async def close(self) -> None:
         await asyncio.gather(*(p.close() for p in self._producers), return_exceptions=True)
 

@@ -139,6 +139,7 @@ class Aggregator:
         self._printed = 0
         self.ready: set[int] = set()
         self.errors: list[str] = []
+        self._failed: set[int] = set()  # workers that reported an error
 
     @property
     def finished(self) -> bool:
@@ -149,6 +150,7 @@ class Aggregator:
         if kind == "ready":
             self.ready.add(worker)
         elif kind == "error":
+            self._failed.add(worker)
             self.errors.append(f"process {worker}: {report['message']}" if self.shape.processes > 1
                                else str(report["message"]))
         elif kind == "interval":
@@ -161,7 +163,8 @@ class Aggregator:
     def worker_gone(self, worker: int, why: str) -> None:
         """A worker process that ended without its final report."""
         if worker not in self._finals:
-            self.errors.append(f"process {worker}: {why}")
+            if worker not in self._failed:  # else its own error already says why
+                self.errors.append(f"process {worker}: {why}")
             self._finals[worker] = {"kind": "final", "worker": worker, "missing": True}
             self._print_ready_intervals()
 

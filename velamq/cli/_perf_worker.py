@@ -29,6 +29,8 @@ from velamq.client import AsyncClient
 
 # How often a worker looks at its stop conditions and publishes its progress.
 watch_interval_s: Final = 0.02
+# Once a run is stopped (Ctrl-C, the coordinator), how long to wait for the receipts of what was sent.
+receipt_wait_after_stop_s: Final = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +165,13 @@ async def run_worker(plan: WorkerPlan, link: Link) -> None:
         producing = asyncio.get_running_loop().create_task(produce.run(deadline))
         await _until_finished(plan, link, produce, consume, producing, deadline)
         produce.stop()
-        await producing
+        try:
+            await asyncio.wait_for(asyncio.shield(producing), receipt_wait_after_stop_s)
+        except TimeoutError:
+            link.send({"kind": "error", "worker": plan.index, "message": f"{produce.pending} messages still had "
+                       f"no receipt {receipt_wait_after_stop_s:.0f} s after the run was stopped"})
+            produce.abandon()
+            await producing
         await consume.stop()
         # A produce run ends with its last receipt, not when the watcher next looks.
         end = produce.finished_at if plan.command == "produce" and produce.finished_at else time.monotonic()

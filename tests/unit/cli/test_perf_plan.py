@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from velamq.cli._main import build_parser
-from velamq.cli._perf import build_plans
+from velamq.cli._perf import build_plans, shares
 from velamq.cli._perf_report import Aggregator, RunShape
 from velamq.cli._perf_stats import LatencyHistogram, PerfError
 
@@ -135,3 +135,19 @@ def test_the_summary_merges_every_process_and_says_what_each_did() -> None:
     assert summary["publish_latency_ms"]["p50"] == pytest.approx(4.0, rel=1e-3)
     assert summary["publish_latency_ms"]["mean"] == pytest.approx(3.25, rel=1e-3)
     assert [p["sent"] for p in summary["per_process"]] == [1000, 3000]
+
+
+def test_shares_follow_the_producers_each_process_has() -> None:
+    assert shares(10, [1, 1, 1]) == [4, 3, 3]
+    assert shares(10, [2, 1]) == [7, 3]
+    assert shares(5, [0, 1]) == [0, 5]
+    assert shares(0, [1, 1]) == [0, 0]
+    # end-to-end: one producer, two consumers, two processes: the process without a producer
+    # gets no rate and no messages, so nothing of -r or -m is lost.
+    args = parse("end-to-end", "-n", "1", "-nc", "2", "-st", "Shared", "-r", "1000", "-m", "90",
+                 "--processes", "2", "t")
+    plans, _, _ = build_plans(args)
+    assert [len(p.producer_topics) for p in plans] == [1, 0]
+    assert [p.rate for p in plans] == [1000, 0]
+    assert [p.messages for p in plans] == [90, 0]
+    assert [len(p.subscriptions) for p in plans] == [1, 1]
