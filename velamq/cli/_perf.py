@@ -1,0 +1,215 @@
+"""`velamq perf`: a load tool for velamq or any Pulsar broker, after pulsar-perf (OP-4, OT-1).
+
+    velamq perf produce -u pulsar://localhost:6650 -r 10000 -s 1024 -time 60 my-topic
+    velamq perf consume -u pulsar://localhost:6650 -st Shared -n 2 my-topic
+    velamq perf end-to-end -r 5000 -time 30 --processes 2 -n 2 -nc 2 -st Shared my-topic
+
+It speaks only the Pulsar protocol, through velamq's public client API. A live line per interval
+gives msg/s, MB/s, pending sends and the interval's latency percentiles (p50, p95, p99, p99.9, max
+in ms); the summary gives the same over the whole run; `--json` prints both as JSON lines.
+Latency: produce measures publish -> receipt; end-to-end measures send -> receive (a stamp in the
+payload); consume measures publish time -> receive. Percentiles come from HdrHistogram, merged
+exactly across `--processes`. The flags are in _perf_args.py, the workers in _perf_worker.py.
+
+This module turns the flags into one WorkerPlan per process (each with its share of producers,
+consumers, rate and messages), creates partitioned topics for `-np`, and runs the plans.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import urllib.error
+import urllib.request
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from velamq._topic_name import TopicName
+from velamq.cli._perf_args import (
+    check_counts,
+    default_batch_max_bytes,
+    default_batch_max_messages,
+    default_batch_window_ms,
+    default_max_outstanding,
+    default_max_outstanding_across_partitions,
+    default_tuned_delay_ms,
+    payload_choices,
+    subscription_names,
+    topic_names,
+)
+from velamq.cli._perf_produce import Payloads
+from velamq.cli._perf_report import Aggregator, RunShape
+from velamq.cli._perf_runner import run_in_process, run_in_processes
+from velamq.cli._perf_stats import PerfError
+from velamq.cli._perf_worker import StopRule, WorkerPlan
+from velamq.cli._tune import human_bytes
+
+admin_timeout_s = 30.0
+
+
+def client_options(args: argparse.Namespace) -> dict[str, Any]:
+    """AsyncClient keyword options from the connection flags (the security issue adds auth and TLS)."""
+    options: dict[str, Any] = {}
+    if args.memory_limit is not None:
+        options["memory_limit_bytes"] = args.memory_limit
+    return options
+
+
+def producer_options(args: argparse.Namespace, producers_per_worker: int) -> dict[str, Any]:
+    """create_producer keyword options; with --tuned, the template's inputs instead (see ProduceSide)."""
+    explicit = {
+        "batching_max_messages": args.batch_max_messages,
+        "batching_max_bytes": args.batch_max_bytes,
+        "max_pending_messages": args.max_outstanding,
+        "max_pending_messages_across_partitions": args.max_outstanding_across_partitions,
+    }
+    common = {"block_if_queue_full": True, "compression_type": args.compression,
+              "send_timeout_ms": int(args.send_timeout * 1000)}
+    if args.tuned:
+        if args.disable_batching:
+            raise PerfError("--tuned sizes batches: it cannot go with -db/--disable-batching")
+        window = args.batch_time_window if args.batch_time_window is not None else default_tuned_delay_ms
+        budget = args.memory_limit or 64 * 1024 * 1024
+        return {"tuned": {"message_bytes": args.size, "memory_limit_bytes": budget // max(1, producers_per_worker),
+                          "max_delay_ms": max(1, round(window))},
+                **common, **{k: v for k, v in explicit.items() if v is not None}}
+    window = args.batch_time_window if args.batch_time_window is not None else default_batch_window_ms
+    defaults = {"batching_max_messages": default_batch_max_messages, "batching_max_bytes": default_batch_max_bytes,
+                "max_pending_messages": default_max_outstanding,
+                "max_pending_messages_across_partitions": default_max_outstanding_across_partitions}
+    options = {k: (v if v is not None else defaults[k]) for k, v in explicit.items()}
+    return {**options, **common, "batching_enabled": not args.disable_batching,
+            "batching_max_publish_delay_ms": max(1, round(window))}
+
+
+def consumer_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {"subscription_type": args.subscription_type, "initial_position": args.subscription_position,
+            "receiver_queue_size": args.receiver_queue_size, "ack_grouping_time_ms": args.acks_delay_millis}
+
+
+def shares(total: int, weights: list[int]) -> list[int]:
+    """`total` split in proportion to `weights`, in whole units that add up to `total`."""
+    weight = sum(weights)
+    if not weight:
+        return [0] * len(weights)
+    out = [total * w // weight for w in weights]
+    # The remainder goes one by one to the largest fractional parts (ties: the first process).
+    order = sorted(range(len(weights)), key=lambda i: (-(total * weights[i] % weight), i))
+    for i in order[:total - sum(out)]:
+        out[i] += 1
+    return out
+
+
+def build_plans(args: argparse.Namespace) -> tuple[list[WorkerPlan], StopRule, RunShape]:
+    command = args.perf_command
+    topics = topic_names(args)
+    producing = command in ("produce", "end-to-end")
+    consuming = command in ("consume", "end-to-end")
+    producer_topics = [t for t in topics for _ in range(args.num_producers)] if producing else []
+    subscriptions = subscription_names(args) if consuming else []
+    consumer_pairs = ([(t, s) for t in topics for s in subscriptions for _ in range(args.num_consumers)]
+                      if consuming else [])
+    check_counts(args, len(producer_topics), len(consumer_pairs))
+    n = args.processes
+    payloads = Payloads(size=args.size, choices=payload_choices(args)) if producing else Payloads()
+    produce_rate = args.rate if producing else 0.0
+    consume_rate = args.rate if command == "consume" else 0.0
+    # Each process gets the producers and consumers dealt to it round robin, and the rate and
+    # message count in proportion to them (a process without producers sends nothing).
+    producers_of = [len(producer_topics[i::n]) for i in range(n)]
+    consumers_of = [len(consumer_pairs[i::n]) for i in range(n)]
+    messages_of = shares(args.num_messages, producers_of) if producing else [0] * n
+    plans = []
+    for i in range(n):
+        mine = producer_topics[i::n]
+        plans.append(WorkerPlan(
+            index=i, command=command, service_url=args.service_url, client_options=client_options(args),
+            producer_topics=tuple(mine),
+            producer_options=producer_options(args, len(mine)) if producing else {},
+            payloads=payloads, rate=produce_rate * producers_of[i] / max(1, len(producer_topics)),
+            messages=messages_of[i],
+            subscriptions=tuple(consumer_pairs[i::n]),
+            consumer_options=consumer_options(args) if consuming else {},
+            consume_rate=consume_rate * consumers_of[i] / max(1, len(consumer_pairs)),
+            consume_messages=args.num_messages if command == "consume" and n == 1 else 0,
+            duration_s=args.test_duration, interval_s=args.interval, stamped=command == "end-to-end",
+            drain_timeout_s=getattr(args, "drain_timeout", 0.0),
+        ))
+    rule = StopRule(command, consume_messages=args.num_messages if command == "consume" else 0,
+                    subscriptions_per_topic=len(subscriptions) or 1)
+    shape = RunShape(command, len(topics), len(producer_topics), len(consumer_pairs), n, args.interval)
+    return plans, rule, shape
+
+
+def admin_url_for(args: argparse.Namespace) -> str:
+    if args.admin_url:
+        return str(args.admin_url).rstrip("/")
+    host = urlsplit(args.service_url).hostname or "localhost"
+    return f"http://{host}:8080"
+
+
+def create_partitioned_topics(args: argparse.Namespace, topics: list[str]) -> None:
+    """pulsar-perf's -np: create each topic with N partitions; an existing one must have N."""
+    base = admin_url_for(args)
+    for topic in topics:
+        name = TopicName.parse(topic)
+        path = (f"{base}/admin/v2/{name.domain}/{quote(name.tenant)}/{quote(name.namespace_part)}/"
+                f"{quote(name.local_name)}/partitions")
+        request = urllib.request.Request(path, data=str(args.partitions).encode(), method="PUT",
+                                         headers={"Content-Type": "application/json"})
+        try:
+            urllib.request.urlopen(request, timeout=admin_timeout_s).close()
+            continue
+        except urllib.error.HTTPError as exc:
+            if exc.code != 409:
+                raise PerfError(f"cannot create {topic} with {args.partitions} partitions: HTTP {exc.code} "
+                                f"{exc.read().decode(errors='replace')}") from None
+        except OSError as exc:
+            raise PerfError(f"cannot reach the admin API at {base} (set -au/--admin-url): {exc}") from None
+        with urllib.request.urlopen(path, timeout=admin_timeout_s) as response:
+            existing = json.loads(response.read()).get("partitions", 0)
+        if existing != args.partitions:
+            raise PerfError(f"{topic} exists with {existing} partitions, not {args.partitions}")
+
+
+def _header(plans: list[WorkerPlan], shape: RunShape, args: argparse.Namespace) -> str:
+    parts = [f"velamq perf {shape.command} against {args.service_url}: {shape.topics} topic(s)"]
+    if shape.producers:
+        options = plans[0].producer_options
+        rate = f"{args.rate:,.0f} msg/s" if args.rate else "max rate"
+        size = f"{len(plans[0].payloads.choices)} payloads from {args.payload_file}" if args.payload_file \
+            else f"{args.size}-byte payloads"
+        if "tuned" in options:
+            batching = "tuned batching (velamq tune's template)"
+        elif options["batching_enabled"]:
+            batching = (f"batches of up to {options['batching_max_messages']} msg / "
+                        f"{human_bytes(options['batching_max_bytes'])} / "
+                        f"{options['batching_max_publish_delay_ms']} ms")
+        else:
+            batching = "no batching"
+        parts.append(f"{shape.producers} producer(s), {rate}, {size}, {batching}, compression {args.compression}")
+    if shape.consumers:
+        parts.append(f"{shape.consumers} consumer(s), {args.subscription_type}")
+    parts.append(f"{shape.processes} process(es)")
+    return ", ".join(parts)
+
+
+def run_perf(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        plans, rule, shape = build_plans(args)
+        if getattr(args, "partitions", None):
+            create_partitioned_topics(args, topic_names(args))
+    except PerfError as exc:
+        print(f"velamq perf: {exc}", file=sys.stderr)
+        return 2
+    print(_header(plans, shape, args), file=sys.stderr, flush=True)
+    aggregator = Aggregator(shape, sys.stdout, args.json)
+    if len(plans) == 1:
+        run_in_process(plans[0], rule, aggregator)
+    else:
+        run_in_processes(plans, rule, aggregator)
+    summary = aggregator.print_summary()
+    return 1 if summary.get("errors") else 0
