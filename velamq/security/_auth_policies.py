@@ -19,7 +19,7 @@ role names; PreconditionFailedError (412) for revoking what is not granted, as P
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from velamq._errors import PreconditionFailedError
@@ -28,6 +28,7 @@ from velamq.security._authorization import AuthAction
 from velamq.security._errors import InvalidGrantError
 
 AuthPolicies = dict[str, Any]
+# The sections of auth_policies, in the order `normalize` unpacks them.
 _SECTIONS = ("namespace_auth", "destination_auth", "subscription_auth_roles")
 
 
@@ -38,9 +39,7 @@ def normalize(value: Any) -> AuthPolicies:
         return {section: {} for section in _SECTIONS}
     if not isinstance(value, Mapping):
         raise InvalidGrantError("auth_policies must be a JSON object")
-    ns_auth = value.get("namespace_auth") or {}
-    topic_auth = value.get("destination_auth") or {}
-    sub_auth = value.get("subscription_auth_roles") or {}
+    ns_auth, topic_auth, sub_auth = ({} if value.get(k) is None else value[k] for k in _SECTIONS)
     if not isinstance(ns_auth, Mapping) or not isinstance(topic_auth, Mapping) or not isinstance(sub_auth, Mapping):
         raise InvalidGrantError("namespace_auth, destination_auth and subscription_auth_roles must be JSON objects")
     destination: dict[str, Any] = {}
@@ -88,10 +87,10 @@ def _subscription(name: Any) -> str:
 # ---------------------------------------------------------------------------- namespace grants
 
 
-def grant_namespace(current: Any, role: str, actions: Iterable[str]) -> AuthPolicies:
+def grant_namespace(current: Any, role: str, actions: Any) -> AuthPolicies:
     """POST /admin/v2/namespaces/{t}/{ns}/permissions/{role}: the role's actions become `actions`."""
     policies = normalize(current)
-    policies["namespace_auth"][_role(role)] = parse_actions(list(actions))
+    policies["namespace_auth"][_role(role)] = parse_actions(actions)
     return policies
 
 
@@ -110,11 +109,11 @@ def namespace_permissions(current: Any) -> dict[str, list[str]]:
 # ---------------------------------------------------------------------------- topic grants
 
 
-def grant_topic(current: Any, topic: str, role: str, actions: Iterable[str]) -> AuthPolicies:
+def grant_topic(current: Any, topic: str, role: str, actions: Any) -> AuthPolicies:
     """POST /admin/v2/persistent/{t}/{ns}/{topic}/permissions/{role}."""
     policies = normalize(current)
     name = str(TopicName.parse(topic))
-    policies["destination_auth"].setdefault(name, {})[_role(role)] = parse_actions(list(actions))
+    policies["destination_auth"].setdefault(name, {})[_role(role)] = parse_actions(actions)
     return policies
 
 
@@ -154,11 +153,11 @@ def topic_permissions(current: Any, topic: str) -> dict[str, list[str]]:
 # ---------------------------------------------------------------------------- subscription grants
 
 
-def grant_subscription(current: Any, subscription: str, roles: Iterable[str]) -> AuthPolicies:
+def grant_subscription(current: Any, subscription: str, roles: Any) -> AuthPolicies:
     """POST .../namespaces/{t}/{ns}/permissions/subscription/{sub} with a JSON list of roles:
     only those roles may use the subscription from now on (the list replaces the previous one)."""
     policies = normalize(current)
-    policies["subscription_auth_roles"][_subscription(subscription)] = parse_roles(list(roles))
+    policies["subscription_auth_roles"][_subscription(subscription)] = parse_roles(roles)
     return policies
 
 

@@ -30,9 +30,7 @@ def test_apr1_and_des_crypt_good_and_bad_passwords() -> None:
 
 
 def test_hashes_made_by_libpass_verify() -> None:
-    passwords = HtpasswdFile.parse(
-        f"a:{apr_md5_crypt.hash('pw-one')}\nb:{des_crypt.hash('pw-two')}\n"
-    )
+    passwords = HtpasswdFile.parse(f"a:{apr_md5_crypt.hash('pw-one')}\nb:{des_crypt.hash('pw-two')}\n")
     assert passwords.verify("a", "pw-one") == "a"
     assert passwords.verify("b", "pw-two") == "b"
 
@@ -56,7 +54,10 @@ def test_blank_lines_and_comments_are_skipped() -> None:
         ("just-a-name", "line 2 is not 'user:hash'"),
         ("a:b:c", "line 2 is not 'user:hash'"),
         (":$apr1$x$y", "line 2 is not 'user:hash'"),
-        ("carol:$2y$05$abcdefghijklmnopqrstuuOv3Ecfq7dS0VB5OPAK8zjZ1A3gw2KTa", "line 2 .*carol.*hash Pulsar does not accept"),
+        (
+            "carol:$2y$05$abcdefghijklmnopqrstuuOv3Ecfq7dS0VB5OPAK8zjZ1A3gw2KTa",
+            "line 2 .*carol.*hash Pulsar does not accept",
+        ),
         ("dave:{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g=", "hash Pulsar does not accept"),
         ("erin:$apr1$only-three-parts", "hash Pulsar does not accept"),
     ],
