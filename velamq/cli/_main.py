@@ -40,6 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     from velamq.cli._tune import add_tune_parser
 
     add_tune_parser(commands)
+
+    from velamq.cli._tokens import add_tokens_parser
+
+    add_tokens_parser(commands)
     return parser
 
 
@@ -69,5 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from velamq.cli._tune import run_tune
 
         return run_tune(args)
+    if args.command == "tokens":
+        from velamq.cli._tokens import run_tokens
+
+        return run_tokens(args)
     print(f"unknown command {args.command}", file=sys.stderr)
     return 2
