@@ -30,7 +30,7 @@ from velamq.security._authentication import (
 from velamq.security._errors import SecurityConfigError
 from velamq.security._htpasswd import CONFIG_KEY as BASIC_AUTH_CONF
 from velamq.security._htpasswd import HtpasswdFile, basic_auth_conf_location
-from velamq.security._tls import TlsServerSettings
+from velamq.security._tls import TlsServerSettings, parse_flag, parse_list
 from velamq.security._tokens import TokenValidator
 
 authentication_refresh_check_s_default: Final = 60
@@ -104,14 +104,14 @@ class SecuritySettings:
         except ValueError:
             raise SecurityConfigError("authenticationRefreshCheckSeconds", f"not an integer: {refresh!r}") from None
         return cls(
-            authentication_enabled=_flag(props, "authenticationEnabled"),
-            authentication_providers=_list(props.get("authenticationProviders", "")),
+            authentication_enabled=parse_flag(props, "authenticationEnabled"),
+            authentication_providers=parse_list(props.get("authenticationProviders", "")),
             anonymous_user_role=props.get("anonymousUserRole", "").strip() or None,
             authentication_refresh_check_s=refresh_s,
-            authenticate_metrics_endpoint=_flag(props, "authenticateMetricsEndpoint"),
-            authorization_enabled=_flag(props, "authorizationEnabled"),
-            super_user_roles=frozenset(_list(props.get("superUserRoles", ""))),
-            authorization_allow_wildcards_matching=_flag(props, "authorizationAllowWildcardsMatching"),
+            authenticate_metrics_endpoint=parse_flag(props, "authenticateMetricsEndpoint"),
+            authorization_enabled=parse_flag(props, "authorizationEnabled"),
+            super_user_roles=frozenset(parse_list(props.get("superUserRoles", ""))),
+            authorization_allow_wildcards_matching=parse_flag(props, "authorizationAllowWildcardsMatching"),
             broker_port_tls=broker_tls,
             web_port_tls=web_tls,
             tls=tls,
@@ -157,16 +157,6 @@ def build_authentication_service(
             )
     return AuthenticationService(providers, settings.anonymous_user_role)
 
-
-def _flag(props: Mapping[str, str], key: str) -> bool:
-    value = props.get(key, "").strip().lower()
-    if value not in ("true", "false", ""):
-        raise SecurityConfigError(key, f"expected true or false, got {value!r}")
-    return value == "true"
-
-
-def _list(value: str) -> tuple[str, ...]:
-    return tuple(v.strip() for v in value.split(",") if v.strip())
 
 
 def _port(props: Mapping[str, str], key: str) -> int | None:

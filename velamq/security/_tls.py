@@ -84,10 +84,10 @@ class TlsServerSettings:
             cert_file=cert,
             key_file=key,
             trust_certs_file=path("tlsTrustCertsFilePath"),
-            require_trusted_client_cert=_flag(props, "tlsRequireTrustedClientCertOnConnect"),
-            allow_insecure_connection=_flag(props, "tlsAllowInsecureConnection"),
-            protocols=_list(props.get("tlsProtocols", "")),
-            ciphers=_list(props.get("tlsCiphers", "")),
+            require_trusted_client_cert=parse_flag(props, "tlsRequireTrustedClientCertOnConnect"),
+            allow_insecure_connection=parse_flag(props, "tlsAllowInsecureConnection"),
+            protocols=parse_list(props.get("tlsProtocols", "")),
+            ciphers=parse_list(props.get("tlsCiphers", "")),
             cert_refresh_check_s=refresh_s,
         )
 
@@ -95,14 +95,16 @@ class TlsServerSettings:
         return tuple(p for p in (self.cert_file, self.key_file, self.trust_certs_file) if p is not None)
 
 
-def _flag(props: Mapping[str, str], key: str) -> bool:
-    value = props.get(key, "false").strip().lower()
+def parse_flag(props: Mapping[str, str], key: str) -> bool:
+    """A Pulsar boolean setting: "true" or "false" (absent or empty: false)."""
+    value = props.get(key, "").strip().lower()
     if value not in ("true", "false", ""):
         raise SecurityConfigError(key, f"expected true or false, got {value!r}")
     return value == "true"
 
 
-def _list(value: str) -> tuple[str, ...]:
+def parse_list(value: str) -> tuple[str, ...]:
+    """A Pulsar list setting: comma-separated, blanks dropped."""
     return tuple(v.strip() for v in value.split(",") if v.strip())
 
 
