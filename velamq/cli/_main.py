@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     from velamq.cli._perf_args import add_perf_parser
 
     add_perf_parser(commands)
+    from velamq.cli._tokens import add_tokens_parser
+
+    add_tokens_parser(commands)
     return parser
 
 
@@ -77,5 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from velamq.cli._perf import run_perf
 
         return run_perf(args)
+    if args.command == "tokens":
+        from velamq.cli._tokens import run_tokens
+
+        return run_tokens(args)
     print(f"unknown command {args.command}", file=sys.stderr)
     return 2
