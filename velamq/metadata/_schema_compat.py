@@ -143,10 +143,15 @@ def find_version(live: Sequence[StoredSchema], schema: SchemaData) -> int | None
     return None
 
 
+@functools.lru_cache(maxsize=parsed_cache_entries_max)
+def _canonical_text(data: bytes) -> str:
+    return json.dumps(canonical(_parsed(data)), sort_keys=True)
+
+
 def _comparable(schema: SchemaData) -> Any:
     if schema.type.avro_based:
         try:
-            return ("avro", canonical(_parsed(schema.data)))
+            return ("avro", _canonical_text(schema.data))
         except InvalidSchemaDataError:
             pass  # a legacy JSON schema: compared by its bytes
     if schema.type is SchemaType.KEY_VALUE:
