@@ -11,10 +11,25 @@
 
 Errors: NotFoundError, AlreadyExistsError, PreconditionFailedError, MetadataError (velamq._errors),
 and InvalidTopicNameError for names that do not parse.
+
+Schemas (docs/schemas.md): `SchemaRegistry` keeps every topic's versions in the same SQLite file and
+decides, with Pulsar's compatibility strategies, which version a producer or consumer schema gets
+(IncompatibleSchemaError, InvalidSchemaDataError).
 """
 
 from velamq.metadata._policies import BacklogQuota, Policies, resolve_policies
 from velamq.metadata._schema import DEFAULT_CLUSTER, DEFAULT_NAMESPACE, DEFAULT_TENANT
+from velamq.metadata._schema_info import (
+    IncompatibleSchemaError,
+    InvalidSchemaDataError,
+    SchemaData,
+    SchemaType,
+    StoredSchema,
+    Strategy,
+    effective_strategy,
+    schema_id,
+)
+from velamq.metadata._schema_registry import SchemaRegistry
 from velamq.metadata._store import MetadataStore, partitions_max
 
 __all__ = [
@@ -22,8 +37,17 @@ __all__ = [
     "DEFAULT_NAMESPACE",
     "DEFAULT_TENANT",
     "BacklogQuota",
+    "IncompatibleSchemaError",
+    "InvalidSchemaDataError",
     "MetadataStore",
     "Policies",
+    "SchemaData",
+    "SchemaRegistry",
+    "SchemaType",
+    "StoredSchema",
+    "Strategy",
+    "effective_strategy",
     "partitions_max",
     "resolve_policies",
+    "schema_id",
 ]
