@@ -49,8 +49,20 @@ PUBLIC_API: dict[str, list[str]] = {
         "PublishBuffer", "RangeSet", "Storage", "StorageConfig",
     ],
     "velamq.metadata": [
-        "BacklogQuota", "DEFAULT_CLUSTER", "DEFAULT_NAMESPACE", "DEFAULT_TENANT", "MetadataStore", "Policies",
-        "partitions_max", "resolve_policies",
+        "BacklogQuota", "DEFAULT_CLUSTER", "DEFAULT_NAMESPACE", "DEFAULT_TENANT", "IncompatibleSchemaError",
+        "InvalidSchemaDataError", "MetadataStore", "Policies", "SchemaData", "SchemaRegistry", "SchemaType",
+        "StoredSchema", "Strategy", "effective_strategy", "partitions_max", "resolve_policies", "schema_id",
+    ],
+    "velamq.security": [
+        "AuthAction", "AuthResult", "AuthenticationError", "AuthenticationProvider", "AuthenticationProviderBasic",
+        "AuthenticationProviderTls", "AuthenticationProviderToken", "AuthenticationService", "AuthorizationError",
+        "AuthorizationModel", "BASIC_PROVIDER", "HTTP_METHOD_HEADER", "HtpasswdFile", "InvalidGrantError",
+        "KeyPairDer", "NamespaceAuth", "NamespaceOperation", "REFRESH_CHALLENGE", "ReloadingServerContext",
+        "SECURITY_KEYS", "SecurityConfigError", "SecurityError", "SecuritySettings", "TLS_PROVIDER",
+        "TOKEN_PROVIDER", "TlsServerSettings", "TokenIdentity", "TokenValidator", "TopicOperation",
+        "basic_auth_conf_location", "build_authentication_service", "build_server_context", "certificate_role",
+        "create_key_pair", "create_secret_key", "create_token", "decode_private_key", "decode_public_key",
+        "decode_secret_key", "read_key_bytes",
     ],
     "velamq.broker": [
         "BrokerAdmin", "BrokerConfig", "BrokerMetrics", "BrokerRequestError", "BrokerService", "CompactionStatus",
