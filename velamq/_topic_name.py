@@ -5,7 +5,8 @@
     persistent://tenant/ns/x            -> itself
     non-persistent://tenant/ns/x        -> itself
     persistent://prop/cluster/ns/x      -> V1 name (cluster kept in the namespace part)
-    <topic>-partition-<n>               -> partition n of the partitioned topic <topic>
+    <topic>-partition-<n>               -> partition n of the partitioned topic <topic>, if <topic>
+                                           is one (partition_role); otherwise an ordinary topic
 
 Topics patterns (regex subscriptions, the Spark source's topicsPattern) name their namespace the
 same way: `x.*` lives in public/default, `tenant/ns/x.*` in tenant/ns (TopicPattern).
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from enum import Enum
 
 from velamq._errors import InvalidTopicNameError
 
@@ -97,6 +99,27 @@ class TopicName:
 
     def __str__(self) -> str:
         return f"{self.domain}://{self.tenant}/{self.namespace_part}/{self.local_name}"
+
+
+class PartitionRole(Enum):
+    """What a topic name is, given the partitioned topics that exist (Pulsar's rule)."""
+
+    ORDINARY = "ordinary"  # no -partition-N suffix, or its parent is not a partitioned topic
+    PARTITION = "partition"  # partition N of a partitioned topic with more than N partitions
+    OUT_OF_RANGE = "out of range"  # -partition-N of a partitioned topic with N partitions or fewer
+
+
+def partition_role(name: TopicName, parent_partitions: int) -> PartitionRole:
+    """The one rule for `<topic>-partition-<n>` names, shared by the broker and the storage
+    checker. `parent_partitions` is the partition count of `name.partitioned_parent` (0 if that is
+    not a partitioned topic). As in Pulsar, such a name without a partitioned parent is an ordinary
+    topic (a producer may create `bar-partition-3` when there is no partitioned `bar`); under a
+    partitioned parent it is a partition if its index is in range, and refused otherwise."""
+    if name.partition_index < 0 or parent_partitions <= 0:
+        return PartitionRole.ORDINARY
+    if name.partition_index < parent_partitions:
+        return PartitionRole.PARTITION
+    return PartitionRole.OUT_OF_RANGE
 
 
 @dataclass(frozen=True, slots=True)

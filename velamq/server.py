@@ -9,16 +9,36 @@
 Start order is storage and metadata, then the broker, then the admin server; close goes the
 other way, so that nothing is served by a part whose dependencies are gone. The broker never
 imports the admin tier: this module is the only place that knows both.
+
+It also splits the one memory budget (`memoryBudgetBytes`, ME-1): the network's share (unsent
+outbound bytes and partial inbound frames, velamq.broker's NetworkBudget) comes off the top and
+storage splits the rest among its buffers and caches. And it tells the broker whether storage
+accepts appends (StorageHealth, for the disk guard), and keeps asyncio's own error reports (e.g.
+an accept storm on the admin port) to one line per kind per minute.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from typing import Any
+
 from velamq import _limits
 from velamq._clock import Clock, system_clock
+from velamq._log_limit import RateLimitedLog
 from velamq.admin import AdminServer
 from velamq.broker import BrokerAdmin, BrokerConfig, BrokerService
+from velamq.broker._net_budget import NetworkBudget
 from velamq.metadata import MetadataStore
 from velamq.storage import Storage, StorageConfig
+
+log = logging.getLogger("velamq.server")
+
+
+def network_budget_bytes(memory_bytes: int) -> int:
+    """The network's share of the memory budget; storage gets the rest."""
+    num, den = _limits.network_budget_share
+    return memory_bytes * num // den
 
 
 def storage_config(config: BrokerConfig) -> StorageConfig:
@@ -26,7 +46,7 @@ def storage_config(config: BrokerConfig) -> StorageConfig:
         data_dir=config.data_dir,
         sync_policy=config.sync_policy,  # type: ignore[arg-type]
         sync_interval_ms=config.sync_interval_ms,
-        memory_bytes=config.memory_bytes,
+        memory_bytes=config.memory_bytes - network_budget_bytes(config.memory_bytes),
         ledger_entries_max=config.ledger_entries_max,
         ledger_bytes_max=config.ledger_megabytes_max * _limits.MIB,
     )
@@ -50,7 +70,15 @@ class VelamqServer:
         self.clock = clock
         self.storage = Storage(storage_config(config), clock)
         self.metadata = MetadataStore(config.data_dir / "metadata.db")
-        self.broker = BrokerService(config, self.storage, self.metadata, clock)
+        self.broker = BrokerService(
+            config,
+            self.storage,
+            self.metadata,
+            clock,
+            network=NetworkBudget.share_of(config.memory_bytes, clock),
+            storage_health=StorageWriteHealth(self.storage),
+        )
+        self._asyncio_log = RateLimitedLog(logging.getLogger("asyncio"), clock)
         limits = {} if admin_connections_max is None else {"max_connections": admin_connections_max}
         self.admin = AdminServer(
             BrokerAdmin(self.broker),
@@ -78,6 +106,7 @@ class VelamqServer:
         return self.admin.port
 
     async def start(self) -> None:
+        asyncio.get_running_loop().set_exception_handler(self._asyncio_error)
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         await self.metadata.start()
         await self.storage.start()
@@ -91,3 +120,27 @@ class VelamqServer:
         await self.broker.close()
         await self.storage.close()
         await self.metadata.close()
+
+    def _asyncio_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """asyncio's own reports (a failed callback, "socket.accept() out of system resource" on a
+        listener we do not own): the same report, once per kind per minute."""
+        message = str(context.get("message", "asyncio error"))
+        exc = context.get("exception")
+        self._asyncio_log.error(f"{message}:{type(exc).__name__}", "%s: %r", message, exc)
+
+
+class StorageWriteHealth:
+    """Whether storage accepts appends, for the broker's disk guard (velamq.broker's StorageHealth).
+
+    Transitional: once storage provides `Storage.writable` itself (False while a write failure is
+    being retried, True again once one succeeds; docs/operations.md), the storage is passed as is
+    and this goes. Until then it reads the first engine's "journal broken" figure, the one write
+    failure that engine cannot leave without a restart.
+    """
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+
+    @property
+    def writable(self) -> bool:
+        return not self._storage.metrics().get("velamq_storage_journal_broken", 0)

@@ -24,6 +24,7 @@ samples add namespace and topic, subscription samples add subscription, as Pulsa
     pulsar_subscription_delayed, _msg_rate_out, _msg_throughput_out, _msg_rate_redeliver,
     _msg_rate_expired, _total_msg_expired                     gauge   when the snapshot carries them
     <every key of BrokerMetrics.storage>{cluster}             counter if it ends in _total, else gauge
+    <every key of BrokerMetrics.limits>{cluster}              the same (docs/operations.md)
 """
 
 from __future__ import annotations
@@ -195,13 +196,14 @@ def render(metrics: BrokerMetrics, cluster: str = "standalone") -> str:
     families += topic_families + sub_families
 
     taken = {f.name for f in families}
-    for key in sorted(metrics.storage):
-        name = sanitize_metric_name(key)
-        if name in taken:
-            continue  # a storage key that collides with one of ours must not make the page invalid
-        taken.add(name)
-        kind = "counter" if name.endswith("_total") else "gauge"
-        families.append(_Family(name, kind, "Storage layer figure", [(base, metrics.storage[key])]))
+    for figures, help_text in ((metrics.storage, "Storage layer figure"), (metrics.limits, "Broker limit figure")):
+        for key in sorted(figures):
+            name = sanitize_metric_name(key)
+            if name in taken:
+                continue  # a key that collides with one of ours must not make the page invalid
+            taken.add(name)
+            kind = "counter" if name.endswith("_total") else "gauge"
+            families.append(_Family(name, kind, help_text, [(base, figures[key])]))
 
     return "".join(_render_family(f) for f in families)
 

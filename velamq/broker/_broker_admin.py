@@ -18,6 +18,7 @@ from velamq.broker._service import BrokerService
 from velamq.broker._stats import BrokerMetrics, InternalStats, LastMessageId, TopicStats
 from velamq.broker._subscription import Subscription
 from velamq.broker._topic import Topic
+from velamq.broker._topic_deletion import delete_topics
 from velamq.broker._topic_stats import internal_stats, topic_stats
 from velamq.metadata import MetadataStore, Policies
 from velamq.storage import ManagedCursor, Position
@@ -79,16 +80,20 @@ class BrokerAdmin:
         await metadata.create_topic(name)
 
     async def delete_topic(self, topic: str, force: bool) -> None:
+        """Crash-safe (_topic_deletion.py): marked first, so it is finished even after a crash."""
         name = str(TopicName.parse(topic))
         loaded = self._broker.loaded_topic(name)
         exists = await self.metadata.topic_exists(name)
         if loaded is None and not exists and not self._broker.storage.has_ledger(name):
             raise NotFoundError(f"topic {topic} does not exist")
+        self._check_not_in_use(name, force)
+        await delete_topics(self._broker, [name])
+        self._broker.disk_guard.check_soon()  # space may be free again
+
+    def _check_not_in_use(self, name: str, force: bool) -> None:
+        loaded = self._broker.loaded_topic(name)
         if loaded is not None and loaded.in_use and not force:
-            raise PreconditionFailedError(f"topic {topic} has active producers or consumers")
-        await self._broker.delete(name)
-        if exists:
-            await self.metadata.delete_topic(name)
+            raise PreconditionFailedError(f"topic {name} has active producers or consumers")
 
     async def create_partitioned_topic(self, topic: str, partitions: int) -> None:
         name = TopicName.parse(topic)
@@ -99,15 +104,17 @@ class BrokerAdmin:
         await self.metadata.create_partitioned_topic(str(name), partitions)
 
     async def delete_partitioned_topic(self, topic: str, force: bool) -> None:
+        """All partitions and the partitioned topic are marked in one transaction: after a crash
+        the whole partitioned topic is there or gone, never some of its partitions."""
         name = TopicName.parse(topic)
         partitions = await self.metadata.get_partitions(str(name))
         if partitions <= 0:
             raise NotFoundError(f"partitioned topic {topic} does not exist")
-        for i in range(partitions):
-            partition = str(name.partition(i))
-            if self._broker.loaded_topic(partition) is not None or await self.metadata.topic_exists(partition):
-                await self.delete_topic(partition, force)
-        await self.metadata.delete_partitioned_topic(str(name))
+        names = [str(name.partition(i)) for i in range(partitions)]
+        for partition in names:
+            self._check_not_in_use(partition, force)
+        await delete_topics(self._broker, names, partitioned=str(name))
+        self._broker.disk_guard.check_soon()
 
     async def unload_topic(self, topic: str) -> None:
         """Close the topic (clients reconnect and it loads again): persists cursors, frees memory."""

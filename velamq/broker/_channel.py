@@ -25,6 +25,12 @@ class Channel(Protocol):
         ...
 
     @property
+    def writable(self) -> bool:
+        """False while the connection's unsent bytes are above its high-water mark (or the broker's
+        outbound bound is reached): dispatch sends it nothing until it is writable again."""
+        ...
+
+    @property
     def remote_address(self) -> str: ...
 
     @property
@@ -51,3 +57,32 @@ def success_reply(request_id: int) -> pb.BaseCommand:
     reply = pb.BaseCommand(type=pb.BaseCommand.SUCCESS)
     reply.success.request_id = request_id
     return reply
+
+
+class ClosedChannel:
+    """What a command handler holds once its connection is gone: closed, and writes go nowhere.
+    Handlers switch to it when their connection closes, so that they no longer reference the
+    connection (which could then only be freed by the garbage collector, with its buffers)."""
+
+    closed = True
+    writable = False
+    remote_address = "closed"
+    protocol_version = 0
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def send_command(self, command: pb.BaseCommand) -> None:
+        pass
+
+    def forget_producer(self, producer: ServerProducer) -> None:
+        pass
+
+    def forget_consumer(self, consumer: ServerConsumer) -> None:
+        pass
+
+    def pause_reading_until_room(self, buffer: PublishBuffer) -> None:
+        pass
+
+
+CLOSED_CHANNEL = ClosedChannel()

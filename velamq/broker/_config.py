@@ -10,6 +10,10 @@ settings over:
     dataDir=./data
     journalSyncPolicy=fsync            # fsync | none
     managedLedgerMaxEntriesPerLedger=50000
+    brokerMaxConnections=0             # 0: derived from the file descriptor limit (docs/operations.md)
+    diskUsageThreshold=0.95            # read-only above it (BookKeeper's names)
+
+docs/operations.md lists every limit and threshold and what the broker does at each.
 """
 
 from __future__ import annotations
@@ -39,6 +43,16 @@ _KEYS = {
     "policyCheckIntervalSeconds": "policy_check_interval_s",
     "defaultRetentionTimeInMinutes": "default_retention_time_minutes",
     "defaultRetentionSizeInMB": "default_retention_size_mb",
+    # Limits (docs/operations.md). Pulsar's and BookKeeper's names where they have one.
+    "brokerMaxConnections": "max_connections",
+    "brokerMaxConnectionsPerIp": "max_connections_per_ip",
+    "connectionHandshakeTimeoutSeconds": "handshake_timeout_s",
+    "diskUsageWarnThreshold": "disk_usage_warn_threshold",
+    "diskUsageThreshold": "disk_usage_threshold",
+    "diskUsageLwmThreshold": "disk_usage_lwm_threshold",
+    "diskCheckInterval": "disk_check_interval_ms",
+    "writeBufferHighWaterMarkBytes": "write_buffer_high_bytes",
+    "writeBufferLowWaterMarkBytes": "write_buffer_low_bytes",
 }
 
 
@@ -70,6 +84,36 @@ class BrokerConfig:
     default_retention_size_mb: int = 0
     # How often TTL, backlog quota, retention, ack-hole redelivery and rates are checked.
     policy_check_interval_s: float = 5.0
+    # Client connections on the binary port: 0 derives the cap from the file descriptor limit,
+    # leaving room for storage and the admin port (_limits.connections_max_for); a connection over
+    # a cap is closed at once and counted. Per IP: 0 is no cap (Pulsar's default).
+    max_connections: int = 0
+    max_connections_per_ip: int = 0
+    # A connection that has not sent CONNECT within this many seconds is closed.
+    handshake_timeout_s: float = _limits.handshake_timeout_s
+    # Disk usage of the data directory's filesystem (BookKeeper's anchors): a warning above warn,
+    # producers refused above the threshold, writable again below the low-water mark. Checked
+    # every disk_check_interval_ms (and sooner when appends could have used the headroom).
+    disk_usage_warn_threshold: float = 0.90
+    disk_usage_threshold: float = 0.95
+    disk_usage_lwm_threshold: float = 0.90
+    disk_check_interval_ms: int = 10_000
+    # Dispatch to a connection stops while its unsent bytes are above the high-water mark and
+    # resumes below the low one (Netty's WriteBufferWaterMark).
+    write_buffer_high_bytes: int = _limits.write_buffer_high_bytes
+    write_buffer_low_bytes: int = _limits.write_buffer_low_bytes
+
+    def __post_init__(self) -> None:
+        if not 0 < self.disk_usage_lwm_threshold <= self.disk_usage_threshold <= 1:
+            raise ValueError("disk usage thresholds: expected 0 < diskUsageLwmThreshold <= diskUsageThreshold <= 1")
+        if not 0 < self.disk_usage_warn_threshold <= 1:
+            raise ValueError("diskUsageWarnThreshold must be in (0, 1]")
+        if self.max_connections < 0 or self.max_connections_per_ip < 0:
+            raise ValueError("brokerMaxConnections and brokerMaxConnectionsPerIp must not be negative")
+        if not 0 <= self.write_buffer_low_bytes <= self.write_buffer_high_bytes:
+            raise ValueError("expected 0 <= writeBufferLowWaterMarkBytes <= writeBufferHighWaterMarkBytes")
+        if self.handshake_timeout_s <= 0 or self.disk_check_interval_ms <= 0:
+            raise ValueError("connectionHandshakeTimeoutSeconds and diskCheckInterval must be positive")
 
     @property
     def frame_bytes_max(self) -> int:

@@ -5,17 +5,25 @@ Lifecycle (state table):
     state            command                      next state    action
     AWAIT_CONNECT    CONNECT                      CONNECTED     reply CONNECTED (version, max size)
     AWAIT_CONNECT    anything else                CLOSED        close: the client must connect first
+    AWAIT_CONNECT    a frame over 64 KiB          CLOSED        close (only CONNECT may come first)
+    AWAIT_CONNECT    handshake timeout (clock)    CLOSED        close
     CONNECTED        a handled command            CONNECTED     handle it
+    CONNECTED        a string field not UTF-8     CONNECTED     refuse the request (ERROR), or close
+                                                                if it has no request id
     CONNECTED        bad frame / unknown command  CLOSED        log, close this connection only (OP-6)
-    any              socket lost                  CLOSED        detach producers and consumers
+    any              socket lost                  CLOSED        detach producers and consumers, give
+                                                                back buffers, drop every reference
 
 Producer commands live in _producer_commands.py, consumer commands in _consumer_commands.py; this
 module keeps discovery (PARTITIONED_METADATA, LOOKUP, GET_TOPICS_OF_NAMESPACE, GET_SCHEMA) and
 turns a handler's refusal (BrokerRequestError) into the reply the client expects.
 
-Writes are coalesced: every frame produced during one loop iteration goes out in one write.
-Requests that need the metadata store or storage run as tasks; SEND is handled inline so
-appends keep the order in which frames arrived.
+Writes, water marks and read pauses are _transport_flow.py's (TransportFlow): every frame produced
+during one loop iteration goes out in one write, dispatch stops while the connection is not
+writable, and reading stops while the publish buffer is full or partial frames are over their
+bound. Requests that need the metadata store or storage run as tasks; SEND is handled inline so
+appends keep the order in which frames arrived. Log lines that can repeat per connection go
+through the broker's RateLimitedLog.
 """
 
 from __future__ import annotations
@@ -37,6 +45,8 @@ from velamq.broker._context import BrokerContext
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker._producer import ServerProducer
 from velamq.broker._producer_commands import ProducerCommands
+from velamq.broker._text_fields import non_utf8_field
+from velamq.broker._transport_flow import TransportFlow
 from velamq.protocol import Frame, FrameDecoder, encode_command, pb
 from velamq.storage import PublishBuffer
 
@@ -57,22 +67,25 @@ class ServerConnection(asyncio.Protocol):
     and consumers the client opened on it (through ProducerCommands and ConsumerCommands) and
     detaches them when the socket goes; one bad frame closes this connection and nothing else."""
 
-    def __init__(self, broker: BrokerContext) -> None:
+    def __init__(self, broker: BrokerContext, release: Callable[[], None] | None = None) -> None:
+        """`release` gives the connection's place under the listener's caps back when it closes."""
         self._broker = broker
+        self._release = release
         self.state = State.AWAIT_CONNECT
         self.protocol_version = 0
         self.remote_address = "?"
         self._transport: asyncio.Transport | None = None
-        self._decoder = FrameDecoder(broker.config.frame_bytes_max)
-        self._out: list[bytes] = []
-        self._flush_scheduled = False
+        # Until CONNECT only a small frame is accepted (a client must not park 5 MB unannounced).
+        self._decoder = FrameDecoder(min(broker.config.frame_bytes_max, _limits.handshake_frame_bytes_max))
+        config = broker.config
+        self._flow = TransportFlow(broker.network, config.write_buffer_high_bytes, config.write_buffer_low_bytes)
+        self._flow.on_writable = self._writable_again
         self._producers = ProducerCommands(self, broker)
         self._consumers = ConsumerCommands(self, broker)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._paused_by: PublishBuffer | None = None
         self._received_since_ping = True
         self._ping_outstanding = False
-        self._keepalive: asyncio.Task[None] | None = None
+        self._timer: asyncio.Task[None] | None = None
         self._handlers: dict[int, Callable[[Frame], None]] = {
             T.PING: self._on_ping,
             T.PONG: lambda f: None,
@@ -100,6 +113,7 @@ class ServerConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        self._flow.attach(transport)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -107,47 +121,73 @@ class ServerConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.remote_address = f"{peer[0]}:{peer[1]}" if peer else "?"
         self._broker.connection_opened(self)
-        self._keepalive = asyncio.get_running_loop().create_task(self._keepalive_loop())
+        self._timer = asyncio.get_running_loop().create_task(self._handshake_deadline())
 
     def data_received(self, data: bytes) -> None:
         self._received_since_ping = True
         try:
             frames = self._decoder.feed(data)
         except ProtocolError as exc:
-            log.warning("closing connection %s: %s", self.remote_address, exc)
-            self.close()
+            self._close_for("bad-frame", exc)
             return
+        self._flow.partial_frame(self._decoder.buffered_bytes)
         for frame in frames:
             if self.state is State.CLOSED:
                 return
             try:
                 self._handle(frame)
             except ProtocolError as exc:
-                log.warning("closing connection %s: %s", self.remote_address, exc)
-                self.close()
+                self._close_for("bad-frame", exc)
             except Exception:
-                log.exception("closing connection %s after an internal error", self.remote_address)
+                self._broker.log_limit.error(
+                    "internal-error", "closing connection %s after an internal error", self.remote_address,
+                    exc_info=True,
+                )
                 self.close()
 
+    def _close_for(self, key: str, exc: Exception) -> None:
+        self._broker.log_limit.warning(key, "closing connection %s: %s", self.remote_address, exc)
+        self.close()
+
     def connection_lost(self, exc: Exception | None) -> None:
+        """Detach everything and drop every reference this connection holds, so that it and its
+        buffers are freed at once (by reference counting, not by a later garbage collection)."""
         self.state = State.CLOSED
-        if self._paused_by is not None:
-            self._paused_by.cancel(self._resume_reading)
-        if self._keepalive is not None:
-            self._keepalive.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self._producers.detach_all()
         self._consumers.detach_all()
         for task in list(self._tasks):
             task.cancel()
+        self._tasks.clear()
+        self._flow.close()
+        self._decoder = FrameDecoder(0)  # the old one's buffer (a partial frame) goes now
+        self._handlers.clear()  # bound methods of self: a reference cycle
+        self._transport = None
         self._broker.connection_closed(self)
+        if self._release is not None:
+            self._release()
+            self._release = None
 
     def close(self) -> None:
         if self.state is State.CLOSED:
             return
         self.state = State.CLOSED
-        self._flush()
+        self._flow.flush()
         if self._transport is not None:
             self._transport.close()
+
+    # ---- flow control (asyncio.Protocol), see TransportFlow --------------------------------------
+
+    def pause_writing(self) -> None:
+        self._flow.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._flow.resume_writing()
+
+    def _writable_again(self) -> None:
+        self._consumers.wake_all()
 
     # ---- Channel: what handlers, producers and consumers use -------------------------------------
 
@@ -155,13 +195,12 @@ class ServerConnection(asyncio.Protocol):
     def closed(self) -> bool:
         return self.state is State.CLOSED
 
+    @property
+    def writable(self) -> bool:
+        return self._flow.writable
+
     def write(self, data: bytes) -> None:
-        if self.state is State.CLOSED and self._transport is None:
-            return
-        self._out.append(data)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+        self._flow.write(data)
 
     def send_command(self, command: pb.BaseCommand) -> None:
         self.write(encode_command(command))
@@ -173,23 +212,20 @@ class ServerConnection(asyncio.Protocol):
         self._consumers.forget(consumer)
 
     def pause_reading_until_room(self, buffer: PublishBuffer) -> None:
-        if self._paused_by is None and self._transport is not None:
-            self._paused_by = buffer
-            self._transport.pause_reading()
-            buffer.on_room(self._resume_reading)
+        self._flow.pause_until_room(buffer)
 
-    def _resume_reading(self) -> None:
-        self._paused_by = None
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.resume_reading()
+    # ---- handshake deadline and keep-alive ---------------------------------------------------------
 
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        if self._out and self._transport is not None and not self._transport.is_closing():
-            self._transport.write(b"".join(self._out))
-        self._out.clear()
-
-    # ---- keep-alive --------------------------------------------------------------------------
+    async def _handshake_deadline(self) -> None:
+        """Close a connection that has not sent CONNECT in time; CONNECT replaces this timer with
+        the keep-alive loop."""
+        await self._broker.clock.sleep(self._broker.config.handshake_timeout_s)
+        if self.state is State.AWAIT_CONNECT:
+            self._broker.log_limit.info(
+                "handshake-timeout", "closing connection %s: no CONNECT within %.0f s",
+                self.remote_address, self._broker.config.handshake_timeout_s,
+            )
+            self.close()
 
     async def _keepalive_loop(self) -> None:
         interval = self._broker.config.keepalive_interval_s
@@ -205,7 +241,9 @@ class ServerConnection(asyncio.Protocol):
             self._received_since_ping = False
             self._ping_outstanding = False
         elif self._ping_outstanding:
-            log.info("closing connection %s: no answer to keep-alive", self.remote_address)
+            self._broker.log_limit.info(
+                "keepalive", "closing connection %s: no answer to keep-alive", self.remote_address
+            )
             self.close()
             return
         if self.state is State.CONNECTED and self.protocol_version >= 1:
@@ -225,6 +263,16 @@ class ServerConnection(asyncio.Protocol):
         if handler is None:
             name = T.Type.Name(command.type) if command.type in T.Type.values() else str(command.type)
             raise ProtocolError(f"unsupported command {name}")
+        bad = non_utf8_field(command)
+        if bad is not None:
+            # Refused before the handler runs: nothing is registered, stored or logged per event.
+            message = f"{bad} is not valid UTF-8"
+            request_id = _request_id(command)
+            if request_id is None:
+                raise ProtocolError(message)
+            code = pb.InvalidTopicName if bad.rsplit(".", 1)[-1] == "topic" else pb.NotAllowedError
+            self._reply_error(command, request_id, code, message)
+            return
         handler(frame)
 
     def _spawn(self, handler: Callable[[Frame], Coroutine[Any, Any, None]]) -> Callable[[Frame], None]:
@@ -246,7 +294,8 @@ class ServerConnection(asyncio.Protocol):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.exception("request %s failed", T.Type.Name(frame.command.type))
+            name = T.Type.Name(frame.command.type)
+            self._broker.log_limit.error(f"request-failed-{name}", "request %s failed", name, exc_info=True)
             self._reply_error(frame.command, request_id, pb.UnknownError, f"internal error: {exc}")
 
     def _reply_error(self, command: pb.BaseCommand, request_id: int | None, code: int, message: str) -> None:
@@ -266,8 +315,15 @@ class ServerConnection(asyncio.Protocol):
     # ---- handshake and discovery -------------------------------------------------------------
 
     def _on_connect(self, connect: pb.CommandConnect) -> None:
+        bad = non_utf8_field(connect)
+        if bad is not None:
+            raise ProtocolError(f"connect.{bad} is not valid UTF-8")
         self.protocol_version = min(connect.protocol_version, _limits.protocol_version_max)
         self.state = State.CONNECTED
+        self._decoder.frame_bytes_max = self._broker.config.frame_bytes_max
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().create_task(self._keepalive_loop())
         reply = pb.BaseCommand(type=T.CONNECTED)
         reply.connected.server_version = self._broker.server_version
         reply.connected.protocol_version = self.protocol_version

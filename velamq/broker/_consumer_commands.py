@@ -16,7 +16,7 @@ the others run as tasks (they wait for storage or metadata).
 from __future__ import annotations
 
 from velamq._topic_name import TopicName
-from velamq.broker._channel import Channel, success_reply
+from velamq.broker._channel import CLOSED_CHANNEL, Channel, success_reply
 from velamq.broker._consumer import ServerConsumer
 from velamq.broker._consumer_selector import SubType
 from velamq.broker._context import TopicRegistry
@@ -174,10 +174,17 @@ class ConsumerCommands:
             del self._consumers[consumer.consumer_id]
 
     def detach_all(self) -> None:
-        """The connection is gone: its consumers leave their subscriptions."""
+        """The connection is gone: its consumers leave their subscriptions, and this object lets go
+        of the connection."""
         for consumer in list(self._consumers.values()):
             self._detach(consumer)
         self._consumers.clear()
+        self._channel = CLOSED_CHANNEL
+
+    def wake_all(self) -> None:
+        """The connection is writable again: dispatch to its consumers may go on."""
+        for consumer in self._consumers.values():
+            consumer.subscription.wake()
 
     # ---- positions and figures -------------------------------------------------------------------
 

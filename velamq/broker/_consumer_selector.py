@@ -98,9 +98,12 @@ class ConsumerSelector:
         return True
 
     def permits_available(self) -> int:
+        """Permits of the consumers that may receive now: a consumer whose connection is not
+        writable (a slow reader, its write buffer above the high-water mark) counts as none."""
         if self.sub_type in (SubType.EXCLUSIVE, SubType.FAILOVER):
-            return max(self.active.permits, 0) if self.active is not None else 0
-        return sum(max(c.permits, 0) for c in self.consumers)
+            active = self.active
+            return max(active.permits, 0) if active is not None and active.channel.writable else 0
+        return sum(max(c.permits, 0) for c in self.consumers if c.channel.writable)
 
     def select(self, sticky_key: bytes, position: Position) -> ServerConsumer | None:
         """The consumer for an entry, or None if it must wait (no one may take it now)."""
@@ -117,7 +120,7 @@ class ConsumerSelector:
         for _ in range(n):
             consumer = self.consumers[self._round_robin % n]
             self._round_robin += 1
-            if consumer.permits > 0:
+            if consumer.permits > 0 and consumer.channel.writable:
                 return consumer
         return None
 

@@ -10,8 +10,11 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 from velamq._clock import Clock
+from velamq._log_limit import RateLimitedLog
 from velamq._topic_name import TopicName
 from velamq.broker._config import BrokerConfig
+from velamq.broker._disk_guard import DiskGuard
+from velamq.broker._net_budget import NetworkBudget
 from velamq.broker._schemas import SchemaRegistry
 from velamq.metadata import Policies
 from velamq.storage import PublishBuffer
@@ -24,6 +27,11 @@ if TYPE_CHECKING:
 class TopicRegistry(Protocol):
     @property
     def clock(self) -> Clock: ...
+
+    @property
+    def log_limit(self) -> RateLimitedLog:
+        """Where log lines that can repeat per client go (one line per kind per minute)."""
+        ...
 
     async def get_topic(self, name: TopicName, create: bool) -> Topic:
         """The loaded topic, loading it first; BrokerRequestError(TopicNotFound) if it does not
@@ -48,6 +56,12 @@ class ProducerBroker(TopicRegistry, Protocol):
     @property
     def schemas(self) -> SchemaRegistry: ...
 
+    @property
+    def disk_guard(self) -> DiskGuard:
+        """Whether producers may write now (read_only), told of failed appends (write_failed) and
+        of appended bytes (note_appended)."""
+        ...
+
     def new_producer_name(self) -> str: ...
 
 
@@ -56,6 +70,11 @@ class BrokerContext(ProducerBroker, Protocol):
 
     @property
     def config(self) -> BrokerConfig: ...
+
+    @property
+    def network(self) -> NetworkBudget:
+        """The network's share of the memory budget (outbound bytes, partial frames)."""
+        ...
 
     @property
     def server_version(self) -> str: ...

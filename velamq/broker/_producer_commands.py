@@ -1,13 +1,23 @@
 """Producer commands of one connection: PRODUCER, SEND, CLOSE_PRODUCER, and the receipts.
 
-    PRODUCER        load the topic, apply its policies, admit the producer (access mode, backlog
-                    quota, max producers); WaitForExclusive answers "queued" first and waits
-    SEND            checks (checksum, size policy, metadata decodes), Topic.publish, then a
-                    SEND_RECEIPT when the entry is durable (SEND_ERROR if the append failed)
+    PRODUCER        load the topic, apply its policies, admit the producer (read-only broker,
+                    access mode, backlog quota, max producers); WaitForExclusive answers "queued"
+                    first and waits; the producer is registered only with its success reply
+    SEND            checks (checksum, size policy, metadata decodes, its strings are UTF-8),
+                    Topic.publish, then a SEND_RECEIPT when the entry is durable
     CLOSE_PRODUCER  detach and answer SUCCESS
 
 SEND is handled inline, not as a task, so appends keep the order in which frames arrived and a
 producer's receipts follow its sends.
+
+When the broker is read-only (disk usage over diskUsageThreshold, or a storage write failed, see
+_disk_guard.py) producers are closed by the broker and PRODUCER is refused with
+ProducerBlockedQuotaExceededException: the official client then fails its pending sends at once and
+retries the producer with back-off. A SEND that arrives meanwhile, or for a producer the broker has
+just closed, is dropped without a reply: the client still holds it and either sends it again on
+its new producer or fails its callback. A failed append turns the broker read-only (the same
+path) instead of answering SEND_ERROR, which the official client answers by reconnecting and
+sending the same messages again, forever.
 """
 
 from __future__ import annotations
@@ -16,12 +26,13 @@ import asyncio
 import logging
 from functools import partial
 
-from velamq._errors import ProtocolError
+from velamq._errors import ProtocolError, StorageError
 from velamq._topic_name import TopicName
-from velamq.broker._channel import Channel, success_reply
+from velamq.broker._channel import CLOSED_CHANNEL, Channel, success_reply
 from velamq.broker._context import ProducerBroker
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker._producer import ServerProducer
+from velamq.broker._text_fields import non_utf8_field
 from velamq.broker._topic import Topic
 from velamq.protocol import Frame, parse_entry_metadata, pb, unsigned64
 from velamq.storage import Position
@@ -29,6 +40,9 @@ from velamq.storage import Position
 log = logging.getLogger(__name__)
 
 T = pb.BaseCommand
+
+# Producer ids the broker closed, remembered per connection so their late SENDs are dropped.
+closed_ids_max = 10_000
 
 
 class ProducerCommands:
@@ -38,6 +52,7 @@ class ProducerCommands:
         self._channel = channel
         self._broker = broker
         self._producers: dict[int, ServerProducer] = {}
+        self._closed_by_broker: dict[int, None] = {}  # insertion-ordered set
 
     async def on_producer(self, frame: Frame) -> None:
         request = frame.command.producer
@@ -46,9 +61,10 @@ class ProducerCommands:
         if existing is not None:
             if existing.topic.full_name != str(name):
                 raise BrokerRequestError(pb.ProducerBusy, f"producer id {request.producer_id} is in use")
-            self._producer_success(request, existing)
+            self._channel.send_command(self._success_reply(request, existing))
             return
         broker = self._broker
+        _check_writable(broker)
         topic = await broker.get_topic(name, create=True)
         producer_name = request.producer_name or broker.new_producer_name()
         producer = ServerProducer(
@@ -61,6 +77,7 @@ class ProducerCommands:
             connected_since_ms=broker.clock.now_ms(),
         )
         await topic.apply_policies(await broker.policies_for(name))
+        _check_writable(broker)
         _check_producer_limits(topic, producer_name)
         # No await between admission and registration: admission decisions stay valid.
         await topic.admit_producer(
@@ -68,6 +85,11 @@ class ProducerCommands:
             request.topic_epoch if request.HasField("topic_epoch") else None,
             lambda: self._producer_queued(request, producer_name),
         )
+        if request.HasField("schema"):
+            broker.schemas.remember(topic.full_name, request.schema)
+        # The reply is built before the producer is registered anywhere, and sent right after: a
+        # producer exists only together with its success reply.
+        reply = self._success_reply(request, producer)
         error = "connection closed" if self._channel.closed else topic.add_producer(producer)
         if error is not None:
             if topic.exclusive_producer == producer_name and producer_name not in topic.producers:
@@ -76,9 +98,8 @@ class ProducerCommands:
                 return
             raise BrokerRequestError(pb.ProducerBusy, error)
         self._producers[request.producer_id] = producer
-        if request.HasField("schema"):
-            broker.schemas.remember(topic.full_name, request.schema)
-        self._producer_success(request, producer)
+        self._closed_by_broker.pop(request.producer_id, None)
+        self._channel.send_command(reply)
 
     def _producer_queued(self, request: pb.CommandProducer, producer_name: str) -> None:
         """WaitForExclusive: tell the client it is queued (it then waits without a timeout)."""
@@ -88,7 +109,7 @@ class ProducerCommands:
         reply.producer_success.producer_ready = False
         self._channel.send_command(reply)
 
-    def _producer_success(self, request: pb.CommandProducer, producer: ServerProducer) -> None:
+    def _success_reply(self, request: pb.CommandProducer, producer: ServerProducer) -> pb.BaseCommand:
         reply = pb.BaseCommand(type=T.PRODUCER_SUCCESS)
         r = reply.producer_success
         r.request_id = request.request_id
@@ -100,13 +121,18 @@ class ProducerCommands:
         if producer.access_mode != pb.Shared:
             r.topic_epoch = producer.topic.topic_epoch
         r.producer_ready = True
-        self._channel.send_command(reply)
+        return reply
 
     def on_send(self, frame: Frame) -> None:
         send = frame.command.send
         producer = self._producers.get(send.producer_id)
         if producer is None:
+            if send.producer_id in self._closed_by_broker:
+                return  # sent before the client saw CLOSE_PRODUCER: it sends it again, or fails it
             raise ProtocolError(f"SEND for unknown producer id {send.producer_id}")
+        if self._broker.disk_guard.read_only:
+            producer.close_by_broker()  # the client fails or re-sends what it has pending
+            return
         if frame.entry is None:
             raise ProtocolError("SEND without a payload")
         if not frame.checksum_valid:
@@ -116,6 +142,9 @@ class ProducerCommands:
         # Stored entries must be readable by every consumer: a send whose metadata does not
         # decode is refused here (ProtocolError closes this connection only).
         metadata = parse_entry_metadata(entry)
+        bad = non_utf8_field(metadata)
+        if bad is not None:
+            raise ProtocolError(f"SEND metadata: {bad} is not valid UTF-8")
         topic = producer.topic
         limit = topic.policies.max_message_bytes
         if limit is not None and not send.is_chunk and len(entry) > limit + 10:
@@ -142,6 +171,7 @@ class ProducerCommands:
         buffer = self._broker.publish_buffer
         if buffer.full:
             self._channel.pause_reading_until_room(buffer)
+        self._broker.disk_guard.note_appended(len(entry))
         highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else None
         future.add_done_callback(partial(self._receipt, producer, send.sequence_id, highest))
 
@@ -159,7 +189,16 @@ class ProducerCommands:
         if self._channel.closed:
             return
         if future.cancelled() or future.exception() is not None:
-            log.error("append failed on %s: %s", producer.topic.full_name, future.exception())
+            error = future.exception() if not future.cancelled() else None
+            if producer.topic.closed or future.cancelled():
+                return  # unloaded or deleted: the producer was closed, the client sends it again
+            if isinstance(error, StorageError):
+                # Read-only until storage writes again: every producer is closed, none re-admitted.
+                self._broker.disk_guard.write_failed(error)
+                if self._producers.get(producer.producer_id) is producer:
+                    producer.close_by_broker()
+                return
+            self._broker.log_limit.error("append-failed", "append failed on %s: %s", producer.topic.full_name, error)
             self._send_error(producer.producer_id, sequence_id, pb.PersistenceError, "could not store the message")
             return
         position = future.result()
@@ -181,14 +220,29 @@ class ProducerCommands:
         self._channel.send_command(success_reply(request.request_id))
 
     def forget(self, producer: ServerProducer) -> None:
+        """The broker closed this producer (or a reconnect elsewhere replaced it)."""
         if self._producers.get(producer.producer_id) is producer:
             del self._producers[producer.producer_id]
+            self._closed_by_broker[producer.producer_id] = None
+            if len(self._closed_by_broker) > closed_ids_max:
+                del self._closed_by_broker[next(iter(self._closed_by_broker))]
 
     def detach_all(self) -> None:
-        """The connection is gone: its producers leave their topics."""
+        """The connection is gone: its producers leave their topics, and this object lets go of the
+        connection (late receipts find a closed channel)."""
         for producer in list(self._producers.values()):
             producer.topic.remove_producer(producer)
         self._producers.clear()
+        self._closed_by_broker.clear()
+        self._channel = CLOSED_CHANNEL
+
+
+def _check_writable(broker: ProducerBroker) -> None:
+    guard = broker.disk_guard
+    if guard.read_only:
+        # The one refusal the official client answers by failing its pending sends (not retrying
+        # them forever): see the module docstring and _disk_guard.py.
+        raise BrokerRequestError(pb.ProducerBlockedQuotaExceededException, f"broker is read-only: {guard.reason}")
 
 
 def _check_producer_limits(topic: Topic, producer_name: str) -> None:

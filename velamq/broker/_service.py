@@ -4,27 +4,38 @@ Built by the composition root (velamq/server.py), which owns storage and metadat
 before the broker and closes them after it) and hands the broker's admin facade (BrokerAdmin) to
 the admin tier. Everything here runs on one event loop; blocking work lives in the storage
 threads and the metadata thread.
+
+The limits of docs/operations.md live next to it: the listener's connection caps (_listener.py),
+the network's share of the memory budget (_net_budget.py), the disk guard that turns the broker
+read-only (_disk_guard.py), and crash-safe topic deletes (_topic_deletion.py), whose interrupted
+ones `start` finishes before it listens.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
-from velamq import __version__
+from velamq import __version__, _limits
 from velamq._clock import Clock, system_clock
-from velamq._topic_name import TopicName
+from velamq._log_limit import RateLimitedLog
+from velamq._topic_name import PartitionRole, TopicName, partition_role
 from velamq.broker._compaction import CompactedView, compacted_store_name
 from velamq.broker._config import BrokerConfig
 from velamq.broker._connection import ServerConnection
+from velamq.broker._disk_guard import DiskGuard, DiskThresholds, StorageHealth
 from velamq.broker._errors import BrokerRequestError
+from velamq.broker._listener import ConnectionLimits, Listener, fd_soft_limit
+from velamq.broker._net_budget import NetworkBudget
 from velamq.broker._policy_tasks import PolicyTasks
 from velamq.broker._schemas import SchemaRegistry
 from velamq.broker._stats import BrokerMetrics
 from velamq.broker._topic import Topic
+from velamq.broker._topic_deletion import finish_interrupted_deletions
 from velamq.broker._topic_stats import topic_metrics
 from velamq.metadata import MetadataStore, Policies, resolve_policies
 from velamq.protocol import pb
@@ -40,12 +51,45 @@ class BrokerService:
     protocols of _context.py, the admin tier through BrokerAdmin."""
 
     def __init__(
-        self, config: BrokerConfig, storage: Storage, metadata: MetadataStore, clock: Clock = system_clock
+        self,
+        config: BrokerConfig,
+        storage: Storage,
+        metadata: MetadataStore,
+        clock: Clock = system_clock,
+        *,
+        network: NetworkBudget | None = None,
+        storage_health: StorageHealth | None = None,
+        disk_guard: DiskGuard | None = None,
     ) -> None:
+        """`network` is the network's share of the memory budget (the composition root carves it
+        out; by default its share of config.memory_bytes); `storage_health` tells whether storage
+        accepts appends (velamq/server.py adapts Storage); `disk_guard` replaces the default one
+        over config.data_dir (tests pass one with a fake filesystem)."""
         self.config = config
         self.storage = storage
         self.metadata = metadata
         self.clock = clock
+        self.log_limit = RateLimitedLog(log, clock)
+        self.network = network or NetworkBudget.share_of(config.memory_bytes, clock)
+        self.disk_guard = disk_guard or DiskGuard(
+            config.data_dir,
+            DiskThresholds(
+                config.disk_usage_warn_threshold,
+                config.disk_usage_threshold,
+                config.disk_usage_lwm_threshold,
+                config.disk_check_interval_ms / 1000,
+            ),
+            clock,
+            storage_health or _AlwaysWritable(),
+            self.close_producers,
+            self.log_limit,
+        )
+        # Topics being deleted (_topic_deletion.py): loads of them are refused until it is done.
+        self.deleting: set[str] = set()
+        self.connection_limits = ConnectionLimits(
+            config.max_connections or _limits.connections_max_for(fd_soft_limit()), config.max_connections_per_ip
+        )
+        self._listener: Listener | None = None
         self.server_version = f"velamq {__version__}"
         self.listeners: set[str] = set()
         self.topics: dict[str, Topic] = {}
@@ -61,7 +105,6 @@ class BrokerService:
         self._connections_opened = 0
         self._producer_counter = itertools.count()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._server: asyncio.Server | None = None
 
     @property
     def service_url(self) -> str:
@@ -76,6 +119,14 @@ class BrokerService:
         return self.storage.publish_buffer
 
     def metrics_snapshot(self) -> BrokerMetrics:
+        limits: dict[str, float] = {
+            **self.network.metrics(),
+            **self.disk_guard.metrics(),
+            "velamq_broker_log_lines_suppressed_total": self.log_limit.suppressed_total,
+            "velamq_broker_topics_deleting": len(self.deleting),
+        }
+        if self._listener is not None:
+            limits |= self._listener.metrics()
         return BrokerMetrics(
             connections_active=len(self._connections),
             connections_opened_total=self._connections_opened,
@@ -83,7 +134,15 @@ class BrokerService:
             storage=self.storage.metrics(),
             taken_at_s=self.clock.monotonic_s(),
             policy_checks_total=self.policy_tasks.checks_total,
+            limits=limits,
         )
+
+    def close_producers(self, reason: str) -> None:
+        """The broker turned read-only: every producer is closed (its client fails or keeps its
+        pending sends, and is refused until the broker is writable again)."""
+        for topic in list(self.topics.values()):
+            for producer in list(topic.producers.values()):
+                producer.close_by_broker()
 
     # ---- topics --------------------------------------------------------------------------------
 
@@ -139,12 +198,19 @@ class BrokerService:
 
     async def _load_topic(self, name: TopicName, create: bool) -> Topic:
         full = str(name)
+        self._check_not_deleting(full)
         await self.check_namespace(name)
         if not await self.metadata.topic_exists(full):
             parent_partitions = 0
             if name.partition_index >= 0:
                 parent_partitions = await self.metadata.get_partitions(str(name.partitioned_parent))
-            if parent_partitions <= 0:
+            role = partition_role(name, parent_partitions)
+            if role is PartitionRole.OUT_OF_RANGE:
+                raise BrokerRequestError(
+                    pb.NotAllowedError,
+                    f"{full} is beyond the {parent_partitions} partitions of {name.partitioned_parent}",
+                )
+            if role is PartitionRole.ORDINARY:
                 if await self.metadata.get_partitions(full) > 0:
                     raise BrokerRequestError(pb.NotAllowedError, f"{full} is a partitioned topic; use its partitions")
                 if not (create and self.config.allow_auto_topic_creation):
@@ -159,8 +225,16 @@ class BrokerService:
             if view is None:  # a compaction that never finished
                 await self.storage.delete_ledger(store_name)
             topic.set_compacted_view(view)
+        if full in self.deleting:  # a delete started while this load was under way
+            await topic.close()
+            self._check_not_deleting(full)
         self.topics[full] = topic
         return topic
+
+    def _check_not_deleting(self, full: str) -> None:
+        if full in self.deleting:
+            # Retryable for clients: once the delete is done they may create the topic anew.
+            raise BrokerRequestError(pb.ServiceNotReady, f"topic {full} is being deleted")
 
     async def unload(self, topic: Topic) -> None:
         """Close a loaded topic: clients are disconnected (they reconnect and it loads again),
@@ -172,7 +246,12 @@ class BrokerService:
 
     async def delete(self, topic: str) -> None:
         """Delete a topic's data: the loaded topic (its clients disconnected), its ledger, its
-        compacted store and its schema. The metadata row is the caller's."""
+        compacted store and its schema. The metadata rows, and the order that makes this
+        crash-safe, are _topic_deletion.py's."""
+        loading = self._loading.get(topic)
+        if loading is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(loading)
         loaded = self.topics.pop(topic, None)
         if loaded is not None:
             loaded.disconnect_clients()
@@ -199,6 +278,9 @@ class BrokerService:
 
     # ---- connections and tasks -----------------------------------------------------------------
 
+    def new_connection(self, release: Callable[[], None]) -> ServerConnection:
+        return ServerConnection(self, release)
+
     def connection_opened(self, connection: ServerConnection) -> None:
         self._connections.add(connection)
         self._connections_opened += 1
@@ -214,17 +296,20 @@ class BrokerService:
     # ---- lifecycle (storage and metadata are started before and closed after, by the caller) ----
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: ServerConnection(self), self.config.bind_address, self.config.broker_port, reuse_address=True
-        )
-        self.broker_port = self._server.sockets[0].getsockname()[1]
+        """Finish the deletes a crash cut short, read the disk usage (a broker started on a full
+        disk starts read-only), then listen."""
+        await finish_interrupted_deletions(self)
+        await self.disk_guard.start()
+        self._listener = Listener(self.new_connection, self.connection_limits, self.clock, self.log_limit)
+        self.broker_port = self._listener.start(self.config.bind_address, self.config.broker_port)
         self.policy_tasks.start()
 
     async def close(self) -> None:
         """Stop listening and checking, drop connections, close topics (persists cursors)."""
-        if self._server is not None:
-            self._server.close()
+        if self._listener is not None:
+            self._listener.close()
+        await self.disk_guard.close()
+        self.network.close()
         await self.policy_tasks.close()
         for connection in list(self._connections):
             connection.close()
@@ -233,3 +318,11 @@ class BrokerService:
         self.topics.clear()
         for task in list(self._tasks):
             task.cancel()
+
+
+class _AlwaysWritable:
+    """Storage health when the composition root gives none: only disk usage decides."""
+
+    @property
+    def writable(self) -> bool:
+        return True

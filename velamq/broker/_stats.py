@@ -65,6 +65,9 @@ class BrokerMetrics:
     taken_at_s: float = 0.0
     # Rounds of the policy checker since start (TTL, retention, backlog quota, ack holes, rates).
     policy_checks_total: int = 0
+    # The broker's limits and guards (docs/operations.md), named in Prometheus style like `storage`:
+    # connections and refusals, the network's memory, disk usage and read-only state.
+    limits: dict[str, float] = field(default_factory=dict)
 
 
 # ---- topic stats (admin REST: /stats) ---------------------------------------------------------------

@@ -39,6 +39,9 @@ replay_entries_max = 5000
 delayed_entries_max = 100_000
 # After a failed read (corrupt entry, I/O error), dispatch tries again this much later.
 dispatch_retry_s = 1.0
+# One read from storage brings about this many bytes at most (by the subscription's average entry
+# size), whatever the permits: permits count messages, not memory.
+read_bytes_max = _limits.dispatch_read_bytes_max
 
 
 class Subscription:
@@ -71,6 +74,7 @@ class Subscription:
         self.read_compacted = False
         self.compacted_view: CompactedView | None = None
         self._epoch = 0
+        self._entry_bytes_avg = 0.0  # of the entries read so far, for the read size
         self._wake = asyncio.Event()
         self._waiting = False  # the dispatch task waits for a wake-up
         self._closed = False
@@ -307,7 +311,7 @@ class Subscription:
             epoch = self._epoch
             replay = self._in_flight.replay
             if replay:
-                positions = sorted(replay)[:read_entries_max]
+                positions = sorted(replay)[: self._read_count(read_entries_max)]
                 entries = await _positions.read_at(self.ledger, positions)
                 if epoch != self._epoch:
                     continue
@@ -324,7 +328,7 @@ class Subscription:
                 # consumers that have permits (their keys are not blocked).
             if len(replay) >= replay_entries_max or len(self._delayed) >= delayed_entries_max:
                 return
-            count = min(max(self._selector.permits_available(), 1), read_entries_max)
+            count = self._read_count(min(max(self._selector.permits_available(), 1), read_entries_max))
             view = self.compacted_view if self.read_compacted else None
             if view is not None and self.read_position <= view.horizon:
                 entries = await view.read_from(self.read_position, count)
@@ -345,6 +349,11 @@ class Subscription:
             self.read_position = self.ledger.next_position(entries[-1].position)
             self._deliver(entries, replaying=False)
 
+    def _read_count(self, count: int) -> int:
+        if self._entry_bytes_avg <= 0:
+            return min(count, 8)  # nothing known yet: a small first read
+        return max(1, min(count, int(read_bytes_max // self._entry_bytes_avg)))
+
     def _deliver(self, entries: list[Entry], replaying: bool) -> bool:
         now = self.clock.now_ms()
         monotonic_now = self.clock.monotonic_s()
@@ -355,6 +364,9 @@ class Subscription:
         blocked_keys: set[bytes] = set(in_flight.replay_keys.values()) if key_shared and not replaying else set()
         delivered = False
         mark_delete = self.cursor.mark_delete_position
+        if entries:
+            size = sum(len(e.data) for e in entries) / len(entries)
+            self._entry_bytes_avg = size if self._entry_bytes_avg <= 0 else 0.8 * self._entry_bytes_avg + 0.2 * size
         for entry in entries:
             position = entry.position
             if position <= mark_delete or position in in_flight.pending or self.cursor.is_acked(position):
@@ -365,7 +377,7 @@ class Subscription:
                 self._delayed.add(position, info.deliver_at_ms)
                 continue
             consumer = None if info.sticky_key in blocked_keys else self._selector.select(info.sticky_key, position)
-            if consumer is None or consumer.permits <= 0:
+            if consumer is None or consumer.permits <= 0 or not consumer.channel.writable:
                 in_flight.replay.add(position)
                 if key_shared:
                     in_flight.replay_keys[position] = info.sticky_key

@@ -13,8 +13,9 @@ Storage that belongs to no topic:
 
 Metadata that points at nothing (BR-8):
 
-    orphan partition row      a topics row "<p>-partition-<n>" whose partitioned topic <p> does not
-                              exist or has n partitions or fewer
+    orphan partition row      a topics row "<p>-partition-<n>" whose partitioned topic <p> has n
+                              partitions or fewer (without a partitioned <p> it is an ordinary
+                              topic: velamq._topic_name.partition_role)
     orphan topic policies     a topic_policies row no topic, partitioned topic or partition carries
                               (reported only: the metadata store offers no way to remove it)
 
@@ -44,7 +45,7 @@ from pathlib import Path
 from typing import TextIO
 
 from velamq._errors import StorageError
-from velamq._topic_name import TopicName
+from velamq._topic_name import PartitionRole, TopicName, partition_role
 from velamq.storage import _layout
 from velamq.storage._journal_file import (
     CHECKPOINT_FILE,
@@ -188,10 +189,11 @@ def _check_metadata(meta: _Metadata, report: CheckReport) -> None:
         partition = _partition_of(name)
         if partition is None:
             continue
-        parent, index = partition
+        parent, _ = partition
         partitions = meta.partitioned.get(parent, 0)
-        if index >= partitions:
-            why = f"{parent} has {partitions} partitions" if partitions else f"{parent} does not exist"
+        # Without a partitioned parent the row is an ordinary topic (the broker's rule, too).
+        if partition_role(TopicName.parse(name), partitions) is PartitionRole.OUT_OF_RANGE:
+            why = f"{parent} has {partitions} partitions"
             report.findings.append(Finding("orphan partition row", None, f"topics row {name}: {why}", row=name))
     for name in sorted(meta.policy_names):
         owned = name in meta.topics or name in meta.partitioned or any(

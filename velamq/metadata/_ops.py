@@ -306,3 +306,34 @@ def set_topic_policy(conn: sqlite3.Connection, policy_key: str, ns: str, key: st
 def list_topic_policies(conn: sqlite3.Connection, ns: str) -> list[str]:
     """Names that have topic policies in a namespace (for checkers and tests)."""
     return _names(conn, "SELECT name FROM topic_policies WHERE namespace = ? ORDER BY name", ns)
+
+
+# ---------------------------------------------------------------------------- topic deletions
+# A delete is marked first and finished last, so a crash in between leaves a mark that the next
+# start finishes (velamq/broker/_topic_deletion.py): a topic is never listed with part of its data.
+
+
+def mark_deleting(conn: sqlite3.Connection, topics: list[str], partitioned: list[str], now_ms: int) -> None:
+    rows = [(name, 0, now_ms) for name in topics] + [(name, 1, now_ms) for name in partitioned]
+    conn.executemany(
+        "INSERT INTO topic_deletions(name, partitioned, started_ms) VALUES (?, ?, ?) "
+        "ON CONFLICT(name) DO NOTHING",
+        rows,
+    )
+
+
+def list_deleting(conn: sqlite3.Connection) -> list[tuple[str, bool]]:
+    rows = conn.execute("SELECT name, partitioned FROM topic_deletions ORDER BY partitioned, name")
+    return [(str(name), bool(partitioned)) for name, partitioned in rows]
+
+
+def finish_deletion(conn: sqlite3.Connection, name: str, partitioned: bool, policy_key: str) -> None:
+    """Remove whatever rows of the topic are left, and its mark (whether or not any were)."""
+    if partitioned:
+        conn.execute("DELETE FROM partitioned_topics WHERE name = ?", (name,))
+        for partition in _partition_rows(conn, name):
+            conn.execute("DELETE FROM topics WHERE name = ?", (partition,))
+    else:
+        conn.execute("DELETE FROM topics WHERE name = ?", (name,))
+    _drop_orphan_topic_policies(conn, policy_key)
+    conn.execute("DELETE FROM topic_deletions WHERE name = ?", (name,))

@@ -16,6 +16,11 @@ Tables (every JSON column holds a JSON object, written with sorted keys):
                        policies set on a topic, Pulsar's TopicPolicies field names (see
                        _policies.py); a partitioned topic's are under its own name, never a
                        partition's; the row goes when the last topic it belongs to does (BR-8)
+    topic_deletions    name TEXT PK, partitioned INTEGER, started_ms INTEGER    (schema version 3)
+                       topics being deleted: written (one transaction for a partitioned topic and
+                       its partitions) before anything of them is removed, removed with their last
+                       row; a broker that starts finds the deletes a crash cut short here and
+                       finishes them before it serves (velamq/broker/_topic_deletion.py)
 
 Referential rules (a tenant with namespaces, a namespace with topics cannot be deleted) are checked
 by the operations in `_ops.py`, which give Pulsar's error for each case; the foreign keys below are a
@@ -29,9 +34,9 @@ from pathlib import Path
 
 from velamq._errors import MetadataError
 
-# 2 added topic_policies. Opening a version-1 file adds the table and records version 2, so a
-# version-1 velamq (which would ignore topic policies) refuses the file afterwards.
-SCHEMA_VERSION = 2
+# 2 added topic_policies, 3 topic_deletions. Opening an older file adds the tables and records the
+# new version, so an older velamq (which would ignore them) refuses the file afterwards.
+SCHEMA_VERSION = 3
 
 # SQLite waits this long for a lock held by another process (e.g. a backup tool) before failing.
 busy_timeout_ms = 5_000
@@ -77,6 +82,11 @@ CREATE TABLE IF NOT EXISTS topic_policies (
     policies  TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS topic_policies_by_namespace ON topic_policies(namespace);
+CREATE TABLE IF NOT EXISTS topic_deletions (
+    name        TEXT PRIMARY KEY,
+    partitioned INTEGER NOT NULL CHECK (partitioned IN (0, 1)),
+    started_ms  INTEGER NOT NULL
+);
 """
 
 

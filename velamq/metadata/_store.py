@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar, cast
 
@@ -297,3 +298,26 @@ class MetadataStore:
         """Names (full topic names) that have topic policies in a namespace, sorted."""
         ns, _ = _check_namespace(ns)
         return await self._run(_ops.list_topic_policies, ns=ns)
+
+    # ------------------------------------------------------------------------ topic deletions
+
+    async def mark_topics_deleting(self, topics: Sequence[str], partitioned: Sequence[str] = ()) -> None:
+        """Record, in one transaction, that these topics (and partitioned topics) are being
+        deleted: the commit point of a delete. Marking a marked topic again changes nothing."""
+        names = [str(_check_topic(t)) for t in topics]
+        parents = [str(_check_topic(t)) for t in partitioned]
+        await self._run(_ops.mark_deleting, topics=names, partitioned=parents, now_ms=time.time_ns() // 1_000_000)
+
+    async def topics_being_deleted(self) -> list[tuple[str, bool]]:
+        """Marked deletes as (full name, is a partitioned topic), topics before partitioned ones."""
+        return await self._run(_ops.list_deleting)
+
+    async def finish_topic_deletion(self, topic: str, partitioned: bool = False) -> None:
+        """Remove the topic's rows (a partitioned topic's with its partitions'), its policies if
+        nothing else carries them, and its deletion mark: one transaction."""
+        tn = _check_topic(topic)
+        name = str(tn)
+        await self._write(
+            self._partitions, name, _ops.finish_deletion,
+            name=name, partitioned=partitioned, policy_key=str(tn.partitioned_parent),
+        )

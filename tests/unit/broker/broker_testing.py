@@ -35,6 +35,7 @@ class RecordingChannel:
 
     def __init__(self, protocol_version: int = 21) -> None:
         self.closed = False
+        self.writable = True  # a test sets False to play a client that stopped reading
         self.remote_address = "127.0.0.1:40000"
         self.protocol_version = protocol_version
         self.frames: list[Frame] = []

@@ -1,0 +1,235 @@
+"""The binary port's accept loop, with connection caps and a calm answer to descriptor exhaustion.
+
+Why not `loop.create_server`: when accept() fails with EMFILE, asyncio's selector loop logs
+"socket.accept() out of system resource" with a traceback, schedules a retry -- and goes on
+calling accept() for the rest of its backlog loop, logging and scheduling again each time (CPython
+3.11, selector_events._accept_connection). Under a connection storm at `ulimit -n 1024` that made
+a 292 MB log in 75 s. Here:
+
+    accept() ok, under the caps     the socket becomes a transport and a ServerConnection
+    accept() ok, over a cap         closed at once, counted (brokerMaxConnections,
+                                    brokerMaxConnectionsPerIp); one log line a minute at most
+    EMFILE / ENFILE / ENOBUFS /     stop reading the listening socket for accept_retry_s (the
+    ENOMEM                          waiting clients stay in the kernel's backlog), count, one log
+                                    line a minute at most
+    nothing more to accept          return to the loop (at most accepts_per_wakeup per wake-up)
+
+The caps are counted from accept to close of each connection (ConnectionLimits), so a connection
+is refused before any object is built for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import resource
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from velamq import _limits
+from velamq._clock import Clock
+from velamq._log_limit import RateLimitedLog
+
+log = logging.getLogger(__name__)
+
+_RESOURCE_ERRNOS = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM))
+listen_backlog = 1024
+
+
+def fd_soft_limit() -> int:
+    """This process's soft RLIMIT_NOFILE (what brokerMaxConnections=0 is derived from)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
+
+
+def raise_fd_limit() -> tuple[int, int]:
+    """Raise the soft RLIMIT_NOFILE to the hard one (as Pulsar's and most servers' start scripts
+    do); returns (soft, hard) as they are afterwards."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the file descriptor limit from %d to %d: %s", soft, hard, exc)
+    return soft, hard
+
+
+@dataclass(slots=True)
+class ConnectionLimits:
+    """Open connections against brokerMaxConnections (0: none) and brokerMaxConnectionsPerIp."""
+
+    max_total: int
+    max_per_ip: int
+    open: int = 0
+    open_peak: int = 0
+    per_ip: dict[str, int] = field(default_factory=dict)
+    refused_max_total: int = 0
+    refused_per_ip_total: int = 0
+
+    def try_open(self, ip: str) -> str | None:
+        """Count a new connection from `ip`; the name of the cap it would exceed, or None."""
+        if 0 < self.max_total <= self.open:
+            self.refused_max_total += 1
+            return "brokerMaxConnections"
+        from_ip = self.per_ip.get(ip, 0)
+        if 0 < self.max_per_ip <= from_ip:
+            self.refused_per_ip_total += 1
+            return "brokerMaxConnectionsPerIp"
+        self.open += 1
+        self.open_peak = max(self.open_peak, self.open)
+        self.per_ip[ip] = from_ip + 1
+        return None
+
+    def closed(self, ip: str) -> None:
+        self.open -= 1
+        left = self.per_ip.get(ip, 1) - 1
+        if left > 0:
+            self.per_ip[ip] = left
+        else:
+            self.per_ip.pop(ip, None)
+
+
+class _Slot:
+    """One admitted connection's place under the caps, given back exactly once."""
+
+    __slots__ = ("_ip", "_limits")
+
+    def __init__(self, limits: ConnectionLimits | None, ip: str) -> None:
+        self._limits = limits
+        self._ip = ip
+
+    def release(self) -> None:
+        if self._limits is not None:
+            self._limits.closed(self._ip)
+            self._limits = None
+
+
+ProtocolFactory = Callable[[Callable[[], None]], asyncio.Protocol]
+
+
+class Listener:
+    """Accepts connections on one TCP port and hands each to a protocol built by `factory`, which
+    receives the callback that gives the connection's slot back (call it once it is closed)."""
+
+    def __init__(
+        self, factory: ProtocolFactory, limits: ConnectionLimits, clock: Clock, log_limit: RateLimitedLog
+    ) -> None:
+        self._factory = factory
+        self.limits = limits
+        self._clock = clock
+        self._log = log_limit
+        self._sock: socket.socket | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._paused: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.accept_errors_total = 0
+        self.port = 0
+
+    def start(self, host: str, port: int) -> int:
+        """Bind, listen and start accepting; returns the bound port."""
+        loop = asyncio.get_running_loop()
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+            sock.listen(listen_backlog)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        self._sock, self._loop = sock, loop
+        self.port = int(sock.getsockname()[1])
+        loop.add_reader(sock.fileno(), self._on_readable)
+        return self.port
+
+    def close(self) -> None:
+        if self._paused is not None:
+            self._paused.cancel()
+        if self._sock is not None and self._loop is not None:
+            self._loop.remove_reader(self._sock.fileno())
+            self._sock.close()
+            self._sock = None
+
+    def _on_readable(self) -> None:
+        sock = self._sock
+        if sock is None:
+            return
+        for _ in range(_limits.accepts_per_wakeup):
+            try:
+                conn, address = sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in _RESOURCE_ERRNOS:
+                    self._pause_accepting(exc)
+                    return
+                # ECONNABORTED and the like: that one client is gone, the next may be fine.
+                self.accept_errors_total += 1
+                self._log.warning("accept-other", "accept() failed: %s", exc)
+                continue
+            self._admit(conn, str(address[0]) if isinstance(address, tuple) else str(address))
+
+    def _admit(self, conn: socket.socket, ip: str) -> None:
+        refused = self.limits.try_open(ip)
+        if refused is not None:
+            conn.close()
+            self._log.warning(
+                f"refused-{refused}",
+                "refusing connections over %s (%d open, %d refused so far)",
+                refused,
+                self.limits.open,
+                self.limits.refused_max_total + self.limits.refused_per_ip_total,
+            )
+            return
+        slot = _Slot(self.limits, ip)
+        conn.setblocking(False)
+        assert self._loop is not None
+        task = self._loop.create_task(self._serve(conn, slot))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, conn: socket.socket, slot: _Slot) -> None:
+        assert self._loop is not None
+        try:
+            await self._loop.connect_accepted_socket(lambda: self._factory(slot.release), sock=conn)
+        except Exception as exc:
+            conn.close()
+            slot.release()
+            self._log.warning("transport-failed", "could not set up an accepted connection: %s", exc)
+
+    def _pause_accepting(self, exc: OSError) -> None:
+        self.accept_errors_total += 1
+        if self._paused is not None and not self._paused.done():
+            return
+        self._log.warning(
+            "accept-resources",
+            "cannot accept connections (%s): pausing accept for %.1f s; %d open (see brokerMaxConnections)",
+            exc.strerror,
+            _limits.accept_retry_s,
+            self.limits.open,
+        )
+        assert self._sock is not None and self._loop is not None
+        self._loop.remove_reader(self._sock.fileno())
+        self._paused = self._loop.create_task(self._resume_later())
+
+    async def _resume_later(self) -> None:
+        await self._clock.sleep(_limits.accept_retry_s)
+        if self._sock is not None and self._loop is not None:
+            self._loop.add_reader(self._sock.fileno(), self._on_readable)
+
+    def metrics(self) -> dict[str, float]:
+        p = "velamq_broker_connections_"
+        return {
+            p + "open": self.limits.open,
+            p + "open_peak": self.limits.open_peak,
+            p + "max": self.limits.max_total,
+            p + "max_per_ip": self.limits.max_per_ip,
+            p + "refused_max_total": self.limits.refused_max_total,
+            p + "refused_per_ip_total": self.limits.refused_per_ip_total,
+            "velamq_broker_accept_errors_total": self.accept_errors_total,
+        }

@@ -1,0 +1,148 @@
+"""The network's part of the memory budget: unsent outbound bytes and partial inbound frames.
+
+Two bounds, both broker-wide, both a share of `memoryBudgetBytes` (velamq/server.py splits it):
+
+    outbound   bytes written to client connections and not yet taken by the kernel: the
+               connection's coalescing list plus the transport's write buffer. Each connection
+               reports its figure when it writes, flushes, or is resumed; the kernel drains
+               buffers without telling anyone, so the sum is an upper bound, and while it is over
+               the bound a ticker on the clock asks every connection for its real figure again.
+               Over the bound, every connection reports itself not writable, so dispatch stops
+               (the per-connection water marks stop a single slow consumer long before that).
+    inbound    bytes of frames received in part (the decoder's buffer). Over the bound, a
+               connection that holds more than `partial_frame_allowance_bytes` of a frame is not
+               read until the total is back to half the bound; small frames keep flowing.
+
+So memory held for the network stays within its share however many consumers stop reading or
+however many clients send half a frame and wait. Lives on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Protocol
+
+from velamq import _limits
+from velamq._clock import Clock
+
+# While outbound is over its bound, connections are asked for their real figures this often.
+outbound_recount_s = 0.05
+
+
+class OutboundSource(Protocol):
+    def outbound_bytes_now(self) -> int:
+        """Unsent bytes right now (what the connection holds plus the transport's buffer)."""
+        ...
+
+    def outbound_room(self) -> None:
+        """The broker-wide bound has room again: wake what waited for it."""
+        ...
+
+
+class NetworkBudget:
+    """Broker-wide accounting of outbound and partial inbound bytes against their bounds."""
+
+    def __init__(self, outbound_bytes_max: int, inbound_partial_bytes_max: int, clock: Clock) -> None:
+        self.outbound_bytes_max = outbound_bytes_max
+        self.inbound_partial_bytes_max = inbound_partial_bytes_max
+        self.clock = clock
+        self.outbound_bytes = 0
+        self.outbound_bytes_peak = 0
+        self.outbound_full_total = 0  # times the outbound bound was reached
+        self.inbound_partial_bytes = 0
+        self.inbound_partial_bytes_peak = 0
+        self.inbound_pauses_total = 0
+        self._sources: dict[OutboundSource, int] = {}
+        self._outbound_full = False
+        self._recount: asyncio.Task[None] | None = None
+        self._inbound_waiters: dict[Callable[[], None], None] = {}  # insertion-ordered set
+
+    @classmethod
+    def share_of(cls, memory_bytes: int, clock: Clock) -> NetworkBudget:
+        num, den = _limits.network_budget_share
+        network = memory_bytes * num // den
+        out_num, out_den = _limits.network_outbound_share
+        outbound = network * out_num // out_den
+        return cls(outbound, network - outbound, clock)
+
+    # ---- outbound ----------------------------------------------------------------------------
+
+    @property
+    def outbound_full(self) -> bool:
+        return self._outbound_full
+
+    def outbound_set(self, source: OutboundSource, size: int) -> None:
+        """A connection's unsent bytes are now `size` (0 when it closes)."""
+        before = self._sources.pop(source, 0)
+        if size > 0:
+            self._sources[source] = size
+        self.outbound_bytes += size - before
+        if self.outbound_bytes > self.outbound_bytes_peak:
+            self.outbound_bytes_peak = self.outbound_bytes
+        if not self._outbound_full and self.outbound_bytes >= self.outbound_bytes_max > 0:
+            self._outbound_full = True
+            self.outbound_full_total += 1
+            if self._recount is None or self._recount.done():
+                self._recount = asyncio.get_running_loop().create_task(self._recount_until_room())
+        elif self._outbound_full and self.outbound_bytes < self.outbound_bytes_max * 3 // 4:
+            self._room()
+
+    async def _recount_until_room(self) -> None:
+        while self._outbound_full:
+            await self.clock.sleep(outbound_recount_s)
+            for source in list(self._sources):
+                self.outbound_set(source, source.outbound_bytes_now())
+            if not self._sources:
+                self._room()
+
+    def _room(self) -> None:
+        self._outbound_full = False
+        for source in list(self._sources):
+            source.outbound_room()
+
+    # ---- inbound -----------------------------------------------------------------------------
+
+    def inbound_changed(self, delta: int) -> None:
+        """Partial-frame bytes held by one connection changed by `delta`."""
+        self.inbound_partial_bytes += delta
+        if self.inbound_partial_bytes > self.inbound_partial_bytes_peak:
+            self.inbound_partial_bytes_peak = self.inbound_partial_bytes
+        if delta < 0 and self._inbound_waiters and self.inbound_partial_bytes <= self.inbound_partial_bytes_max // 2:
+            waiters = list(self._inbound_waiters)
+            self._inbound_waiters.clear()
+            for resume in waiters:
+                resume()
+
+    def inbound_must_wait(self, held_bytes: int) -> bool:
+        """Whether a connection holding `held_bytes` of a partial frame must stop being read."""
+        return (
+            self.inbound_partial_bytes > self.inbound_partial_bytes_max
+            and held_bytes > _limits.partial_frame_allowance_bytes
+        )
+
+    def on_inbound_room(self, resume: Callable[[], None]) -> None:
+        if resume not in self._inbound_waiters:
+            self.inbound_pauses_total += 1
+            self._inbound_waiters[resume] = None
+
+    def cancel(self, resume: Callable[[], None]) -> None:
+        self._inbound_waiters.pop(resume, None)
+
+    def close(self) -> None:
+        if self._recount is not None:
+            self._recount.cancel()
+
+    def metrics(self) -> dict[str, float]:
+        p = "velamq_broker_network_"
+        return {
+            p + "outbound_bytes": self.outbound_bytes,
+            p + "outbound_bytes_max": self.outbound_bytes_max,
+            p + "outbound_bytes_peak": self.outbound_bytes_peak,
+            p + "outbound_full_total": self.outbound_full_total,
+            p + "inbound_partial_bytes": self.inbound_partial_bytes,
+            p + "inbound_partial_bytes_max": self.inbound_partial_bytes_max,
+            p + "inbound_partial_bytes_peak": self.inbound_partial_bytes_peak,
+            p + "inbound_paused": len(self._inbound_waiters),
+            p + "inbound_pauses_total": self.inbound_pauses_total,
+        }
