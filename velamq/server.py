@@ -21,18 +21,33 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from velamq import _limits
 from velamq._clock import Clock, system_clock
 from velamq._log_limit import RateLimitedLog
 from velamq.admin import AdminServer
-from velamq.broker import BrokerAdmin, BrokerConfig, BrokerService
-from velamq.broker._net_budget import NetworkBudget
+from velamq.broker import BrokerAdmin, BrokerConfig, BrokerService, DiskUsage
 from velamq.metadata import MetadataStore
 from velamq.storage import Storage, StorageConfig
 
 log = logging.getLogger("velamq.server")
+
+
+def raise_fd_limit() -> tuple[int, int]:
+    """Raise this process's soft RLIMIT_NOFILE to the hard one (as Pulsar's start scripts and most
+    servers do): returns (soft, hard) as they are afterwards. `velamq standalone` calls it first."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the file descriptor limit from %d to %d: %s", soft, hard, exc)
+    return soft, hard
 
 
 def network_budget_bytes(memory_bytes: int) -> int:
@@ -63,9 +78,11 @@ class VelamqServer:
         *,
         admin_timeout_s: float = _limits.admin_timeout_s,
         admin_connections_max: int | None = None,
+        disk_stat: Callable[[Path], DiskUsage] | None = None,
     ) -> None:
         """admin_timeout_s bounds one admin request; admin_connections_max the admin connections
-        served at once (the AdminServer's default if None)."""
+        served at once (the AdminServer's default if None); disk_stat replaces statvfs for the
+        disk guard (tests: a filesystem that fills up on demand)."""
         self.config = config
         self.clock = clock
         self.storage = Storage(storage_config(config), clock)
@@ -75,8 +92,8 @@ class VelamqServer:
             self.storage,
             self.metadata,
             clock,
-            network=NetworkBudget.share_of(config.memory_bytes, clock),
             storage_health=StorageWriteHealth(self.storage),
+            disk_stat=disk_stat,
         )
         self._asyncio_log = RateLimitedLog(logging.getLogger("asyncio"), clock)
         limits = {} if admin_connections_max is None else {"max_connections": admin_connections_max}
@@ -134,8 +151,8 @@ class StorageWriteHealth:
 
     Transitional: once storage provides `Storage.writable` itself (False while a write failure is
     being retried, True again once one succeeds; docs/operations.md), the storage is passed as is
-    and this goes. Until then it reads the first engine's "journal broken" figure, the one write
-    failure that engine cannot leave without a restart.
+    and this goes. Until then it reads the first engine's "journal broken" and "failed" (a flush
+    failed) figures, the write failures that engine cannot leave without a restart.
     """
 
     def __init__(self, storage: Storage) -> None:
@@ -143,4 +160,5 @@ class StorageWriteHealth:
 
     @property
     def writable(self) -> bool:
-        return not self._storage.metrics().get("velamq_storage_journal_broken", 0)
+        figures = self._storage.metrics()
+        return not (figures.get("velamq_storage_journal_broken", 0) or figures.get("velamq_storage_failed", 0))

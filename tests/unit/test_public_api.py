@@ -66,8 +66,8 @@ PUBLIC_API: dict[str, list[str]] = {
     ],
     "velamq.broker": [
         "BrokerAdmin", "BrokerConfig", "BrokerMetrics", "BrokerRequestError", "BrokerService", "CompactionStatus",
-        "ConsumerStats", "CursorStats", "InternalStats", "LastMessageId", "LedgerStats", "PublisherStats",
-        "SubscriptionMetrics", "SubscriptionStats", "TopicMetrics", "TopicStats",
+        "ConsumerStats", "CursorStats", "DiskUsage", "InternalStats", "LastMessageId", "LedgerStats",
+        "PublisherStats", "SubscriptionMetrics", "SubscriptionStats", "TopicMetrics", "TopicStats",
     ],
     "velamq.admin": ["AdminServer", "BrokerBackend"],
     "velamq.testing": ["BrokerProcess", "BrokerThread", "free_port", "run_broker", "run_broker_in_thread"],

@@ -5,12 +5,14 @@
     BrokerAdmin(broker)                                         # what the admin tier talks to
 
 velamq/server.py composes them with the admin server. The stats records are what BrokerAdmin
-answers with; the admin tier renders them.
+answers with; the admin tier renders them. DiskUsage is what a disk_stat function returns (the
+disk guard's view of a filesystem, injected by tests).
 """
 
 from velamq.broker._broker_admin import BrokerAdmin
 from velamq.broker._compaction import CompactionStatus
 from velamq.broker._config import BrokerConfig
+from velamq.broker._disk_guard import DiskUsage
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker._service import BrokerService
 from velamq.broker._stats import (
@@ -36,6 +38,7 @@ __all__ = [
     "CompactionStatus",
     "ConsumerStats",
     "CursorStats",
+    "DiskUsage",
     "InternalStats",
     "LastMessageId",
     "LedgerStats",

@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import struct
 from collections.abc import Callable, Coroutine
 from enum import Enum
 from typing import Any
@@ -75,8 +76,10 @@ class ServerConnection(asyncio.Protocol):
         self.protocol_version = 0
         self.remote_address = "?"
         self._transport: asyncio.Transport | None = None
-        # Until CONNECT only a small frame is accepted (a client must not park 5 MB unannounced).
-        self._decoder = FrameDecoder(min(broker.config.frame_bytes_max, _limits.handshake_frame_bytes_max))
+        self._decoder = FrameDecoder(broker.config.frame_bytes_max)
+        # Bytes received before CONNECT was handled: the first frame must be a small one (a client
+        # must not park 5 MB before it has even said who it is).
+        self._handshake: bytes | None = b""
         config = broker.config
         self._flow = TransportFlow(broker.network, config.write_buffer_high_bytes, config.write_buffer_low_bytes)
         self._flow.on_writable = self._writable_again
@@ -125,6 +128,10 @@ class ServerConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._received_since_ping = True
+        if self._handshake is not None:
+            data = self._first_frame(data)
+            if not data:
+                return
         try:
             frames = self._decoder.feed(data)
         except ProtocolError as exc:
@@ -145,6 +152,26 @@ class ServerConnection(asyncio.Protocol):
                 )
                 self.close()
 
+    def _first_frame(self, data: bytes) -> bytes:
+        """Before CONNECT: gather the first frame (at most handshake_frame_bytes_max), handle it,
+        and return what came after it."""
+        assert self._handshake is not None
+        pending = self._handshake + data
+        if len(pending) >= 4:
+            (size,) = struct.unpack_from(">I", pending)
+            if size > _limits.handshake_frame_bytes_max:
+                self._close_for("bad-frame", ProtocolError(f"a first frame of {size} bytes, before CONNECT"))
+                return b""
+            if len(pending) >= 4 + size:
+                self._handshake = None
+                self._flow.partial_frame(0)
+                first, rest = pending[: 4 + size], pending[4 + size :]
+                self.data_received(first)
+                return rest if self.state is State.CONNECTED else b""
+        self._handshake = pending
+        self._flow.partial_frame(len(pending))
+        return b""
+
     def _close_for(self, key: str, exc: Exception) -> None:
         self._broker.log_limit.warning(key, "closing connection %s: %s", self.remote_address, exc)
         self.close()
@@ -163,6 +190,7 @@ class ServerConnection(asyncio.Protocol):
         self._tasks.clear()
         self._flow.close()
         self._decoder = FrameDecoder(0)  # the old one's buffer (a partial frame) goes now
+        self._handshake = None
         self._handlers.clear()  # bound methods of self: a reference cycle
         self._transport = None
         self._broker.connection_closed(self)
@@ -320,7 +348,6 @@ class ServerConnection(asyncio.Protocol):
             raise ProtocolError(f"connect.{bad} is not valid UTF-8")
         self.protocol_version = min(connect.protocol_version, _limits.protocol_version_max)
         self.state = State.CONNECTED
-        self._decoder.frame_bytes_max = self._broker.config.frame_bytes_max
         if self._timer is not None:
             self._timer.cancel()
         self._timer = asyncio.get_running_loop().create_task(self._keepalive_loop())

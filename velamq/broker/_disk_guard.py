@@ -6,7 +6,13 @@ BookKeeper's anchors, under their names (docs/operations.md):
     usage >= diskUsageThreshold (0.95)       READ-ONLY, before the disk is actually full
     a storage write failed (ENOSPC, EIO..)   READ-ONLY at once, whatever the usage said
     READ-ONLY, then usage < diskUsageLwmThreshold (0.90) and storage writable, at a check at
-    least one interval after the last write failure                     WRITABLE again
+    least write_failure_holdoff_s after the last write failure          WRITABLE again
+
+One addition to BookKeeper's rule: the free space that turns the broker read-only is never less
+than `min_free_bytes` (the memory budget: what the broker may hold in memory on its way to disk,
+which one flush can write at once). On a small filesystem the thresholds are moved down by that
+much (the reading "usage" stays the plain one), so a flush cannot run the disk full between two
+checks.
 
 Read-only means: every producer is closed by the broker and PRODUCER is refused with
 ProducerBlockedQuotaExceededException, the one error the official client (pulsar-client-cpp 4.x,
@@ -45,6 +51,9 @@ log = logging.getLogger(__name__)
 
 # Each appended byte is counted this many times against the headroom: journal plus entry log.
 bytes_on_disk_per_appended_byte = 2
+# After a write failure the broker stays read-only at least this long (or one check interval if
+# shorter), then a check decides: producers do not flap in and out on every failed append.
+write_failure_holdoff_s = 5.0
 
 
 class DiskUsage(NamedTuple):
@@ -98,9 +107,11 @@ class DiskGuard:
         on_read_only: Callable[[str], None],
         log_limit: RateLimitedLog,
         stat: Callable[[Path], DiskUsage] = statvfs_usage,
+        min_free_bytes: int = 0,
     ) -> None:
         self.path = path
         self.thresholds = thresholds
+        self.min_free_bytes = min_free_bytes
         self.clock = clock
         self._storage = storage
         self._on_read_only = on_read_only
@@ -118,6 +129,7 @@ class DiskGuard:
         self._early_check_bytes = 0  # 0: no early check until the first one has run
         self._task: asyncio.Task[None] | None = None
         self._checking: asyncio.Task[None] | None = None
+        self._recheck: asyncio.Task[None] | None = None
 
     @property
     def read_only(self) -> bool:
@@ -130,7 +142,7 @@ class DiskGuard:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def close(self) -> None:
-        for task in (self._task, self._checking):
+        for task in (self._task, self._checking, self._recheck):
             if task is not None:
                 task.cancel()
 
@@ -154,41 +166,67 @@ class DiskGuard:
         self.checks_total += 1
         self.apply(usage)
 
+    def reserve_bytes(self, total_bytes: int) -> int:
+        """Free bytes at or below which the broker is read-only."""
+        return max(int(total_bytes * (1 - self.thresholds.read_only)), self.min_free_bytes)
+
     def apply(self, usage: DiskUsage) -> None:
         """Move the state by one reading (the check, or a test with a fake filesystem)."""
         self.usage = usage
         self._appended_since_check = 0
         t = self.thresholds
-        headroom = max(0, usage.available_bytes - int(usage.total_bytes * (1 - t.read_only)))
+        total, available = usage.total_bytes, usage.available_bytes
+        reserve = self.reserve_bytes(total)
+        headroom = max(0, available - reserve)
         self._early_check_bytes = max(1, headroom // (4 * bytes_on_disk_per_appended_byte))
         fraction = usage.fraction
-        if fraction >= t.read_only:
-            self._enter_read_only(f"disk usage {fraction:.1%} of {self.path} is at or above diskUsageThreshold "
-                                  f"{t.read_only:.0%}")
+        if available <= reserve:
+            self._enter_read_only(
+                f"disk usage {fraction:.1%} of {self.path}: {available >> 20} MiB free, at or below the "
+                f"{reserve >> 20} MiB kept free (diskUsageThreshold {t.read_only:.0%}, or the memory budget)"
+            )
             return
         if self.read_only:
             recent_failure = (
                 self._failed_at_s is not None
-                and self.clock.monotonic_s() - self._failed_at_s < t.check_interval_s
+                and self.clock.monotonic_s() - self._failed_at_s < self.holdoff_s
             )
-            if fraction >= t.writable_again or recent_failure or not self._storage.writable:
+            below_lwm = available >= reserve + int(total * (t.read_only - t.writable_again))
+            if not below_lwm or recent_failure or not self._storage.writable:
                 return
             log.warning("broker writable again: disk usage %.1f%% of %s", fraction * 100, self.path)
             self._failed_at_s = None
-        if fraction >= t.warn:
+        if available < reserve + int(total * (t.read_only - t.warn)):
             self.state = DiskState.WARN
-            self.reason = f"disk usage {fraction:.1%} is at or above diskUsageWarnThreshold {t.warn:.0%}"
-            self._log.warning("disk-warn", "%s (read-only at %.0f%%)", self.reason, t.read_only * 100)
+            self.reason = (
+                f"disk usage {fraction:.1%} of {self.path}: {available >> 20} MiB free, read-only at "
+                f"{reserve >> 20} MiB (diskUsageWarnThreshold {t.warn:.0%}, diskUsageThreshold {t.read_only:.0%})"
+            )
+            self._log.warning("disk-warn", "%s", self.reason)
         else:
             self.state = DiskState.WRITABLE
             self.reason = ""
 
+    @property
+    def holdoff_s(self) -> float:
+        return min(write_failure_holdoff_s, self.thresholds.check_interval_s)
+
     def write_failed(self, error: BaseException) -> None:
-        """An append failed in storage: read-only now, re-checked after a full interval."""
+        """An append failed in storage: read-only now, checked again once the hold-off is over."""
         self.write_failures_total += 1
         self._failed_at_s = self.clock.monotonic_s()
         self._enter_read_only(f"a storage write failed: {error}")
-        self.check_soon()
+        if self._recheck is None or self._recheck.done():
+            self._recheck = asyncio.get_running_loop().create_task(self._check_after_holdoff())
+
+    async def _check_after_holdoff(self) -> None:
+        while self._failed_at_s is not None:
+            wait = self._failed_at_s + self.holdoff_s - self.clock.monotonic_s()
+            await self.clock.sleep(max(wait, 0.0))
+            if self._failed_at_s is not None and self.clock.monotonic_s() - self._failed_at_s >= self.holdoff_s:
+                await self.check_now()
+                if self.read_only:
+                    return  # the periodic checks take over
 
     def note_appended(self, size: int) -> None:
         """Appended bytes since the last check; past a quarter of the headroom, check now."""
@@ -223,4 +261,5 @@ class DiskGuard:
             p + "usage_warn_threshold": self.thresholds.warn,
             p + "usage_threshold": self.thresholds.read_only,
             p + "usage_lwm_threshold": self.thresholds.writable_again,
+            p + "reserve_bytes": self.reserve_bytes(usage.total_bytes) if usage is not None else self.min_free_bytes,
         }

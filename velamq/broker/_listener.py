@@ -44,19 +44,6 @@ def fd_soft_limit() -> int:
     return soft if soft != resource.RLIM_INFINITY else 1 << 20
 
 
-def raise_fd_limit() -> tuple[int, int]:
-    """Raise the soft RLIMIT_NOFILE to the hard one (as Pulsar's and most servers' start scripts
-    do); returns (soft, hard) as they are afterwards."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-        except (ValueError, OSError) as exc:
-            log.warning("could not raise the file descriptor limit from %d to %d: %s", soft, hard, exc)
-    return soft, hard
-
-
 @dataclass(slots=True)
 class ConnectionLimits:
     """Open connections against brokerMaxConnections (0: none) and brokerMaxConnectionsPerIp."""
@@ -130,7 +117,6 @@ class Listener:
 
     def start(self, host: str, port: int) -> int:
         """Bind, listen and start accepting; returns the bound port."""
-        loop = asyncio.get_running_loop()
         infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         family, kind, proto, _, address = infos[0]
         sock = socket.socket(family, kind, proto)
@@ -138,10 +124,15 @@ class Listener:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(address)
             sock.listen(listen_backlog)
-            sock.setblocking(False)
         except BaseException:
             sock.close()
             raise
+        return self.start_on(sock)
+
+    def start_on(self, sock: socket.socket) -> int:
+        """Start accepting on a listening socket (tests wrap one to play the kernel's refusals)."""
+        loop = asyncio.get_running_loop()
+        sock.setblocking(False)
         self._sock, self._loop = sock, loop
         self.port = int(sock.getsockname()[1])
         loop.add_reader(sock.fileno(), self._on_readable)

@@ -8,10 +8,16 @@ Two bounds, both broker-wide, both a share of `memoryBudgetBytes` (velamq/server
                buffers without telling anyone, so the sum is an upper bound, and while it is over
                the bound a ticker on the clock asks every connection for its real figure again.
                Over the bound, every connection reports itself not writable, so dispatch stops
-               (the per-connection water marks stop a single slow consumer long before that).
+               (the per-connection water marks stop a single slow consumer long before that);
+               once it is back under 3/4 of the bound every connection is told, so dispatch
+               resumes everywhere.
     inbound    bytes of frames received in part (the decoder's buffer). Over the bound, a
-               connection that holds more than `partial_frame_allowance_bytes` of a frame is not
-               read until the total is back to half the bound; small frames keep flowing.
+               connection that holds more than `partial_frame_allowance_bytes` of a frame while
+               the other connections hold more than half the bound is not read until that is no
+               longer so (its bytes wait in the kernel's socket buffer). Small frames keep
+               flowing, and a lone large frame always completes, even one larger than the bound.
+               A client that sends part of a frame and stops is paused like the others; the
+               keep-alive closes it once it has been silent for two intervals.
 
 So memory held for the network stays within its share however many consumers stop reading or
 however many clients send half a frame and wait. Lives on the event loop.
@@ -20,7 +26,6 @@ however many clients send half a frame and wait. Lives on the event loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Protocol
 
 from velamq import _limits
@@ -28,6 +33,17 @@ from velamq._clock import Clock
 
 # While outbound is over its bound, connections are asked for their real figures this often.
 outbound_recount_s = 0.05
+
+
+class InboundHolder(Protocol):
+    @property
+    def partial_bytes(self) -> int:
+        """Bytes of a partial frame this connection holds now."""
+        ...
+
+    def inbound_room(self) -> None:
+        """Reading may go on."""
+        ...
 
 
 class OutboundSource(Protocol):
@@ -53,10 +69,11 @@ class NetworkBudget:
         self.inbound_partial_bytes = 0
         self.inbound_partial_bytes_peak = 0
         self.inbound_pauses_total = 0
-        self._sources: dict[OutboundSource, int] = {}
+        self._sources: dict[OutboundSource, int] = {}  # connections with unsent bytes
+        self._connections: set[OutboundSource] = set()  # every open connection
         self._outbound_full = False
         self._recount: asyncio.Task[None] | None = None
-        self._inbound_waiters: dict[Callable[[], None], None] = {}  # insertion-ordered set
+        self._inbound_waiters: dict[InboundHolder, None] = {}  # insertion-ordered set
 
     @classmethod
     def share_of(cls, memory_bytes: int, clock: Clock) -> NetworkBudget:
@@ -71,6 +88,13 @@ class NetworkBudget:
     @property
     def outbound_full(self) -> bool:
         return self._outbound_full
+
+    def register(self, source: OutboundSource) -> None:
+        self._connections.add(source)
+
+    def unregister(self, source: OutboundSource) -> None:
+        self.outbound_set(source, 0)
+        self._connections.discard(source)
 
     def outbound_set(self, source: OutboundSource, size: int) -> None:
         """A connection's unsent bytes are now `size` (0 when it closes)."""
@@ -93,41 +117,45 @@ class NetworkBudget:
             await self.clock.sleep(outbound_recount_s)
             for source in list(self._sources):
                 self.outbound_set(source, source.outbound_bytes_now())
-            if not self._sources:
+            if self._outbound_full and not self._sources:
                 self._room()
 
     def _room(self) -> None:
         self._outbound_full = False
-        for source in list(self._sources):
+        for source in list(self._connections):
             source.outbound_room()
 
     # ---- inbound -----------------------------------------------------------------------------
 
     def inbound_changed(self, delta: int) -> None:
-        """Partial-frame bytes held by one connection changed by `delta`."""
+        """Partial-frame bytes held by one connection changed by `delta`. Waiters are looked at
+        when a large frame completes or a holder goes, not for every small frame."""
         self.inbound_partial_bytes += delta
         if self.inbound_partial_bytes > self.inbound_partial_bytes_peak:
             self.inbound_partial_bytes_peak = self.inbound_partial_bytes
-        if delta < 0 and self._inbound_waiters and self.inbound_partial_bytes <= self.inbound_partial_bytes_max // 2:
-            waiters = list(self._inbound_waiters)
-            self._inbound_waiters.clear()
-            for resume in waiters:
-                resume()
+        if self._inbound_waiters and delta < 0 and (
+            -delta >= _limits.partial_frame_allowance_bytes
+            or self.inbound_partial_bytes <= self.inbound_partial_bytes_max
+        ):
+            for holder in [h for h in self._inbound_waiters if not self.inbound_must_wait(h.partial_bytes)]:
+                del self._inbound_waiters[holder]
+                holder.inbound_room()
 
     def inbound_must_wait(self, held_bytes: int) -> bool:
         """Whether a connection holding `held_bytes` of a partial frame must stop being read."""
         return (
             self.inbound_partial_bytes > self.inbound_partial_bytes_max
             and held_bytes > _limits.partial_frame_allowance_bytes
+            and self.inbound_partial_bytes - held_bytes > self.inbound_partial_bytes_max // 2
         )
 
-    def on_inbound_room(self, resume: Callable[[], None]) -> None:
-        if resume not in self._inbound_waiters:
+    def wait_for_inbound_room(self, holder: InboundHolder) -> None:
+        if holder not in self._inbound_waiters:
             self.inbound_pauses_total += 1
-            self._inbound_waiters[resume] = None
+            self._inbound_waiters[holder] = None
 
-    def cancel(self, resume: Callable[[], None]) -> None:
-        self._inbound_waiters.pop(resume, None)
+    def cancel(self, holder: InboundHolder) -> None:
+        self._inbound_waiters.pop(holder, None)
 
     def close(self) -> None:
         if self._recount is not None:

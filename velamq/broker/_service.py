@@ -18,6 +18,7 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 from velamq import __version__, _limits
@@ -27,7 +28,7 @@ from velamq._topic_name import PartitionRole, TopicName, partition_role
 from velamq.broker._compaction import CompactedView, compacted_store_name
 from velamq.broker._config import BrokerConfig
 from velamq.broker._connection import ServerConnection
-from velamq.broker._disk_guard import DiskGuard, DiskThresholds, StorageHealth
+from velamq.broker._disk_guard import DiskGuard, DiskThresholds, DiskUsage, StorageHealth, statvfs_usage
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker._listener import ConnectionLimits, Listener, fd_soft_limit
 from velamq.broker._net_budget import NetworkBudget
@@ -57,21 +58,20 @@ class BrokerService:
         metadata: MetadataStore,
         clock: Clock = system_clock,
         *,
-        network: NetworkBudget | None = None,
         storage_health: StorageHealth | None = None,
-        disk_guard: DiskGuard | None = None,
+        disk_stat: Callable[[Path], DiskUsage] | None = None,
     ) -> None:
-        """`network` is the network's share of the memory budget (the composition root carves it
-        out; by default its share of config.memory_bytes); `storage_health` tells whether storage
-        accepts appends (velamq/server.py adapts Storage); `disk_guard` replaces the default one
-        over config.data_dir (tests pass one with a fake filesystem)."""
+        """`storage_health` tells whether storage accepts appends (velamq/server.py adapts
+        Storage; without it only disk usage decides); `disk_stat` reads the disk usage of a path
+        (statvfs by default; tests pass a fake filesystem). The network's share of the memory
+        budget is its share of config.memory_bytes (the composition root gives storage the rest)."""
         self.config = config
         self.storage = storage
         self.metadata = metadata
         self.clock = clock
         self.log_limit = RateLimitedLog(log, clock)
-        self.network = network or NetworkBudget.share_of(config.memory_bytes, clock)
-        self.disk_guard = disk_guard or DiskGuard(
+        self.network = NetworkBudget.share_of(config.memory_bytes, clock)
+        self.disk_guard = DiskGuard(
             config.data_dir,
             DiskThresholds(
                 config.disk_usage_warn_threshold,
@@ -83,6 +83,8 @@ class BrokerService:
             storage_health or _AlwaysWritable(),
             self.close_producers,
             self.log_limit,
+            disk_stat or statvfs_usage,
+            min_free_bytes=config.memory_bytes,
         )
         # Topics being deleted (_topic_deletion.py): loads of them are refused until it is done.
         self.deleting: set[str] = set()

@@ -52,6 +52,7 @@ class TransportFlow:
     def attach(self, transport: asyncio.Transport) -> None:
         self.transport = transport
         transport.set_write_buffer_limits(high=self._high, low=self._low)
+        self._network.register(self)
 
     # ---- writing -----------------------------------------------------------------------------
 
@@ -102,7 +103,12 @@ class TransportFlow:
             self._check_writable()
 
     def outbound_room(self) -> None:
-        self._check_writable()
+        """The broker-wide bound has room again: whatever dispatch skipped this connection for
+        it may go on (a wake-up too many costs a dispatch round that finds nothing to do)."""
+        if self.writable:
+            self._was_writable = True
+            if self.on_writable is not None:
+                self.on_writable()
 
     def _check_writable(self) -> None:
         if not self._was_writable and self.writable:
@@ -143,9 +149,13 @@ class TransportFlow:
             self._network.inbound_changed(delta)
         if self._network.inbound_must_wait(held_bytes) and PARTIAL_FRAME not in self._read_pauses:
             self.pause_reading(PARTIAL_FRAME)
-            self._network.on_inbound_room(self._inbound_room)
+            self._network.wait_for_inbound_room(self)
 
-    def _inbound_room(self) -> None:
+    @property
+    def partial_bytes(self) -> int:
+        return self._partial_bytes
+
+    def inbound_room(self) -> None:
         self.resume_reading(PARTIAL_FRAME)
 
     @property
@@ -161,11 +171,11 @@ class TransportFlow:
         self._closed = True
         self._out.clear()
         self._out_bytes = 0
-        self._network.outbound_set(self, 0)
+        self._network.unregister(self)
+        self._network.cancel(self)
         if self._partial_bytes:
             self._network.inbound_changed(-self._partial_bytes)
             self._partial_bytes = 0
-        self._network.cancel(self._inbound_room)
         if self._publish_buffer is not None:
             self._publish_buffer.cancel(self._publish_buffer_room)
             self._publish_buffer = None

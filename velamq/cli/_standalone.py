@@ -10,7 +10,7 @@ import sys
 import time
 
 from velamq.broker import BrokerConfig
-from velamq.server import VelamqServer
+from velamq.server import VelamqServer, raise_fd_limit
 
 log = logging.getLogger("velamq")
 
@@ -34,8 +34,13 @@ def load_config(args: argparse.Namespace) -> BrokerConfig:
 
 
 async def serve(config: BrokerConfig, started_at: float) -> None:
+    soft, hard = raise_fd_limit()
     server = VelamqServer(config)
     await server.start()
+    log.info(
+        "file descriptors: %d (hard limit %d); brokerMaxConnections %d, brokerMaxConnectionsPerIp %d (0: none)",
+        soft, hard, server.broker.connection_limits.max_total, server.broker.connection_limits.max_per_ip,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

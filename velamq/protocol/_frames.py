@@ -65,7 +65,7 @@ class FrameDecoder:
     After an error the decoder is unusable: the caller closes the connection (OP-6).
     """
 
-    __slots__ = ("_buffer", "frame_bytes_max", "verify_checksums")
+    __slots__ = ("__weakref__", "_buffer", "frame_bytes_max", "verify_checksums")  # weakref: tests see it freed
 
     def __init__(self, frame_bytes_max: int, verify_checksums: bool = True) -> None:
         self._buffer = bytearray()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -29,8 +30,17 @@ def free_port() -> int:
 class BrokerProcess:
     """One broker process. Ports and data dir stay the same across stop/kill and start."""
 
-    def __init__(self, data_dir: Path, extra_args: Sequence[str] = (), log_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        extra_args: Sequence[str] = (),
+        log_path: Path | None = None,
+        *,
+        fd_limit: int | None = None,
+    ) -> None:
+        """fd_limit: RLIMIT_NOFILE (soft and hard) of the broker process, as `ulimit -n` would set it."""
         self.data_dir = data_dir
+        self.fd_limit = fd_limit
         self.broker_port = free_port()
         self.http_port = free_port()
         self.extra_args = list(extra_args)
@@ -66,9 +76,15 @@ class BrokerProcess:
             "--advertised-address", "127.0.0.1",
             *self.extra_args,
         ]
+        fd_limit = self.fd_limit
+
+        def limit_fds() -> None:
+            if fd_limit is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (fd_limit, fd_limit))
+
         self._proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=limit_fds if fd_limit is not None else None,
         )
         ready = threading.Event()
         proc = self._proc
@@ -117,13 +133,16 @@ class BrokerProcess:
 
 
 @contextlib.contextmanager
-def run_broker(data_dir: str | Path | None = None, extra_args: Sequence[str] = ()) -> Iterator[BrokerProcess]:
-    """Start a broker on free ports; stop it (SIGTERM) and remove a temporary data dir on exit."""
+def run_broker(
+    data_dir: str | Path | None = None, extra_args: Sequence[str] = (), *, fd_limit: int | None = None
+) -> Iterator[BrokerProcess]:
+    """Start a broker on free ports; stop it (SIGTERM) and remove a temporary data dir on exit.
+    fd_limit: the broker process's RLIMIT_NOFILE (`ulimit -n`)."""
     tmp = None
     if data_dir is None:
         tmp = tempfile.mkdtemp(prefix="velamq-test-")
         data_dir = Path(tmp) / "data"
-    broker = BrokerProcess(Path(data_dir), extra_args)
+    broker = BrokerProcess(Path(data_dir), extra_args, fd_limit=fd_limit)
     broker.start()
     try:
         yield broker

@@ -17,13 +17,17 @@ from typing import Any
 
 from velamq._clock import ManualClock
 from velamq._topic_name import TopicName
+from velamq.broker import BrokerConfig, BrokerService, DiskUsage
+from velamq.broker._connection import ServerConnection
 from velamq.broker._consumer import ServerConsumer
 from velamq.broker._consumer_selector import SubType
 from velamq.broker._producer import ServerProducer
 from velamq.broker._subscription import Subscription
 from velamq.broker._topic import Topic
+from velamq.metadata import MetadataStore
 from velamq.protocol import FrameDecoder, build_entry, encode_command, pb, signed64, split_entry
 from velamq.protocol._frames import Frame
+from velamq.server import storage_config
 from velamq.storage import Position, PublishBuffer, Storage, StorageConfig
 
 TOPIC = "persistent://public/default/t"
@@ -169,3 +173,87 @@ async def until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
 async def settled(subscription: Subscription) -> None:
     """Until the subscription's dispatcher has done all it can and waits for a change."""
     await until(lambda: subscription.dispatch_idle)
+
+
+# ---- a ServerConnection over a recording transport, on a BrokerService without its listener ----
+
+
+class RecordingTransport(asyncio.Transport):
+    """What asyncio gives a protocol: here it records the bytes written and whether it was closed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frames: list[Frame] = []
+        self.closed = False
+        self.reading = True
+        self._decoder = FrameDecoder(64 * 1024 * 1024)
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.frames.extend(self._decoder.feed(bytes(data)))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0  # everything written is taken at once
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 40000) if name == "peername" else default
+
+    def of_type(self, command_type: int) -> list[pb.BaseCommand]:
+        return [f.command for f in self.frames if f.command.type == command_type]
+
+
+@asynccontextmanager
+async def broker(
+    tmp_path: Path, clock: ManualClock, disk_stat: Callable[[Path], DiskUsage] | None = None, **config: Any
+) -> AsyncIterator[BrokerService]:
+    """A BrokerService without its listener: connections are made by the test. Its disk guard
+    reads `disk_stat` (a fake filesystem) if given, after one check at start."""
+    config = BrokerConfig(data_dir=tmp_path, sync_policy="none", keepalive_interval_s=30).with_overrides(**config)
+    metadata = MetadataStore(tmp_path / "metadata.db")
+    # Storage keeps its own timers (write cache age, cursor persistence) on a clock of its own, so
+    # the broker's clock has only the connection's sleepers on it.
+    storage = Storage(storage_config(config), ManualClock())
+    await metadata.start()
+    await storage.start()
+    service = BrokerService(config, storage, metadata, clock, disk_stat=disk_stat)
+    await service.disk_guard.check_now()
+    try:
+        yield service
+    finally:
+        await service.close()
+        await storage.close()
+        await metadata.close()
+
+
+def connect(service: BrokerService) -> tuple[ServerConnection, RecordingTransport]:
+    connection = ServerConnection(service)
+    transport = RecordingTransport()
+    connection.connection_made(transport)
+    return connection, transport
+
+
+def command(kind: int, field: str, **values: Any) -> bytes:
+    message = pb.BaseCommand(type=kind)
+    getattr(message, field).SetInParent()
+    for key, value in values.items():
+        setattr(getattr(message, field), key, value)
+    return encode_command(message)
+
+
+async def until_reply(transport: RecordingTransport, kind: int, count: int = 1) -> list[pb.BaseCommand]:
+    await until(lambda: len(transport.of_type(kind)) >= count)
+    return transport.of_type(kind)

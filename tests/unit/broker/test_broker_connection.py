@@ -5,98 +5,12 @@ commands, refusals, keep-alive on a ManualClock."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
-from broker_testing import T, entry, until
+from broker_testing import T, broker, command, connect, entry, until, until_reply
 
 from velamq._clock import ManualClock
-from velamq.broker import BrokerConfig, BrokerService
-from velamq.broker._connection import ServerConnection
-from velamq.metadata import MetadataStore
-from velamq.protocol import FrameDecoder, encode_command, encode_payload_command, pb
-from velamq.protocol._frames import Frame
-from velamq.server import storage_config
-from velamq.storage import Storage
-
-
-class RecordingTransport(asyncio.Transport):
-    """What asyncio gives a protocol: here it records the bytes written and whether it was closed."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.frames: list[Frame] = []
-        self.closed = False
-        self.reading = True
-        self._decoder = FrameDecoder(64 * 1024 * 1024)
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        self.frames.extend(self._decoder.feed(bytes(data)))
-
-    def close(self) -> None:
-        self.closed = True
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0  # everything written is taken at once
-
-    def pause_reading(self) -> None:
-        self.reading = False
-
-    def resume_reading(self) -> None:
-        self.reading = True
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 40000) if name == "peername" else default
-
-    def of_type(self, command_type: int) -> list[pb.BaseCommand]:
-        return [f.command for f in self.frames if f.command.type == command_type]
-
-
-@asynccontextmanager
-async def broker(tmp_path: Path, clock: ManualClock) -> AsyncIterator[BrokerService]:
-    """A BrokerService without its listener: connections are made by the test."""
-    config = BrokerConfig(data_dir=tmp_path, sync_policy="none", keepalive_interval_s=30)
-    metadata = MetadataStore(tmp_path / "metadata.db")
-    # Storage keeps its own timers (write cache age, cursor persistence) on a clock of its own, so
-    # the broker's clock has only the connection's sleepers on it.
-    storage = Storage(storage_config(config), ManualClock())
-    await metadata.start()
-    await storage.start()
-    service = BrokerService(config, storage, metadata, clock)
-    try:
-        yield service
-    finally:
-        await service.close()
-        await storage.close()
-        await metadata.close()
-
-
-def connect(service: BrokerService) -> tuple[ServerConnection, RecordingTransport]:
-    connection = ServerConnection(service)
-    transport = RecordingTransport()
-    connection.connection_made(transport)
-    return connection, transport
-
-
-def command(kind: int, field: str, **values: Any) -> bytes:
-    message = pb.BaseCommand(type=kind)
-    getattr(message, field).SetInParent()
-    for key, value in values.items():
-        setattr(getattr(message, field), key, value)
-    return encode_command(message)
-
-
-async def until_reply(transport: RecordingTransport, kind: int, count: int = 1) -> list[pb.BaseCommand]:
-    await until(lambda: len(transport.of_type(kind)) >= count)
-    return transport.of_type(kind)
+from velamq.protocol import encode_payload_command, pb
 
 
 def test_handshake_then_produce_and_consume(tmp_path: Path) -> None:
