@@ -41,3 +41,13 @@ def test_bad_names_are_refused_with_a_value_error(bad: str) -> None:
 def test_patterns_name_their_namespace_as_topic_names_do(pattern: str, namespace: str, regex: str) -> None:
     parsed = TopicPattern.parse(pattern)
     assert (parsed.namespace, parsed.regex) == (namespace, regex)
+
+
+def test_one_rule_for_partition_names() -> None:
+    from velamq._topic_name import PartitionRole, partition_role
+
+    bar3 = TopicName.parse("bar-partition-3")
+    assert partition_role(bar3, 0) is PartitionRole.ORDINARY  # no partitioned "bar": an ordinary topic
+    assert partition_role(bar3, 4) is PartitionRole.PARTITION
+    assert partition_role(bar3, 3) is PartitionRole.OUT_OF_RANGE
+    assert partition_role(TopicName.parse("bar"), 4) is PartitionRole.ORDINARY

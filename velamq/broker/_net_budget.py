@@ -16,8 +16,10 @@ Two bounds, both broker-wide, both a share of `memoryBudgetBytes` (velamq/server
                the other connections hold more than half the bound is not read until that is no
                longer so (its bytes wait in the kernel's socket buffer). Small frames keep
                flowing, and a lone large frame always completes, even one larger than the bound.
-               A client that sends part of a frame and stops is paused like the others; the
-               keep-alive closes it once it has been silent for two intervals.
+               A paused connection's socket is not watched for reading, so its client leaving
+               would go unseen: while any are paused, they are polled every
+               `paused_peer_check_s` for a peer that hung up, and those are closed (their bytes
+               given back at once). One that stays and says nothing is closed by the keep-alive.
 
 So memory held for the network stays within its share however many consumers stop reading or
 however many clients send half a frame and wait. Lives on the event loop.
@@ -33,6 +35,8 @@ from velamq._clock import Clock
 
 # While outbound is over its bound, connections are asked for their real figures this often.
 outbound_recount_s = 0.05
+# While connections are paused for partial frames, they are checked for a peer gone this often.
+paused_peer_check_s = 1.0
 
 
 class InboundHolder(Protocol):
@@ -43,6 +47,14 @@ class InboundHolder(Protocol):
 
     def inbound_room(self) -> None:
         """Reading may go on."""
+        ...
+
+    def peer_gone(self) -> bool:
+        """Whether the client has hung up (its socket is not read while paused)."""
+        ...
+
+    def abort(self) -> None:
+        """Close the connection at once."""
         ...
 
 
@@ -69,11 +81,13 @@ class NetworkBudget:
         self.inbound_partial_bytes = 0
         self.inbound_partial_bytes_peak = 0
         self.inbound_pauses_total = 0
+        self.paused_peers_closed_total = 0
         self._sources: dict[OutboundSource, int] = {}  # connections with unsent bytes
         self._connections: set[OutboundSource] = set()  # every open connection
         self._outbound_full = False
         self._recount: asyncio.Task[None] | None = None
         self._inbound_waiters: dict[InboundHolder, None] = {}  # insertion-ordered set
+        self._peer_check: asyncio.Task[None] | None = None
 
     @classmethod
     def share_of(cls, memory_bytes: int, clock: Clock) -> NetworkBudget:
@@ -153,13 +167,24 @@ class NetworkBudget:
         if holder not in self._inbound_waiters:
             self.inbound_pauses_total += 1
             self._inbound_waiters[holder] = None
+        if self._peer_check is None or self._peer_check.done():
+            self._peer_check = asyncio.get_running_loop().create_task(self._check_paused_peers())
+
+    async def _check_paused_peers(self) -> None:
+        while self._inbound_waiters:
+            await self.clock.sleep(paused_peer_check_s)
+            for holder in [h for h in self._inbound_waiters if h.peer_gone()]:
+                self._inbound_waiters.pop(holder, None)
+                self.paused_peers_closed_total += 1
+                holder.abort()
 
     def cancel(self, holder: InboundHolder) -> None:
         self._inbound_waiters.pop(holder, None)
 
     def close(self) -> None:
-        if self._recount is not None:
-            self._recount.cancel()
+        for task in (self._recount, self._peer_check):
+            if task is not None:
+                task.cancel()
 
     def metrics(self) -> dict[str, float]:
         p = "velamq_broker_network_"
@@ -173,4 +198,5 @@ class NetworkBudget:
             p + "inbound_partial_bytes_peak": self.inbound_partial_bytes_peak,
             p + "inbound_paused": len(self._inbound_waiters),
             p + "inbound_pauses_total": self.inbound_pauses_total,
+            p + "inbound_paused_peers_closed_total": self.paused_peers_closed_total,
         }

@@ -21,6 +21,7 @@ so that nothing keeps the connection alive once it is closed.
 from __future__ import annotations
 
 import asyncio
+import select
 from collections.abc import Callable
 
 from velamq.broker._net_budget import NetworkBudget
@@ -28,6 +29,8 @@ from velamq.storage import PublishBuffer
 
 PUBLISH_BUFFER = "publish-buffer"
 PARTIAL_FRAME = "partial-frame"
+# A peer that closed (or reset) shows as one of these even with unread bytes in our buffer.
+_HANGUP_EVENTS = getattr(select, "POLLRDHUP", 0) | select.POLLHUP | select.POLLERR
 
 
 class TransportFlow:
@@ -157,6 +160,22 @@ class TransportFlow:
 
     def inbound_room(self) -> None:
         self.resume_reading(PARTIAL_FRAME)
+
+    def peer_gone(self) -> bool:
+        transport = self.transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        if sock is None:
+            return False
+        try:
+            poller = select.poll()
+            poller.register(sock.fileno(), _HANGUP_EVENTS)
+            return bool(poller.poll(0))
+        except (OSError, ValueError):
+            return True
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
 
     @property
     def reading_paused_for(self) -> frozenset[str]:
