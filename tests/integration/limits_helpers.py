@@ -1,0 +1,99 @@
+"""Helpers of the limits tests (fd storm, memory, disk, deletes, bad input): raw protocol frames,
+a broker process's memory and metrics, waiting for a condition with a deadline."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import time
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+from velamq.protocol import FrameDecoder, encode_command
+from velamq.protocol import _pulsar_api_pb2 as pb
+
+T = pb.BaseCommand
+
+
+def command(kind: int, field: str, **values: Any) -> bytes:
+    message = pb.BaseCommand(type=kind)
+    getattr(message, field).SetInParent()
+    for key, value in values.items():
+        setattr(getattr(message, field), key, value)
+    return encode_command(message)
+
+
+def connect_frame() -> bytes:
+    return command(T.CONNECT, "connect", client_version="velamq-limits-test", protocol_version=20)
+
+
+def frame_header(total_bytes: int) -> bytes:
+    """The start of a frame announcing `total_bytes` (its command part claims 100 bytes)."""
+    return struct.pack(">II", total_bytes, 100)
+
+
+def handshake(port: int, timeout_s: float = 10.0) -> socket.socket:
+    """A raw connection that has sent CONNECT and read CONNECTED."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+    sock.sendall(connect_frame())
+    read_frames(sock, 1)
+    return sock
+
+
+def read_frames(sock: socket.socket, count: int, timeout_s: float = 10.0) -> list[Any]:
+    decoder = FrameDecoder(64 << 20)
+    frames: list[Any] = []
+    sock.settimeout(timeout_s)
+    while len(frames) < count:
+        data = sock.recv(65536)
+        if not data:
+            raise ConnectionError("closed by the broker")
+        frames += decoder.feed(data)
+    return frames
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def metrics(admin_url: str) -> dict[str, float]:
+    """The broker's /metrics samples without labels other than cluster, by name."""
+    text = urllib.request.urlopen(f"{admin_url}/metrics", timeout=10).read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or "{" not in line:
+            continue
+        name, rest = line.split("{", 1)
+        labels, value = rest.rsplit("} ", 1)
+        if labels.count("=") == 1:
+            out[name] = float(value)
+    return out
+
+
+def http(method: str, url: str, body: Any = None) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            raw = response.read()
+            return response.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        try:
+            return exc.code, json.loads(raw) if raw else None
+        except ValueError:
+            return exc.code, raw.decode(errors="replace")
+
+
+def wait_for(check: Callable[[], bool], timeout_s: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout_s} s")
+        time.sleep(0.05)
