@@ -220,13 +220,12 @@ class DiskGuard:
             self._recheck = asyncio.get_running_loop().create_task(self._check_after_holdoff())
 
     async def _check_after_holdoff(self) -> None:
+        """While read-only for a write failure: a check every hold-off (not only every interval),
+        so that writing resumes soon after storage does."""
         while self._failed_at_s is not None:
             wait = self._failed_at_s + self.holdoff_s - self.clock.monotonic_s()
-            await self.clock.sleep(max(wait, 0.0))
-            if self._failed_at_s is not None and self.clock.monotonic_s() - self._failed_at_s >= self.holdoff_s:
-                await self.check_now()
-                if self.read_only:
-                    return  # the periodic checks take over
+            await self.clock.sleep(max(wait, self.holdoff_s if wait <= 0 else wait))
+            await self.check_now()
 
     def note_appended(self, size: int) -> None:
         """Appended bytes since the last check; past a quarter of the headroom, check now."""

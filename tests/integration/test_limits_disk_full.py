@@ -1,0 +1,248 @@
+"""A disk that fills up, with the official client (send timeout 5 s):
+
+1. on a real small filesystem (a tmpfs mounted for the test): the broker turns read-only before the
+   disk is full; every send's callback fires within the send timeout (acknowledged, or failed with
+   ProducerBlockedQuotaExceededException / Timeout / ProducerQueueIsFull, never left hanging);
+   consumers keep reading; deleting a topic frees space and writing resumes, for the same producer,
+   without a restart; after a kill -9 every acknowledged message is there;
+2. on the same kind of filesystem, filled from outside so that a write fails (ENOSPC): the broker
+   turns read-only at the failed append, nothing hangs, nothing acknowledged is lost. Writing again
+   without a restart needs storage to leave its failed state by itself (issue 10's engine): until
+   then the test ends as an expected failure at that step;
+3. in this process, with the fault injected at the filesystem boundary (a fake statvfs), so that it
+   runs wherever mounting is not allowed.
+
+Mounting needs root (CAP_SYS_ADMIN); without it, tests 1 and 2 are skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pulsar
+import pytest
+from limits_helpers import http, metrics, wait_for
+
+from velamq.broker import BrokerConfig, DiskUsage
+from velamq.testing import BrokerProcess, run_broker_in_thread
+
+pytestmark = pytest.mark.timeout(300)
+
+MIB = 1 << 20
+send_timeout_ms = 5000
+callback_slack_s = 1.5  # the client's timer and a loaded machine
+message = 10_000
+allowed = {pulsar.Result.Ok, pulsar.Result.ProducerBlockedQuotaExceededException, pulsar.Result.Timeout,
+           pulsar.Result.ProducerQueueIsFull}
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A tmpfs of the size given by the test (`@pytest.mark.parametrize` indirect, in MiB)."""
+    mount = tmp_path / "fs"
+    mount.mkdir()
+    size_mib = int(getattr(request, "param", 256))
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mib}m", "tmpfs", str(mount)],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a {size_mib} MiB tmpfs (needs root / CAP_SYS_ADMIN): {result.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+class Sends:
+    """send_async with a callback per message: result and how long after the send it came."""
+
+    def __init__(self, producer: Any) -> None:
+        self.producer = producer
+        self.results: dict[int, tuple[Any, float]] = {}
+        self.sent = 0
+        self._lock = threading.Lock()
+
+    def send(self, index: int) -> None:
+        started = time.monotonic()
+
+        def done(result: Any, _mid: Any) -> None:
+            with self._lock:
+                self.results[index] = (result, time.monotonic() - started)
+
+        self.producer.send_async(b"%08d" % index + b"x" * (message - 8), done)
+        self.sent += 1
+
+    def all_called_back(self) -> bool:
+        with self._lock:
+            return len(self.results) == self.sent
+
+    def acked(self) -> set[int]:
+        with self._lock:
+            return {i for i, (result, _) in self.results.items() if result == pulsar.Result.Ok}
+
+    def check(self) -> Counter[str]:
+        """Every callback came, within the send timeout, with an allowed result."""
+        wait_for(self.all_called_back, timeout_s=send_timeout_ms / 1000 + 30, what="every callback")
+        with self._lock:
+            slowest = max(delay for _, delay in self.results.values())
+            kinds = Counter(str(result) for result, _ in self.results.values())
+            assert {result for result, _ in self.results.values()} <= allowed, kinds
+        assert slowest <= send_timeout_ms / 1000 + callback_slack_s, (slowest, kinds)
+        return kinds
+
+
+def fill_until(sends: Sends, done: Any, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, "the disk guard never turned the broker read-only"
+        for _ in range(100):
+            sends.send(sends.sent)
+        time.sleep(0.005)
+
+
+def read_back(client: Any, topic: str, wanted: set[int]) -> set[int]:
+    """Read the topic from its start; the indexes of `wanted` that are there."""
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    found: set[int] = set()
+    while reader.has_message_available():
+        found.add(int(reader.read_next(timeout_millis=10_000).data()[:8]))
+    reader.close()
+    return found & wanted
+
+
+def broker_on(fs: Path, memory: str, check_interval_ms: int) -> BrokerProcess:
+    config = fs.parent / "broker.conf"
+    config.write_text(f"diskCheckInterval={check_interval_ms}\n")
+    broker = BrokerProcess(fs / "data", ["--config", str(config), "--memory", memory], log_path=fs.parent / "log")
+    broker.start()
+    return broker
+
+
+@pytest.mark.parametrize("small_fs", [256], indirect=True)
+def test_read_only_before_the_disk_is_full_and_writable_again_after_a_delete(
+    small_fs: Path, make_client: Any
+) -> None:
+    broker = broker_on(small_fs, "64M", 200)  # 64 MiB kept free: a quarter of this disk
+    try:
+        client = make_client(broker.service_url)
+        full, ballast = "persistent://public/default/full", "persistent://public/default/ballast"
+        keep = client.subscribe(full, "keep")  # retention keeps what a subscription has not acked
+        client.subscribe(ballast, "keep")
+        filler = client.create_producer(ballast, batching_enabled=False, block_if_queue_full=True)
+        for _ in range(6000):
+            filler.send_async(b"b" * message, None)
+        filler.flush()
+
+        producer = client.create_producer(full, batching_enabled=False, send_timeout_millis=send_timeout_ms)
+        sends = Sends(producer)
+        fill_until(sends, lambda: metrics(broker.admin_url)["velamq_broker_disk_read_only"] == 1)
+        for _ in range(200):  # sends while read-only: failed, never hanging
+            sends.send(sends.sent)
+        kinds = sends.check()
+        assert kinds[str(pulsar.Result.Ok)] > 0 and kinds[str(pulsar.Result.ProducerBlockedQuotaExceededException)] > 0
+        figures = metrics(broker.admin_url)
+        assert figures["velamq_broker_disk_write_failures_total"] == 0  # read-only came before ENOSPC
+        with pytest.raises(Exception, match="ProducerBlockedQuotaExceeded"):
+            client.create_producer(full)
+        assert keep.receive(timeout_millis=10_000).data()[:8] == b"%08d" % min(sends.acked())  # consumers work
+
+        status, _ = http("DELETE", f"{broker.admin_url}/admin/v2/persistent/public/default/ballast?force=true")
+        assert status == 204  # admin works while read-only: deleting frees space
+        wait_for(lambda: metrics(broker.admin_url)["velamq_broker_disk_read_only"] == 0, what="writable again")
+        deadline = time.monotonic() + 90  # the same producer, back from its reconnect back-off
+        while True:
+            try:
+                producer.send(b"%08d" % 99_999_999 + b"after")
+                break
+            except Exception:
+                assert time.monotonic() < deadline, "the producer never wrote again"
+        acked = sends.acked()
+        broker.kill()
+        broker.start()
+        client = make_client(broker.service_url)
+        assert read_back(client, full, acked) == acked
+    finally:
+        broker.stop()
+
+
+@pytest.mark.parametrize("small_fs", [128], indirect=True)
+def test_a_failed_write_turns_the_broker_read_only_and_no_send_hangs(small_fs: Path, make_client: Any) -> None:
+    broker = broker_on(small_fs, "16M", 3_600_000)  # no periodic check: the write must fail first
+    try:
+        client = make_client(broker.service_url)
+        full = "persistent://public/default/full"
+        client.subscribe(full, "keep")
+        producer = client.create_producer(full, batching_enabled=False, send_timeout_millis=send_timeout_ms)
+        sends = Sends(producer)
+        for _ in range(100):
+            sends.send(sends.sent)
+        producer.flush()
+        st = os.statvfs(small_fs)
+        with open(small_fs / "filler", "wb") as f:  # leaves 1 MiB: the next flush cannot be written
+            os.posix_fallocate(f.fileno(), 0, st.f_bavail * st.f_frsize - MIB)
+        fill_until(sends, lambda: metrics(broker.admin_url)["velamq_broker_disk_write_failures_total"] > 0)
+        sends.check()
+        assert metrics(broker.admin_url)["velamq_broker_disk_read_only"] == 1
+        acked = sends.acked()
+
+        (small_fs / "filler").unlink()
+        resumed = True
+        try:
+            wait_for(lambda: metrics(broker.admin_url)["velamq_broker_disk_read_only"] == 0, timeout_s=20)
+        except AssertionError:
+            resumed = False
+        broker.kill()
+        broker.start()
+        client = make_client(broker.service_url)
+        assert read_back(client, full, acked) == acked  # nothing acknowledged was lost
+        if not resumed:
+            pytest.xfail("waits for issue 10's storage: the first engine refuses appends after a failed "
+                         "write until restart (velamq_storage_failed), so the broker stays read-only")
+    finally:
+        broker.stop()
+
+
+class FakeDisk:
+    def __init__(self) -> None:
+        self.used = 0.5
+
+    def __call__(self, path: Path) -> DiskUsage:
+        total = 1 << 40
+        return DiskUsage(total, int(total * (1 - self.used)))
+
+
+def test_with_a_fake_filesystem_callbacks_fire_and_writing_resumes(make_client: Any) -> None:
+    disk = FakeDisk()
+    config = BrokerConfig(disk_check_interval_ms=100, sync_policy="none")
+    with run_broker_in_thread(config=config, disk_stat=disk) as broker:
+        client = make_client(broker.service_url)
+        topic = "persistent://public/default/fake-full"
+        keep = client.subscribe(topic, "keep")
+        producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=send_timeout_ms)
+        sends = Sends(producer)
+        for _ in range(500):
+            sends.send(sends.sent)
+        producer.flush()
+        disk.used = 0.96
+        fill_until(sends, lambda: broker.server.broker.disk_guard.read_only)
+        for _ in range(300):
+            sends.send(sends.sent)
+        kinds = sends.check()
+        assert kinds[str(pulsar.Result.ProducerBlockedQuotaExceededException)] > 0
+        assert keep.receive(timeout_millis=10_000).data()[:8] == b"00000000"
+        disk.used = 0.5
+        wait_for(lambda: not broker.server.broker.disk_guard.read_only)
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                producer.send(b"%08d" % 99_999_999)
+                break
+            except Exception:
+                assert time.monotonic() < deadline, "the producer never wrote again"
+        assert len(sends.acked()) >= 500
