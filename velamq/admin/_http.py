@@ -107,6 +107,14 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _client_bytes(value: Any) -> str:
+    """Bytes a client gave that reached a reply (the broker refuses non-UTF-8 names, but data stored
+    by an older version may hold them): shown with escapes rather than failing the whole reply."""
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", "backslashreplace")
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 @dataclass(frozen=True, slots=True)
 class Response:
     status: int
@@ -117,7 +125,7 @@ class Response:
 
     @classmethod
     def json(cls, value: Any, status: int = 200) -> Response:
-        body = json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+        body = json.dumps(value, separators=(",", ":"), allow_nan=False, default=_client_bytes).encode()
         return cls(status, body, "application/json")
 
     @classmethod
