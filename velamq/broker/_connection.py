@@ -327,18 +327,8 @@ class ServerConnection(asyncio.Protocol):
             self._reply_error(frame.command, request_id, pb.UnknownError, f"internal error: {exc}")
 
     def _reply_error(self, command: pb.BaseCommand, request_id: int | None, code: int, message: str) -> None:
-        if request_id is None:
-            return
-        # Lookups answer with a Failed response of their own type; every other request with ERROR.
-        response_type, field, failed = _FAILED_RESPONSES.get(command.type, (T.ERROR, "error", None))
-        reply = pb.BaseCommand(type=response_type)
-        body = getattr(reply, field)
-        body.request_id = request_id
-        if failed is not None:
-            body.response = failed
-        body.error = code
-        body.message = message
-        self.send_command(reply)
+        if request_id is not None:
+            self.send_command(_error_reply(command, request_id, code, message))
 
     # ---- handshake and discovery -------------------------------------------------------------
 
@@ -425,6 +415,19 @@ _FAILED_RESPONSES: dict[int, tuple[pb.BaseCommand.Type.ValueType, str, int | Non
     ),
     T.LOOKUP: (T.LOOKUP_RESPONSE, "lookupTopicResponse", pb.CommandLookupTopicResponse.Failed),
 }
+
+
+def _error_reply(command: pb.BaseCommand, request_id: int, code: int, message: str) -> pb.BaseCommand:
+    # Lookups answer with a Failed response of their own type; every other request with ERROR.
+    response_type, field, failed = _FAILED_RESPONSES.get(command.type, (T.ERROR, "error", None))
+    reply = pb.BaseCommand(type=response_type)
+    body = getattr(reply, field)
+    body.request_id = request_id
+    if failed is not None:
+        body.response = failed
+    body.error = code
+    body.message = message
+    return reply
 
 
 def _request_id(command: pb.BaseCommand) -> int | None:

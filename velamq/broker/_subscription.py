@@ -74,7 +74,7 @@ class Subscription:
         self.read_compacted = False
         self.compacted_view: CompactedView | None = None
         self._epoch = 0
-        self._entry_bytes_avg = 0.0  # of the entries read so far, for the read size
+        self._read_size = _ReadSize()
         self._wake = asyncio.Event()
         self._waiting = False  # the dispatch task waits for a wake-up
         self._closed = False
@@ -311,7 +311,7 @@ class Subscription:
             epoch = self._epoch
             replay = self._in_flight.replay
             if replay:
-                positions = sorted(replay)[: self._read_count(read_entries_max)]
+                positions = sorted(replay)[: self._read_size.count(read_entries_max)]
                 entries = await _positions.read_at(self.ledger, positions)
                 if epoch != self._epoch:
                     continue
@@ -328,7 +328,7 @@ class Subscription:
                 # consumers that have permits (their keys are not blocked).
             if len(replay) >= replay_entries_max or len(self._delayed) >= delayed_entries_max:
                 return
-            count = self._read_count(min(max(self._selector.permits_available(), 1), read_entries_max))
+            count = self._read_size.count(min(max(self._selector.permits_available(), 1), read_entries_max))
             view = self.compacted_view if self.read_compacted else None
             if view is not None and self.read_position <= view.horizon:
                 entries = await view.read_from(self.read_position, count)
@@ -349,11 +349,6 @@ class Subscription:
             self.read_position = self.ledger.next_position(entries[-1].position)
             self._deliver(entries, replaying=False)
 
-    def _read_count(self, count: int) -> int:
-        if self._entry_bytes_avg <= 0:
-            return min(count, 8)  # nothing known yet: a small first read
-        return max(1, min(count, int(read_bytes_max // self._entry_bytes_avg)))
-
     def _deliver(self, entries: list[Entry], replaying: bool) -> bool:
         now = self.clock.now_ms()
         monotonic_now = self.clock.monotonic_s()
@@ -364,9 +359,7 @@ class Subscription:
         blocked_keys: set[bytes] = set(in_flight.replay_keys.values()) if key_shared and not replaying else set()
         delivered = False
         mark_delete = self.cursor.mark_delete_position
-        if entries:
-            size = sum(len(e.data) for e in entries) / len(entries)
-            self._entry_bytes_avg = size if self._entry_bytes_avg <= 0 else 0.8 * self._entry_bytes_avg + 0.2 * size
+        self._read_size.observed(entries)
         for entry in entries:
             position = entry.position
             if position <= mark_delete or position in in_flight.pending or self.cursor.is_acked(position):
@@ -397,3 +390,21 @@ class Subscription:
                 consumer.chunks_out.add(1, len(entry.data))
             delivered = True
         return delivered
+
+
+class _ReadSize:
+    """How many entries one read from storage brings: what the permits ask for, but about
+    read_bytes_max at most, by the average size of the entries read so far."""
+
+    def __init__(self) -> None:
+        self.entry_bytes_avg = 0.0
+
+    def count(self, wanted: int) -> int:
+        if self.entry_bytes_avg <= 0:
+            return min(wanted, 8)  # nothing known yet: a small first read
+        return max(1, min(wanted, int(read_bytes_max // self.entry_bytes_avg)))
+
+    def observed(self, entries: list[Entry]) -> None:
+        if entries:
+            size = sum(len(e.data) for e in entries) / len(entries)
+            self.entry_bytes_avg = size if self.entry_bytes_avg <= 0 else 0.8 * self.entry_bytes_avg + 0.2 * size
