@@ -13,6 +13,9 @@ Reading stops for any of several reasons at once and resumes when the last one i
     publish-buffer   the broker-wide publish buffer is full (ME-2): resumes when it has drained
     partial-frame    partial frames broker-wide are over their bound and this connection holds
                      more than the allowance of one (NetworkBudget): resumes at half the bound
+    write-backlog    the transport's buffer is above the high-water mark: a client that does not
+                     read its replies is not read either (replies to its requests would otherwise
+                     pile up without bound); resumes with writing
 
 `close()` gives everything back (outbound and inbound figures, waiters) and drops every callback,
 so that nothing keeps the connection alive once it is closed.
@@ -29,6 +32,7 @@ from velamq.storage import PublishBuffer
 
 PUBLISH_BUFFER = "publish-buffer"
 PARTIAL_FRAME = "partial-frame"
+WRITE_BACKLOG = "write-backlog"
 # A peer that closed (or reset) shows as one of these even with unread bytes in our buffer.
 _HANGUP_EVENTS = getattr(select, "POLLRDHUP", 0) | select.POLLHUP | select.POLLERR
 
@@ -98,9 +102,11 @@ class TransportFlow:
     def pause_writing(self) -> None:
         self._transport_paused = True
         self._was_writable = False
+        self.pause_reading(WRITE_BACKLOG)
 
     def resume_writing(self) -> None:
         self._transport_paused = False
+        self.resume_reading(WRITE_BACKLOG)
         if not self._closed:
             self._network.outbound_set(self, self.outbound_bytes_now())
             self._check_writable()
