@@ -17,9 +17,11 @@ Two bounds, both broker-wide, both a share of `memoryBudgetBytes` (velamq/server
                longer so (its bytes wait in the kernel's socket buffer). Small frames keep
                flowing, and a lone large frame always completes, even one larger than the bound.
                A paused connection's socket is not watched for reading, so its client leaving
-               would go unseen: while any are paused, they are polled every
-               `paused_peer_check_s` for a peer that hung up, and those are closed (their bytes
-               given back at once). One that stays and says nothing is closed by the keep-alive.
+               would go unseen (its FIN waits behind the bytes not read): while any are paused,
+               they are checked every `paused_peer_check_s`, and closed if their peer hung up or
+               if they have been paused longer than `paused_partial_frame_s` (a client that holds
+               half a frame while the broker is short of room for them must not keep its
+               connection and its descriptor for ever).
 
 So memory held for the network stays within its share however many consumers stop reading or
 however many clients send half a frame and wait. Lives on the event loop.
@@ -35,8 +37,10 @@ from velamq._clock import Clock
 
 # While outbound is over its bound, connections are asked for their real figures this often.
 outbound_recount_s = 0.05
-# While connections are paused for partial frames, they are checked for a peer gone this often.
+# While connections are paused for partial frames, they are checked for a peer gone this often,
+# and closed once paused this long.
 paused_peer_check_s = 1.0
+paused_partial_frame_s = 10.0
 
 
 class InboundHolder(Protocol):
@@ -86,7 +90,7 @@ class NetworkBudget:
         self._connections: set[OutboundSource] = set()  # every open connection
         self._outbound_full = False
         self._recount: asyncio.Task[None] | None = None
-        self._inbound_waiters: dict[InboundHolder, None] = {}  # insertion-ordered set
+        self._inbound_waiters: dict[InboundHolder, float] = {}  # holder -> paused since (clock)
         self._peer_check: asyncio.Task[None] | None = None
 
     @classmethod
@@ -166,17 +170,19 @@ class NetworkBudget:
     def wait_for_inbound_room(self, holder: InboundHolder) -> None:
         if holder not in self._inbound_waiters:
             self.inbound_pauses_total += 1
-            self._inbound_waiters[holder] = None
+            self._inbound_waiters[holder] = self.clock.monotonic_s()
         if self._peer_check is None or self._peer_check.done():
             self._peer_check = asyncio.get_running_loop().create_task(self._check_paused_peers())
 
     async def _check_paused_peers(self) -> None:
         while self._inbound_waiters:
             await self.clock.sleep(paused_peer_check_s)
-            for holder in [h for h in self._inbound_waiters if h.peer_gone()]:
-                self._inbound_waiters.pop(holder, None)
-                self.paused_peers_closed_total += 1
-                holder.abort()
+            too_old = self.clock.monotonic_s() - paused_partial_frame_s
+            for holder, since in list(self._inbound_waiters.items()):
+                if since <= too_old or holder.peer_gone():
+                    self._inbound_waiters.pop(holder, None)
+                    self.paused_peers_closed_total += 1
+                    holder.abort()
 
     def cancel(self, holder: InboundHolder) -> None:
         self._inbound_waiters.pop(holder, None)

@@ -194,6 +194,9 @@ class RecordingTransport(asyncio.Transport):
     def close(self) -> None:
         self.closed = True
 
+    def abort(self) -> None:
+        self.closed = True
+
     def is_closing(self) -> bool:
         return self.closed
 

@@ -162,3 +162,25 @@ def test_a_lone_frame_larger_than_the_bound_completes(tmp_path: Path) -> None:
             assert transport.reading  # 1 MiB held, over the 512 KiB bound, but nobody else holds any
 
     asyncio.run(main())
+
+
+def test_a_connection_paused_for_a_partial_frame_too_long_is_closed(tmp_path: Path) -> None:
+    async def main() -> None:
+        clock = ManualClock()
+        async with broker(tmp_path, clock, memory_bytes=16 << 20) as service:
+            holders = []
+            for _ in range(3):
+                connection, transport = connect(service)
+                connection.data_received(command(T.CONNECT, "connect", client_version="t", protocol_version=21))
+                connection.data_received(struct.pack(">II", 4 << 20, 100) + b"\0" * (300 << 10))
+                holders.append(transport)
+            assert [t.reading for t in holders] == [True, False, False]
+            for _ in range(10):  # checked every second; closed once paused for 10 s
+                assert not any(t.closed for t in holders)
+                await until(lambda: clock.sleepers >= 1)
+                clock.advance(1)
+                await asyncio.sleep(0)
+            await until(lambda: holders[1].closed and holders[2].closed)
+            assert not holders[0].closed and service.network.paused_peers_closed_total == 2
+
+    asyncio.run(main())
