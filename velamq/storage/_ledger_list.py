@@ -10,9 +10,20 @@ two positions, which ledgers a trim may delete. Lives on the event loop, owned b
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
 
-from velamq.storage._ledger_dir import LedgerState
 from velamq.storage._position import LedgerInfo, Position
+
+
+@dataclass(slots=True)
+class LedgerState:
+    ledger_id: int
+    entries: int  # durable (and in the write cache or the entry logs)
+    size_bytes: int  # durable record bytes, record headers included
+    assigned: int  # entries with a position, durable or still in flight
+    created_ms: int = 0
+    closed_ms: int | None = None
+    first_ordinal: int = 0  # the managed ledger's running count of entries before this ledger's first
 
 
 class LedgerList:
