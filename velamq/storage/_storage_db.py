@@ -155,6 +155,9 @@ class StorageDb:
             list(items.items()),
         )
 
+    def delete_meta(self, key: str) -> None:
+        self._conn.execute("DELETE FROM meta WHERE key = ?", (key,))
+
     def raise_meta(self, key: str, value: int) -> None:
         """meta[key] = max(meta[key], value): counters never go back."""
         self._conn.execute(
