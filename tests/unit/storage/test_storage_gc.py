@@ -42,7 +42,7 @@ def test_deleting_most_topics_then_collecting_returns_their_space(tmp_path: Path
             assert logs_before >= 6  # 400 kB in 64 KiB logs
             for name in list(written)[1:]:
                 await storage.delete_ledger(name)
-            keep = list(written)[0]
+            keep = next(iter(written))
             result = await storage.collect_garbage()
             assert result.logs_compacted >= logs_before - 1 and result.bytes_reclaimed > 0
             after = disk_bytes(tmp_path)
@@ -87,7 +87,7 @@ def test_readers_find_runs_the_collector_moved(tmp_path: Path) -> None:
     async def main() -> None:
         async with started(tmp_path, **SMALL) as storage:
             written = await fill(storage, 4, 30)
-            keep = list(written)[0]
+            keep = next(iter(written))
             ml = storage.open_ledgers[keep]
             start = Position(ml.first_position.ledger_id, 0) if ml.first_position else Position(0, 0)
             assert [e.data for e in await ml.read_entries(start, 5)] == written[keep][:5]  # runs cached
@@ -218,7 +218,7 @@ def test_collection_runs_on_the_clock(tmp_path: Path) -> None:
                 clock.advance(10)
                 await wait_until(lambda k=k: m()["velamq_storage_gc_runs_total"] == 2 + k, "the next pass ran")
             assert m()["velamq_storage_gc_logs_compacted_total"] > 0
-            keep = list(written)[0]
+            keep = next(iter(written))
             assert [d for _, d in await read_everything(storage, keep)] == written[keep]
         finally:
             await storage.close()

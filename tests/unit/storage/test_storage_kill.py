@@ -139,7 +139,7 @@ def test_sigkill_never_loses_a_resolved_append(tmp_path: Path, variant: str) -> 
         confirmed += printed
         deleted += gone
 
-        async def check(confirmed: list[tuple[int, Position, bytes]]) -> None:
+        async def check(confirmed: list[tuple[int, Position, bytes]], deleted: list[str]) -> None:
             async with started(data_dir, sync_policy="fsync", ledger_entries_max=300) as storage:
                 for topic in range(2):
                     ml = await storage.open_ledger(f"persistent://public/default/kill-{topic}")
@@ -156,4 +156,4 @@ def test_sigkill_never_loses_a_resolved_append(tmp_path: Path, variant: str) -> 
                 assert not set(deleted) & set(names)  # a deletion that resolved stays done
                 await storage.collect_garbage()  # and the collector finds a consistent index
 
-        run(check(confirmed))
+        run(check(confirmed, deleted))
