@@ -208,3 +208,4 @@ class Counters:
     cursor_persists_total: int = 0
     torn_tails_truncated_total: int = 0
     tail_cache_skipped_inactive_total: int = 0
+    pending_appends: int = 0  # appends handed to the journal, not yet resolved (a gauge)

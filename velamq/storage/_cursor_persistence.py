@@ -40,24 +40,28 @@ class CursorPersistence:
         self._ml_id = ml_id
         self._cursors = cursors  # the managed ledger's live cursors, by name
         self._ctx = ctx
-        self._dirty: set[str] = set()
+        self._dirty: set[str] | None = None  # made on the first change (an empty set is 216 bytes)
         self._task: asyncio.Task[None] | None = None
         self._last_persist_s = float("-inf")
         self.open = True  # False once the managed ledger closes: no more scheduled rounds
 
     def changed(self, name: str) -> None:
         """A cursor changed: it is journaled within the interval."""
+        if self._dirty is None:
+            self._dirty = set()
         self._dirty.add(name)
         if self._task is None and self.open:
             self._task = asyncio.get_running_loop().create_task(self._persist_soon())
 
     async def write_now(self, cursor: ManagedCursor) -> None:
         """Journal one cursor at once (a new subscription must survive a crash right after it)."""
-        self._dirty.discard(cursor.name)
+        if self._dirty:
+            self._dirty.discard(cursor.name)
         await self._submit([_meta_ops.cursor_put(self._ml_id, cursor.name, cursor.state().to_json_bytes())])
 
     async def remove(self, name: str) -> None:
-        self._dirty.discard(name)
+        if self._dirty:
+            self._dirty.discard(name)
         await self._submit([_meta_ops.cursor_delete(self._ml_id, name)])
 
     async def close(self, *, persist: bool) -> None:
@@ -83,7 +87,7 @@ class CursorPersistence:
                 self._task = asyncio.get_running_loop().create_task(self._persist_soon())
 
     async def persist_dirty(self) -> None:
-        names, self._dirty = self._dirty, set()
+        names, self._dirty = self._dirty or set(), None
         self._last_persist_s = self._ctx.clock.monotonic_s()
         cursors = [self._cursors[n] for n in sorted(names) if n in self._cursors]
         try:
@@ -91,7 +95,7 @@ class CursorPersistence:
                 [_meta_ops.cursor_put(self._ml_id, c.name, c.state().to_json_bytes()) for c in cursors]
             )
         except BaseException:
-            self._dirty |= names  # not durable: try again next round
+            self._dirty = names | (self._dirty or set())  # not durable: try again next round
             raise
 
     async def _submit(self, metadata: list[MetaOp]) -> None:
@@ -102,8 +106,13 @@ class CursorPersistence:
         for op in metadata:
             op.future = loop.create_future()
             journal.submit(op)
-        results = await asyncio.gather(*(op.future for op in metadata if op.future), return_exceptions=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            raise StorageError(f"managed ledger {self._name}: cannot persist cursors: {errors[0]}")
+        error: BaseException | None = None
+        for op in metadata:  # in journal order, so awaiting them in turn costs no extra wait
+            assert op.future is not None
+            try:
+                await op.future
+            except StorageError as exc:
+                error = error or exc
+        if error is not None:
+            raise StorageError(f"managed ledger {self._name}: cannot persist cursors: {error}")
         self._ctx.counters.cursor_persists_total += len(metadata)

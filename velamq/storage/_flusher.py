@@ -123,6 +123,7 @@ class Flusher:
                     log.exception("storage flusher: unexpected error")
                     result.error = StorageError(f"flushing the write cache failed: {exc!r}")
                 self._reply(self._on_flushed, result)
+                del result  # the half is the loop's again: hold nothing of it while idle
             elif type(job) is SealJob:
                 error: BaseException | None = None
                 try:
@@ -131,6 +132,7 @@ class Flusher:
                     log.exception("storage flusher: sealing the active entry log failed")
                     error = exc
                 self._reply(_resolve, job.future, error)
+            del job
 
     def _reply(self, fn: Callable[..., None], *args: object) -> None:
         try:

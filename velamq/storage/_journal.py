@@ -177,6 +177,7 @@ class Journal:
                     self._fail_all(batch, self._broken)
             elif self._unsynced and self._policy == "interval":
                 self._sync()
+            del batch  # hold no entry while idle
             if stop:
                 if self._unsynced and self._policy != "none":
                     self._sync()

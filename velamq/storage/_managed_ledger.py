@@ -157,7 +157,7 @@ class ManagedLedger:
             if row.entries:
                 ml._last_confirmed = Position(row.ledger_id, row.entries - 1)
         if rows and rows[-1].closed_ms is None:
-            current = lst.states[rows[-1].ledger_id]
+            current = lst.states[-1]
             lst.current_id = current.ledger_id
             ml._current = current
             ml._current_bytes = current.size_bytes
@@ -223,6 +223,7 @@ class ManagedLedger:
         self._assigned_total += 1
         self._current_bytes += RECORD_HEADER_BYTES + size
         ctx.publish_buffer.acquire(size)
+        ctx.counters.pending_appends += 1
         future: asyncio.Future[Position] = self._loop.create_future()
         ctx.journal.submit(AppendOp(self._handle, entry_id, data, future))
         return future
@@ -403,9 +404,9 @@ class ManagedLedger:
     def _release(self) -> None:
         """Drop what the shared tail cache holds of this log: the newest entries, back to back."""
         pop = self._ctx.tail_cache.pop
-        for ledger_id in self._list.ids[-2:]:
-            entry_id = self._list.states[ledger_id].entries - 1
-            while entry_id >= 0 and pop(Position(ledger_id, entry_id)) is not None:
+        for state in self._list.states[-2:]:
+            entry_id = state.entries - 1
+            while entry_id >= 0 and pop(Position(state.ledger_id, entry_id)) is not None:
                 entry_id -= 1
         self._cursors.clear()
         self._reads = ReadPath(self, self._ctx)  # drops the index hint

@@ -449,7 +449,7 @@ class Storage:
             ),
             publish_buffer=self.publish_buffer,
             counters=self._counters,
-            open_ledgers=self._open.values(),
+            open_ledgers=len(self._open),
             budget=self.memory_budget,
         )
 

@@ -31,7 +31,6 @@ from velamq.storage._config import Counters, MemoryBudget
 from velamq.storage._flusher import Flusher
 from velamq.storage._gc import GarbageCollector
 from velamq.storage._journal import Journal
-from velamq.storage._managed_ledger import ManagedLedger
 from velamq.storage._publish_buffer import PublishBuffer
 from velamq.storage._write_cache import WriteCache
 from velamq.storage._write_path import WritePath
@@ -51,12 +50,11 @@ def storage_metrics(
     caches: Iterable[tuple[str, _Cache]],
     publish_buffer: PublishBuffer,
     counters: Counters,
-    open_ledgers: Iterable[ManagedLedger],
+    open_ledgers: int,
     budget: MemoryBudget,
 ) -> dict[str, float]:
     p = "velamq_storage_"
     out: dict[str, float] = {}
-    ledgers = list(open_ledgers)
     j_appends = journal.appends_total if journal else 0
     j_fsyncs = journal.fsyncs_total if journal else 0
     f_fsyncs = flusher.fsyncs_total if flusher else 0
@@ -128,8 +126,8 @@ def storage_metrics(
         + (flusher.flush_bytes_total if flusher else 0),
         p + "group_commits_total": journal.groups_total if journal else 0,
         p + "entries_per_fsync": j_appends / j_fsyncs if j_fsyncs else float(j_appends),
-        p + "open_ledgers": len(ledgers),
-        p + "pending_appends": sum(ml.pending_appends for ml in ledgers),
+        p + "open_ledgers": open_ledgers,
+        p + "pending_appends": counters.pending_appends,
         p + "ledgers_rolled_total": counters.ledgers_rolled_total,
         p + "ledgers_trimmed_total": counters.ledgers_trimmed_total,
         p + "read_entries_cache_total": counters.read_entries_cache_total,

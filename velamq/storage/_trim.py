@@ -26,10 +26,10 @@ def trimmable(ledgers: LedgerList, up_to: Position) -> int:
     """How many of the oldest ledgers a trim to up_to may delete: sealed ones whose every entry is
     at or before up_to and durable; never the current ledger."""
     count = 0
-    for ledger_id in ledgers.ids:
+    for state in ledgers.states:
+        ledger_id = state.ledger_id
         if ledger_id == ledgers.current_id or ledger_id > up_to.ledger_id:
             break
-        state = ledgers.states[ledger_id]
         if state.entries != state.assigned:
             break
         if ledger_id == up_to.ledger_id and state.entries - 1 > up_to.entry_id:

@@ -174,6 +174,7 @@ class WritePath:
         for handle, (last, count, size) in durable.items():
             handle.owner.on_durable(handle.ledger_id, last, count, size)
             handle.owner.last_generation = generation
+        self._counters.pending_appends -= end - start
         for i in range(start, end):
             op = appends[i]
             release(len(op.data))
@@ -187,6 +188,7 @@ class WritePath:
         for op, error in group.failed:
             if type(op) is AppendOp:
                 release(len(op.data))
+                self._counters.pending_appends -= 1
                 op.handle.owner.on_write_failed(op.handle.ledger_id, error)
             elif type(op) is MetaOp and op.owner is not None:
                 op.owner.on_write_failed(op.subject, error)
