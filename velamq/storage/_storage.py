@@ -100,6 +100,7 @@ class Storage:
         self._deleting: dict[str, asyncio.Future[None]] = {}
         self._deleted: dict[str, MetaOp] = {}  # deleted, not yet flushed: the database still has them
         self._deleted_names: dict[int, str] = {}  # ml id -> name, of those
+        self._lookups: dict[str, asyncio.Future[StoredLedger | None]] = {}  # names to read, next trip
         self._counters = Counters()
         self.recovery: JournalRecovery | None = None
         self._state = "new"
@@ -292,7 +293,7 @@ class Storage:
         try:
             stored: StoredLedger | None = None
             if name not in self._deleted:
-                stored = await self._in_io(lambda db: db.load_ml(name))
+                stored = await self._load(name)
             self._check_started()
             if stored is None:
                 ml_id = self._ml_id_next
@@ -305,6 +306,36 @@ class Storage:
             return ml
         finally:
             del self._opening[name]
+
+    def _load(self, name: str) -> asyncio.Future[StoredLedger | None]:
+        """The managed ledger as stored, read in an I/O thread together with every other name
+        asked for in the same turn of the loop (topics created together share one trip)."""
+        assert self._loop is not None
+        future = self._lookups.get(name)
+        if future is None:
+            future = self._lookups[name] = self._loop.create_future()
+            if len(self._lookups) == 1:
+                self._loop.call_soon(self._load_batch)
+        return future
+
+    def _load_batch(self) -> None:
+        batch, self._lookups = self._lookups, {}
+        names = list(batch)
+        found = asyncio.ensure_future(self._in_io(lambda db: db.load_mls(names)))
+
+        def deliver(done: asyncio.Future[dict[str, StoredLedger]]) -> None:
+            error = None if done.cancelled() else done.exception()
+            for name, future in batch.items():
+                if future.done():
+                    continue
+                if error is not None:
+                    future.set_exception(error)
+                elif done.cancelled():
+                    future.cancel()
+                else:
+                    future.set_result(done.result().get(name))
+
+        found.add_done_callback(deliver)
 
     async def ledger_exists(self, name: str) -> bool:
         """Whether a managed ledger of that name exists (open, or in the storage database)."""

@@ -75,6 +75,8 @@ CREATE TABLE IF NOT EXISTS cursors (
 _RUN_COLUMNS = "ledger, first_entry, n, log, pos, ends"
 _NO_ML = "ml NOT IN (SELECT id FROM managed_ledgers)"
 _NO_LEDGER = "ledger NOT IN (SELECT id FROM ledgers)"
+# Ids per "IN (...)" (SQLite allows 32766 parameters; smaller chunks keep statements cheap).
+_IN_CHUNK = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,25 +248,37 @@ class StorageDb:
         by_ledger: dict[int, list[Run]] = {}
         for run in runs:
             by_ledger.setdefault(run.ledger_id, []).append(run)
-        kept: list[Run] = []
-        gone: set[int] = set()
-        execute = self._conn.execute
-        for ledger_id, ledger_runs in by_ledger.items():
-            end = max(r.end_entry for r in ledger_runs)
-            size = sum(r.size_bytes for r in ledger_runs)
-            cursor = execute(
-                "UPDATE ledgers SET entries = max(entries, ?), size_bytes = size_bytes + ? WHERE id = ?",
-                (end, size, ledger_id),
-            )
-            if cursor.rowcount:
-                kept.extend(ledger_runs)
-            else:
-                gone.add(ledger_id)
+        existing = self._existing_ledgers(list(by_ledger))
+        kept = [run for ledger_id in existing for run in by_ledger[ledger_id]]
+        self._conn.executemany(
+            "UPDATE ledgers SET entries = max(entries, ?), size_bytes = size_bytes + ? WHERE id = ?",
+            [
+                (max(r.end_entry for r in by_ledger[i]), sum(r.size_bytes for r in by_ledger[i]), i)
+                for i in existing
+            ],
+        )
         self._conn.executemany(
             "INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?, ?)",
             [(r.ledger_id, r.first_entry, r.count, r.log_id, r.offset, r.size_bytes, pack_ends(r.ends)) for r in kept],
         )
-        return kept, gone
+        return kept, set(by_ledger) - set(existing)
+
+    def _existing_ledgers(self, ledger_ids: list[int]) -> list[int]:
+        out: list[int] = []
+        for k in range(0, len(ledger_ids), _IN_CHUNK):
+            chunk = ledger_ids[k : k + _IN_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            out += [int(r[0]) for r in self._conn.execute(f"SELECT id FROM ledgers WHERE id IN ({marks})", chunk)]
+        return out
+
+    def load_mls(self, names: list[str]) -> dict[str, StoredLedger]:
+        """load_ml for many names at once (topics opened together share one trip to a thread)."""
+        out = {}
+        for name in names:
+            stored = self.load_ml(name)
+            if stored is not None:
+                out[name] = stored
+        return out
 
     # -- entry logs ----------------------------------------------------------------------------
 
@@ -305,46 +319,61 @@ class StorageDb:
 
     def apply(self, metadata: list[MetaOp]) -> set[int]:
         """Apply operations in journal order; returns the ledgers they deleted. Idempotent (replay
-        may apply an operation again). Call in a transaction."""
+        may apply an operation again). Call in a transaction.
+
+        Between two deletions, creations are applied kind by kind with one statement each (topics
+        created together cost a few statements, not a few per topic): within such a stretch only
+        the order "topic, then its ledgers, then their seals and its cursors" matters, and a
+        deletion (of a ledger, a topic or a cursor) is applied where it stands."""
         deleted: set[int] = set()
-        execute = self._conn.execute
-        puts: dict[tuple[int, str], bytes] = {}  # the last state of each cursor written here
-
-        def flush_puts() -> None:
-            if puts:
-                self._conn.executemany(
-                    "INSERT INTO cursors SELECT ?, ?, ? WHERE EXISTS (SELECT 1 FROM managed_ledgers WHERE id = ?) "
-                    "ON CONFLICT (ml, name) DO UPDATE SET state = excluded.state",
-                    [(ml, n, s, ml) for (ml, n), s in puts.items()],
-                )
-                puts.clear()
-
+        stretch: list[MetaOp] = []
         for op in metadata:
-            kind = op.kind
-            if kind == ops.CURSOR_PUT:
+            if op.kind in (ops.LEDGER_DELETE, ops.ML_DELETE, ops.CURSOR_DELETE):
+                self._apply_creations(stretch)
+                stretch = []
+                if op.kind == ops.LEDGER_DELETE:
+                    deleted.update(self.delete_ledgers(op.ledger_ids))
+                elif op.kind == ops.ML_DELETE:
+                    deleted.update(self.delete_ml(op.subject, op.ledger_ids))
+                else:
+                    self._conn.execute("DELETE FROM cursors WHERE ml = ? AND name = ?", (op.subject, op.name))
+            else:
+                stretch.append(op)
+        self._apply_creations(stretch)
+        return deleted
+
+    def _apply_creations(self, stretch: list[MetaOp]) -> None:
+        if not stretch:
+            return
+        executemany = self._conn.executemany
+        executemany(
+            "INSERT INTO managed_ledgers VALUES (?, ?) ON CONFLICT DO NOTHING",
+            [(op.subject, op.name) for op in stretch if op.kind == ops.ML_CREATE],
+        )
+        executemany(
+            "INSERT INTO ledgers (id, ml, created_ms) SELECT ?, ?, ? "
+            "WHERE EXISTS (SELECT 1 FROM managed_ledgers WHERE id = ?) ON CONFLICT DO NOTHING",
+            [
+                (op.subject, ml_id, created_ms, ml_id)
+                for op in stretch
+                if op.kind == ops.LEDGER_CREATE
+                for ml_id, created_ms in [op.ledger_create()]
+            ],
+        )
+        executemany(
+            "UPDATE ledgers SET closed_ms = ? WHERE id = ?",
+            [(op.closed_ms(), op.subject) for op in stretch if op.kind == ops.LEDGER_SEAL],
+        )
+        puts: dict[tuple[int, str], bytes] = {}  # the last state of each cursor written here
+        for op in stretch:
+            if op.kind == ops.CURSOR_PUT:
                 name, state = op.cursor()
                 puts[(op.subject, name)] = state
-                continue
-            flush_puts()  # a delete after a put must see it
-            if kind == ops.ML_CREATE:
-                execute("INSERT INTO managed_ledgers VALUES (?, ?) ON CONFLICT DO NOTHING", (op.subject, op.name))
-            elif kind == ops.LEDGER_CREATE:
-                ml_id, created_ms = op.ledger_create()
-                execute(
-                    "INSERT INTO ledgers (id, ml, created_ms) SELECT ?, ?, ? "
-                    "WHERE EXISTS (SELECT 1 FROM managed_ledgers WHERE id = ?) ON CONFLICT DO NOTHING",
-                    (op.subject, ml_id, created_ms, ml_id),
-                )
-            elif kind == ops.LEDGER_SEAL:
-                execute("UPDATE ledgers SET closed_ms = ? WHERE id = ?", (op.closed_ms(), op.subject))
-            elif kind == ops.LEDGER_DELETE:
-                deleted.update(self.delete_ledgers(op.ledger_ids))
-            elif kind == ops.ML_DELETE:
-                deleted.update(self.delete_ml(op.subject, op.ledger_ids))
-            elif kind == ops.CURSOR_DELETE:
-                execute("DELETE FROM cursors WHERE ml = ? AND name = ?", (op.subject, op.name))
-        flush_puts()
-        return deleted
+        executemany(
+            "INSERT INTO cursors SELECT ?, ?, ? WHERE EXISTS (SELECT 1 FROM managed_ledgers WHERE id = ?) "
+            "ON CONFLICT (ml, name) DO UPDATE SET state = excluded.state",
+            [(ml, n, state, ml) for (ml, n), state in puts.items()],
+        )
 
     def delete_ledgers(self, ledger_ids: Iterable[int]) -> list[int]:
         """Delete ledgers, their runs, and their bytes from the logs' live share. Idempotent."""
