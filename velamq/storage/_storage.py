@@ -96,6 +96,7 @@ class Storage:
         self._ledger_id_next = 1
         self._ml_id_next = 1
         self._open: dict[str, ManagedLedger] = {}
+        self._open_peak = 0  # the most topics open at once since the dict was last rebuilt
         self._opening: dict[str, asyncio.Task[ManagedLedger]] = {}
         self._deleting: dict[str, asyncio.Future[None]] = {}
         self._deleted: dict[str, MetaOp] = {}  # deleted, not yet flushed: the database still has them
@@ -404,6 +405,11 @@ class Storage:
     def _on_closed(self, ml: ManagedLedger) -> None:
         if self._open.get(ml.name) is ml:
             del self._open[ml.name]
+            # A dict never shrinks by itself: after many topics unloaded, give its table back.
+            self._open_peak = max(self._open_peak, len(self._open) + 1)
+            if self._open_peak > 1024 and len(self._open) < self._open_peak // 4:
+                self._open = dict(self._open)
+                self._open_peak = len(self._open)
 
     @property
     def open_ledgers(self) -> dict[str, ManagedLedger]:
