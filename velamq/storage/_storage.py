@@ -35,9 +35,11 @@ from velamq._errors import StorageError
 from velamq.storage import _layout, _meta_ops
 from velamq.storage._caches import ByteLRU
 from velamq.storage._config import Counters, MemoryBudget, StorageConfig, cache_entry_overhead_bytes, io_threads
+from velamq.storage._db_reader import DbReader
 from velamq.storage._entry_log import Run
-from velamq.storage._flusher import Flusher, SealJob
-from velamq.storage._gc import GarbageCollector, GcJob, GcResult
+from velamq.storage._flusher import Flusher
+from velamq.storage._gc import GarbageCollector, GcResult
+from velamq.storage._gc_schedule import GcSchedule
 from velamq.storage._journal import Journal
 from velamq.storage._journal_file import JOURNAL_DIR
 from velamq.storage._log_writer import LogIds, LogWriter
@@ -89,7 +91,8 @@ class Storage:
         self._journal: Journal | None = None
         self._flusher: Flusher | None = None
         self._gc: GarbageCollector | None = None
-        self._gc_task: asyncio.Task[None] | None = None
+        self._gc_schedule: GcSchedule | None = None
+        self._reader: DbReader | None = None
         self._write_path: WritePath | None = None
         self._ctx: StorageContext | None = None
         self._lock_fd = -1
@@ -101,7 +104,6 @@ class Storage:
         self._deleting: dict[str, asyncio.Future[None]] = {}
         self._deleted: dict[str, MetaOp] = {}  # deleted, not yet flushed: the database still has them
         self._deleted_names: dict[int, str] = {}  # ml id -> name, of those
-        self._lookups: dict[str, asyncio.Future[StoredLedger | None]] = {}  # names to read, next trip
         self._counters = Counters()
         self.recovery: JournalRecovery | None = None
         self._state = "new"
@@ -200,6 +202,7 @@ class Storage:
         write_path.start(journal, flusher)
         self._journal, self._flusher, self._gc, self._write_path = journal, flusher, gc, write_path
         self._dbs = ThreadDbs(self._db_path, sync=config.sync)
+        self._reader = DbReader(self._dbs, self._io, loop)
         self._ctx = StorageContext(
             config,
             self.clock,
@@ -217,7 +220,7 @@ class Storage:
             self._counters,
             self._on_closed,
         )
-        self._gc_task = loop.create_task(self._gc_timer())
+        self._gc_schedule = GcSchedule(config, self.clock, gc, flusher, self._reader, self.flush, loop)
 
     async def close(self) -> None:
         """Close every managed ledger (appends complete, cursors are written), flush, stop threads."""
@@ -236,8 +239,8 @@ class Storage:
                 log.error("closing managed ledger %s: %s", ml.name, result)
         assert self._loop is not None and self._io is not None and self._dbs is not None
         assert self._journal is not None and self._flusher is not None and self._write_path is not None
-        assert self._gc is not None and self._gc_task is not None
-        self._gc_task.cancel()
+        assert self._gc is not None and self._gc_schedule is not None
+        self._gc_schedule.stop()
         await self._write_path.drain()
         self._write_path.stop_timer()
         await self._loop.run_in_executor(self._io, self._journal.stop)
@@ -260,9 +263,8 @@ class Storage:
 
     async def _in_io(self, fn: Callable[[StorageDb], _T]) -> _T:
         """Run a query with an I/O thread's own connection."""
-        assert self._loop is not None and self._io is not None and self._dbs is not None
-        dbs = self._dbs
-        return await self._loop.run_in_executor(self._io, lambda: fn(dbs.get()))
+        assert self._reader is not None
+        return await self._reader.run(fn)
 
     # -- managed ledgers -----------------------------------------------------------------------
 
@@ -294,7 +296,8 @@ class Storage:
         try:
             stored: StoredLedger | None = None
             if name not in self._deleted:
-                stored = await self._load(name)
+                assert self._reader is not None
+                stored = await self._reader.load(name)
             self._check_started()
             if stored is None:
                 ml_id = self._ml_id_next
@@ -307,36 +310,6 @@ class Storage:
             return ml
         finally:
             del self._opening[name]
-
-    def _load(self, name: str) -> asyncio.Future[StoredLedger | None]:
-        """The managed ledger as stored, read in an I/O thread together with every other name
-        asked for in the same turn of the loop (topics created together share one trip)."""
-        assert self._loop is not None
-        future = self._lookups.get(name)
-        if future is None:
-            future = self._lookups[name] = self._loop.create_future()
-            if len(self._lookups) == 1:
-                self._loop.call_soon(self._load_batch)
-        return future
-
-    def _load_batch(self) -> None:
-        batch, self._lookups = self._lookups, {}
-        names = list(batch)
-        found = asyncio.ensure_future(self._in_io(lambda db: db.load_mls(names)))
-
-        def deliver(done: asyncio.Future[dict[str, StoredLedger]]) -> None:
-            error = None if done.cancelled() else done.exception()
-            for name, future in batch.items():
-                if future.done():
-                    continue
-                if error is not None:
-                    future.set_exception(error)
-                elif done.cancelled():
-                    future.cancel()
-                else:
-                    future.set_result(done.result().get(name))
-
-        found.add_done_callback(deliver)
 
     async def ledger_exists(self, name: str) -> bool:
         """Whether a managed ledger of that name exists (open, or in the storage database)."""
@@ -432,45 +405,8 @@ class Storage:
         entry logs with nothing live left, compact those whose live share is below the threshold.
         The active log is sealed first if it holds dead bytes, so its space can come back too."""
         self._check_started()
-        assert self._gc is not None and self._flusher is not None and self._loop is not None
-        wanted = self.config.gc_major_threshold if threshold is None else threshold
-        await self.flush()  # deletions still in the write cache reach the index first
-        await self._seal_active_if_sparse(wanted, 0)
-        future: asyncio.Future[GcResult] = self._loop.create_future()
-        self._gc.submit(GcJob(wanted, future))
-        return await future
-
-    async def _seal_active_if_sparse(self, threshold: float, bytes_min: int) -> None:
-        assert self._gc is not None and self._flusher is not None and self._loop is not None
-        rows = await self._in_io(lambda db: db.logs())
-        for row in rows:
-            if not row.sealed and row.total_bytes >= bytes_min and row.live_bytes < threshold * row.total_bytes:
-                future: asyncio.Future[None] = self._loop.create_future()
-                self._flusher.submit(SealJob(future))
-                await future
-
-    async def _gc_timer(self) -> None:
-        """Passes every gc_interval_s by the clock: minor and major compaction when their turn comes."""
-        config = self.config
-        clock = self.clock
-        last_minor = last_major = clock.monotonic_s()
-        while True:
-            await clock.sleep(config.gc_interval_s)
-            now = clock.monotonic_s()
-            threshold = 0.0
-            if now - last_major >= config.gc_major_interval_s:
-                threshold, last_major, last_minor = config.gc_major_threshold, now, now
-            elif now - last_minor >= config.gc_minor_interval_s:
-                threshold, last_minor = config.gc_minor_threshold, now
-            try:
-                if threshold:
-                    await self._seal_active_if_sparse(threshold, config.entry_log_bytes_max // 16)
-                assert self._gc is not None and self._loop is not None
-                future: asyncio.Future[GcResult] = self._loop.create_future()
-                self._gc.submit(GcJob(threshold, future))
-                await future
-            except StorageError as exc:
-                log.error("storage garbage collection: %s", exc)
+        assert self._gc_schedule is not None
+        return await self._gc_schedule.collect(self.config.gc_major_threshold if threshold is None else threshold)
 
     def metrics(self) -> dict[str, float]:
         return storage_metrics(

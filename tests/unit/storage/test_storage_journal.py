@@ -88,6 +88,7 @@ def test_sync_policies(tmp_path: Path, policy: str) -> None:
     async def main() -> None:
         async with started(tmp_path, sync_policy=policy, sync_interval_ms=50) as storage:
             ml = await storage.open_ledger(TOPIC)
+            await ml.open_cursor("sub", "earliest")  # durable: so is the topic's creation before it
             base = storage.metrics()["velamq_storage_journal_fsyncs_total"]
 
             def fsyncs_now() -> float:
