@@ -47,7 +47,7 @@ active_cursor_lag_entries = 1000
 flush_interval_ms_default = 1000
 # Journal segments roll over at this size; trimming deletes whole segments.
 journal_segment_bytes_default = 64 * MIB
-# A catch-up read that misses every cache reads this much more of the ledger file, at most.
+# A catch-up read that misses every cache reads this much more of the entry log, at most.
 read_ahead_bytes_default = 1 * MIB
 read_ahead_entries_max = 1000
 # Entry logs roll over at this size (BookKeeper's logSizeLimit is 1 GiB; smaller logs make

@@ -95,7 +95,7 @@ class CursorState:
                 raise ValueError("name is not a string")
             return cls(name, Position(int(ledger_id), int(entry_id)), acked, batch)
         except (ValueError, TypeError, KeyError, IndexError, AttributeError, binascii.Error) as exc:
-            raise StorageError(f"cursor file {where} is not valid: {exc}") from exc
+            raise StorageError(f"cursor state {where} is not valid: {exc}") from exc
 
 
 # Shared by every cursor with nothing individually acknowledged (most of them): a cursor makes its

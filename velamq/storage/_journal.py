@@ -1,6 +1,6 @@
 """The journal thread: one write-ahead log for every topic, with group commit (ME-6).
 
-The event loop hands appends (and the creation of new ledger files) to this one thread through
+The event loop hands appends (and metadata operations, _meta_ops) to this one thread through
 one FIFO queue. The thread takes everything queued, all of it, as one group: it writes the group's
 records to the current journal segment with one writev, fsyncs once (sync policy "fsync"), and
 only then hands the whole group back to the loop with a single call_soon_threadsafe. One fsync

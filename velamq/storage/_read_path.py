@@ -65,7 +65,7 @@ _NEVER_READ = -(1 << 62)
 
 
 class ReadPath:
-    """One managed ledger's reads through the caches to the ledger files, and its tail activity."""
+    """One managed ledger's reads through the caches to the entry logs, and its tail activity."""
 
     __slots__ = ("_ctx", "_hint", "_ml", "_read_ordinal")
 
