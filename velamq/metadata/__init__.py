@@ -12,9 +12,12 @@
 Errors: NotFoundError, AlreadyExistsError, PreconditionFailedError, MetadataError (velamq._errors),
 and InvalidTopicNameError for names that do not parse.
 
-Schemas (docs/schemas.md): `SchemaRegistry` keeps every topic's versions in the same SQLite file and
-decides, with Pulsar's compatibility strategies, which version a producer or consumer schema gets
-(IncompatibleSchemaError, InvalidSchemaDataError).
+Schemas (docs/schemas.md): `store.schemas`, a `SchemaRegistry`, keeps every topic's versions in the
+same SQLite file and decides, with Pulsar's compatibility strategies, which version a producer or
+consumer schema gets (IncompatibleSchemaError, InvalidSchemaDataError); deleting a topic deletes
+its schemas.
+
+    await store.schemas.register("persistent://public/default/t", schema, Strategy.FULL)  # (0, True)
 """
 
 from velamq.metadata._policies import BacklogQuota, Policies, resolve_policies
