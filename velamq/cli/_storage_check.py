@@ -17,6 +17,9 @@ Metadata that points at nothing (BR-8):
                               exist or has n partitions or fewer
     orphan topic policies     a topic_policies row no topic, partitioned topic or partition carries
                               (reported only: the metadata store offers no way to remove it)
+    schema without topic      a schema id ("tenant/ns/name") whose name no topic, partitioned topic or
+                              partition of either domain carries: uploaded through the admin API
+                              before its topic was created (reported only; a schema in use never is)
 
 Reported only, never deleted: ledger files whose header does not name them, and files the storage
 does not know. The check reads metadata.db read-only; with --delete, orphan rows are removed through
@@ -44,7 +47,7 @@ from pathlib import Path
 from typing import TextIO
 
 from velamq._errors import StorageError
-from velamq._topic_name import TopicName
+from velamq._topic_name import DOMAINS, TopicName
 from velamq.storage import _layout
 from velamq.storage._journal_file import (
     CHECKPOINT_FILE,
@@ -91,6 +94,7 @@ class _Metadata:
     topics: set[str]
     partitioned: dict[str, int]
     policy_names: set[str]
+    schema_ids: set[str] = field(default_factory=set)
 
 
 def _read_metadata(path: Path) -> _Metadata:
@@ -104,7 +108,10 @@ def _read_metadata(path: Path) -> _Metadata:
         policies: set[str] = set()
         if "topic_policies" in tables:
             policies = {r[0] for r in conn.execute("SELECT name FROM topic_policies")}
-        return _Metadata(topics, partitioned, policies)
+        schema_ids: set[str] = set()
+        if "schemas" in tables:
+            schema_ids = {r[0] for r in conn.execute("SELECT DISTINCT schema_id FROM schemas")}
+        return _Metadata(topics, partitioned, policies, schema_ids)
     finally:
         conn.close()
 
@@ -193,15 +200,23 @@ def _check_metadata(meta: _Metadata, report: CheckReport) -> None:
         if index >= partitions:
             why = f"{parent} has {partitions} partitions" if partitions else f"{parent} does not exist"
             report.findings.append(Finding("orphan partition row", None, f"topics row {name}: {why}", row=name))
+    parents = {(_partition_of(t) or ("", 0))[0] for t in meta.topics}
+
+    def owned(name: str) -> bool:
+        return name in meta.topics or name in meta.partitioned or name in parents
+
     for name in sorted(meta.policy_names):
-        owned = name in meta.topics or name in meta.partitioned or any(
-            (_partition_of(t) or ("", 0))[0] == name for t in meta.topics
-        )
-        if not owned:
+        if not owned(name):
             report.findings.append(
                 Finding(
                     "orphan topic policies", None, f"topic_policies row {name}: no topic carries it", deletable=False
                 )
+            )
+    for sid in sorted(meta.schema_ids):
+        # A schema id is shared by both domains and by every partition (velamq.metadata.schema_id).
+        if not any(owned(f"{domain}://{sid}") for domain in DOMAINS):
+            report.findings.append(
+                Finding("schema without topic", None, f"schemas of {sid}: no topic carries it", deletable=False)
             )
 
 
