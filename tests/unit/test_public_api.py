@@ -51,7 +51,8 @@ PUBLIC_API: dict[str, list[str]] = {
     "velamq.metadata": [
         "BacklogQuota", "DEFAULT_CLUSTER", "DEFAULT_NAMESPACE", "DEFAULT_TENANT", "IncompatibleSchemaError",
         "InvalidSchemaDataError", "MetadataStore", "Policies", "SchemaData", "SchemaRegistry", "SchemaType",
-        "StoredSchema", "Strategy", "effective_strategy", "partitions_max", "resolve_policies", "schema_id",
+        "StoredSchema", "Strategy", "allow_auto_update", "decode_version", "effective_strategy", "encode_version",
+        "partitions_max", "resolve_policies", "schema_id", "validation_enforced",
     ],
     "velamq.security": [
         "AuthAction", "AuthResult", "AuthenticationError", "AuthenticationProvider", "AuthenticationProviderBasic",

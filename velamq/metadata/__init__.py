@@ -29,8 +29,12 @@ from velamq.metadata._schema_info import (
     SchemaType,
     StoredSchema,
     Strategy,
+    allow_auto_update,
+    decode_version,
     effective_strategy,
+    encode_version,
     schema_id,
+    validation_enforced,
 )
 from velamq.metadata._schema_registry import SchemaRegistry
 from velamq.metadata._store import MetadataStore, partitions_max
@@ -49,8 +53,12 @@ __all__ = [
     "SchemaType",
     "StoredSchema",
     "Strategy",
+    "allow_auto_update",
+    "decode_version",
     "effective_strategy",
+    "encode_version",
     "partitions_max",
     "resolve_policies",
     "schema_id",
+    "validation_enforced",
 ]
