@@ -52,7 +52,8 @@ PUBLIC_API: dict[str, list[str]] = {
         "BacklogQuota", "DEFAULT_CLUSTER", "DEFAULT_NAMESPACE", "DEFAULT_TENANT", "IncompatibleSchemaError",
         "InvalidSchemaDataError", "MetadataStore", "Policies", "SchemaData", "SchemaRegistry", "SchemaType",
         "StoredSchema", "Strategy", "allow_auto_update", "decode_version", "effective_strategy", "encode_version",
-        "partitions_max", "resolve_policies", "schema_id", "validation_enforced",
+        "get_schema_response", "partitions_max", "resolve_policies", "schema_from_payload", "schema_id",
+        "validation_enforced",
     ],
     "velamq.security": [
         "AuthAction", "AuthResult", "AuthenticationError", "AuthenticationProvider", "AuthenticationProviderBasic",

@@ -36,6 +36,7 @@ from velamq.metadata._schema_info import (
     schema_id,
     validation_enforced,
 )
+from velamq.metadata._schema_json import get_schema_response, schema_from_payload
 from velamq.metadata._schema_registry import SchemaRegistry
 from velamq.metadata._store import MetadataStore, partitions_max
 
@@ -57,8 +58,10 @@ __all__ = [
     "decode_version",
     "effective_strategy",
     "encode_version",
+    "get_schema_response",
     "partitions_max",
     "resolve_policies",
+    "schema_from_payload",
     "schema_id",
     "validation_enforced",
 ]

@@ -144,13 +144,16 @@ def compatible(conn: sqlite3.Connection, sid: str, schema: SchemaData, strategy:
     check_compatible(versions(conn, sid), schema, strategy)
 
 
-def soft_delete(conn: sqlite3.Connection, sid: str, namespace: str, now_ms: int) -> int:
+def soft_delete(conn: sqlite3.Connection, sid: str, namespace: str, now_ms: int) -> int | None:
     """Append a deletion version (the admin API's DELETE): the version number it took. Deleting a
-    history whose latest version is a deletion already adds nothing and answers that version."""
+    history whose latest version is a deletion already adds nothing and answers that version; with
+    no history at all there is nothing to delete: None (as Pulsar, which then stores nothing)."""
     rows = history(conn, sid)
-    if rows and rows[-1].deleted:
+    if not rows:
+        return None
+    if rows[-1].deleted:
         return rows[-1].version
-    version = rows[-1].version + 1 if rows else 0
+    version = rows[-1].version + 1
     _insert(conn, sid, namespace, StoredSchema(version, SchemaData(SchemaType.NONE), now_ms, deleted=True))
     return version
 
@@ -222,7 +225,7 @@ class SchemaRegistry:
     async def check_compatible(self, topic: str, schema: SchemaData, strategy: Strategy) -> None:
         await self._call(compatible, sid=schema_id(topic), schema=schema, strategy=strategy)
 
-    async def delete(self, topic: str) -> int:
+    async def delete(self, topic: str) -> int | None:
         return await self._call(soft_delete, **self._ids(topic), now_ms=self._clock.now_ms())
 
     async def delete_all(self, topic: str) -> int:
