@@ -30,8 +30,9 @@ test: lint
 # Regenerate the protobuf module from velamq/protocol/_pulsar_api.proto.
 proto: | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev]'
-	cd velamq/protocol && PATH=$(abspath $(BIN)):$$PATH $(abspath $(BIN))/python -m grpc_tools.protoc \
-		-I. --python_out=. --mypy_out=. _pulsar_api.proto
+	# Run from the root: inside velamq/protocol, its _compression.py would shadow the stdlib's.
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m grpc_tools.protoc -Ivelamq/protocol \
+		--python_out=velamq/protocol --mypy_out=velamq/protocol velamq/protocol/_pulsar_api.proto
 
 clean:
 	rm -rf $(VENV) data .mypy_cache .pytest_cache .ruff_cache

@@ -22,7 +22,7 @@ from velamq.broker._config import BrokerConfig
 from velamq.broker._connection import ServerConnection
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker._policy_tasks import PolicyTasks
-from velamq.broker._schemas import SchemaRegistry
+from velamq.broker._schemas import BrokerSchemas
 from velamq.broker._stats import BrokerMetrics
 from velamq.broker._topic import Topic
 from velamq.broker._topic_stats import topic_metrics
@@ -49,7 +49,7 @@ class BrokerService:
         self.server_version = f"velamq {__version__}"
         self.listeners: set[str] = set()
         self.topics: dict[str, Topic] = {}
-        self.schemas = SchemaRegistry()
+        self.schemas = BrokerSchemas(metadata.schemas, self._schema_policies)
         self.default_policies = Policies(
             retention_time_minutes=config.default_retention_time_minutes,
             retention_size_mb=config.default_retention_size_mb,
@@ -100,6 +100,10 @@ class BrokerService:
         topic = await self.metadata.get_topic_policies(str(name.partitioned_parent))
         own = await self.metadata.get_topic_policies(str(name)) if name.partition_index >= 0 else {}
         return resolve_policies(namespace, {**topic, **own}, self.default_policies)
+
+    async def _schema_policies(self, name: TopicName) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The stored namespace and topic policies the schema settings are read from."""
+        return await self.metadata.get_policies(name.namespace), await self.metadata.get_topic_policies(str(name))
 
     async def policies_changed(self, namespace: str, topic: str | None) -> None:
         """Re-read the policies of the loaded topics of a namespace (or of one partitioned topic)."""
@@ -171,15 +175,14 @@ class BrokerService:
         await topic.ledger.close()
 
     async def delete(self, topic: str) -> None:
-        """Delete a topic's data: the loaded topic (its clients disconnected), its ledger, its
-        compacted store and its schema. The metadata row is the caller's."""
+        """Delete a topic's data: the loaded topic (its clients disconnected), its ledger and its
+        compacted store. The metadata row is the caller's (its schemas go with it)."""
         loaded = self.topics.pop(topic, None)
         if loaded is not None:
             loaded.disconnect_clients()
             await loaded.close()
         await self.storage.delete_ledger(topic)
         await self.storage.delete_ledger(compacted_store_name(topic))
-        self.schemas.forget(topic)
 
     async def topics_of_namespace(self, namespace: str, mode: int) -> list[str]:
         if not await self.metadata.namespace_exists(namespace):

@@ -11,9 +11,11 @@
                 unload | compact | compaction-status | last-message-id | subscriptions |
                 create-subscription | unsubscribe | skip | skip-all | expire-messages |
                 expire-messages-all-subscriptions | reset-cursor | peek-messages | <policy verbs>
+    schemas     get | upload | delete | extract | compatibility      (_admin_schemas.py)
     storage     check [--data-dir D] [--delete]
 
-Policy verbs (set-X, get-X, remove-X) are in _admin_policies.py. Times take pulsar-admin's units
+Policy verbs (set-X, get-X, remove-X) are in _admin_policies.py, the schema settings' in
+_admin_schemas.py. Times take pulsar-admin's units
 (s, m, h, d, w, y; a bare number is seconds), sizes K, M, G, T. Output is a table (a list one item a
 line, an object as KEY VALUE rows); --json prints the server's JSON. A server error prints its
 reason and exits 1; bad arguments exit 2.
@@ -30,7 +32,7 @@ import time
 from typing import Any
 
 from velamq._errors import InvalidTopicNameError
-from velamq.cli import _admin_policies
+from velamq.cli import _admin_policies, _admin_schemas
 from velamq.cli._admin_output import parse_time_s, render, render_json
 from velamq.cli._admin_policies import namespace_path, topic_path, verb
 from velamq.client import AdminClient, AdminError, AdminReply
@@ -108,6 +110,7 @@ def _namespaces(groups: Any) -> None:
     verb(group, "policies", "show every policy of a namespace",
          lambda c, a: c.request("GET", namespace_path(a.namespace)), ns_arg)
     _admin_policies.add_policy_verbs(group, topic_level=False)
+    _admin_schemas.add_namespace_schema_verbs(group)
 
 
 # ---------------------------------------------------------------------------- topics
@@ -250,6 +253,7 @@ def _topics(groups: Any) -> None:
 
     verb(group, "peek-messages", "show the next messages of a subscription without consuming them", _peek, peek_args)
     _admin_policies.add_policy_verbs(group, topic_level=True)
+    _admin_schemas.add_topic_schema_verbs(group)
 
 
 # ---------------------------------------------------------------------------- peek
@@ -343,7 +347,7 @@ def add_admin_parser(commands: Any) -> None:
                        help=f"admin REST URL (default $VELAMQ_ADMIN_URL or {admin_url_default})")
     admin.add_argument("--json", action="store_true", help="print the server's JSON instead of a table")
     groups = admin.add_subparsers(dest="group", required=True, metavar="GROUP")
-    for add in (_clusters, _tenants, _namespaces, _topics, _storage):
+    for add in (_clusters, _tenants, _namespaces, _topics, _admin_schemas.add_schemas_group, _storage):
         add(groups)
 
 
