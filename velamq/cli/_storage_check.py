@@ -42,8 +42,8 @@ from typing import TextIO
 
 from velamq._errors import StorageError
 from velamq._topic_name import DOMAINS, TopicName
-from velamq.storage import Storage, StorageConfig, _layout
-from velamq.storage._check import Finding, check, repair
+from velamq.storage import Storage, StorageConfig
+from velamq.storage.checker import Finding, check, lock_data_dir, lock_is_held, repair, unlock_data_dir
 
 METADATA_FILE = "metadata.db"
 _OWNER_SEPARATOR = "#"
@@ -117,7 +117,7 @@ def check_storage(data_dir: Path, *, probe_lock: bool = True) -> CheckReport:
     if not data_dir.is_dir():
         report.errors.append(f"{data_dir} is not a directory")
         return report
-    report.broker_running = probe_lock and _layout.lock_is_held(data_dir)
+    report.broker_running = probe_lock and lock_is_held(data_dir)
     meta_path = data_dir / METADATA_FILE
     meta: _Metadata | None = None
     if meta_path.exists():
@@ -220,11 +220,11 @@ def run_storage_check(data_dir: Path, *, delete: bool = False, out: TextIO | Non
     lock_fd = -1
     if delete and data_dir.is_dir():
         try:
-            if _layout.lock_is_held(data_dir):
+            if lock_is_held(data_dir):
                 raise StorageError(f"{data_dir} is in use by another Storage")
             asyncio.run(_recover(data_dir))  # the journal replayed: storage.db is complete
             # Held from the check to the last deletion: no broker may start meanwhile.
-            lock_fd = _layout.lock_data_dir(data_dir)
+            lock_fd = lock_data_dir(data_dir)
         except StorageError as exc:
             why = "a broker is running there; stop it to --delete" if "in use" in str(exc) else str(exc)
             print(f"velamq storage check of {data_dir}: {why}", file=out)
@@ -233,7 +233,7 @@ def run_storage_check(data_dir: Path, *, delete: bool = False, out: TextIO | Non
         return _run(data_dir, delete, out)
     finally:
         if lock_fd >= 0:
-            _layout.unlock_data_dir(lock_fd)
+            unlock_data_dir(lock_fd)
 
 
 async def _recover(data_dir: Path) -> None:
