@@ -57,6 +57,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "validation_enforced",
     ],
     "velamq.security": [
+        "ALGORITHMS", "family_of", "key_family",
         "AuthAction", "AuthResult", "AuthenticationError", "AuthenticationProvider", "AuthenticationProviderBasic",
         "AuthenticationProviderTls", "AuthenticationProviderToken", "AuthenticationService", "AuthorizationError",
         "AuthorizationModel", "BASIC_PROVIDER", "HTTP_METHOD_HEADER", "HtpasswdFile", "InvalidGrantError",
