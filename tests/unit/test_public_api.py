@@ -66,7 +66,7 @@ PUBLIC_API: dict[str, list[str]] = {
     ],
     "velamq.broker": [
         "BrokerAdmin", "BrokerConfig", "BrokerMetrics", "BrokerRequestError", "BrokerService", "CompactionStatus",
-        "ConsumerStats", "CursorStats", "InternalStats", "LastMessageId", "LedgerStats", "PublisherStats",
+        "ConsumerStats", "CursorStats", "InternalStats", "LastMessageId", "LedgerStats", "PublisherStats", "RateSeries",
         "SubscriptionMetrics", "SubscriptionStats", "TopicMetrics", "TopicStats",
     ],
     "velamq.admin": ["AdminServer", "BrokerBackend"],

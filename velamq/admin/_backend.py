@@ -15,9 +15,18 @@ PreconditionFailedError (the server maps them to 404, 409, 412).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Protocol
 
-from velamq.broker import BrokerMetrics, CompactionStatus, InternalStats, LastMessageId, TopicStats
+from velamq.broker import (
+    BrokerMetrics,
+    CompactionStatus,
+    InternalStats,
+    LastMessageId,
+    RateSeries,
+    TopicMetrics,
+    TopicStats,
+)
 from velamq.metadata import MetadataStore, Policies
 
 
@@ -53,6 +62,24 @@ class BrokerBackend(Protocol):
 
     async def policies_changed(self, namespace: str, topic: str | None) -> None:
         """Called after every policy write, so the broker re-reads the policies of live topics."""
+        ...
+
+    # ---- the console: figures of loaded topics, never loading one ------------------------------
+
+    def loaded_topics(self, namespace: str) -> list[str]:
+        """Full names of the namespace's loaded topics, sorted."""
+        ...
+
+    def loaded_topic_metrics(self, topics: Iterable[str]) -> dict[str, TopicMetrics]:
+        """Metrics of those of `topics` that are loaded right now; the others are left out."""
+        ...
+
+    def broker_rate_history(self) -> RateSeries:
+        """msg/s in and out of the whole broker over the last minutes."""
+        ...
+
+    def topic_rate_history(self, topic: str) -> RateSeries | None:
+        """The same for one topic; None if it is not loaded or had no traffic lately."""
         ...
 
     # ---- topics --------------------------------------------------------------------------------

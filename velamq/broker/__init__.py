@@ -12,6 +12,7 @@ from velamq.broker._broker_admin import BrokerAdmin
 from velamq.broker._compaction import CompactionStatus
 from velamq.broker._config import BrokerConfig
 from velamq.broker._errors import BrokerRequestError
+from velamq.broker._rate_history import RateSeries
 from velamq.broker._service import BrokerService
 from velamq.broker._stats import (
     BrokerMetrics,
@@ -40,6 +41,7 @@ __all__ = [
     "LastMessageId",
     "LedgerStats",
     "PublisherStats",
+    "RateSeries",
     "SubscriptionMetrics",
     "SubscriptionStats",
     "TopicMetrics",

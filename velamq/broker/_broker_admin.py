@@ -8,17 +8,20 @@ ids are (ledger_id, entry_id). Everything runs on the broker loop; nothing here 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from velamq._errors import AlreadyExistsError, NotFoundError, PreconditionFailedError
 from velamq._topic_name import TopicName
 from velamq.broker import _positions
 from velamq.broker._compaction import CompactionStatus
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker._policy_tasks import expire
+from velamq.broker._rate_history import RateSeries
 from velamq.broker._service import BrokerService
-from velamq.broker._stats import BrokerMetrics, InternalStats, LastMessageId, TopicStats
+from velamq.broker._stats import BrokerMetrics, InternalStats, LastMessageId, TopicMetrics, TopicStats
 from velamq.broker._subscription import Subscription
 from velamq.broker._topic import Topic
-from velamq.broker._topic_stats import internal_stats, topic_stats
+from velamq.broker._topic_stats import internal_stats, topic_metrics, topic_stats
 from velamq.metadata import MetadataStore, Policies
 from velamq.storage import ManagedCursor, Position
 
@@ -61,6 +64,23 @@ class BrokerAdmin:
 
     async def policies_changed(self, namespace: str, topic: str | None) -> None:
         await self._broker.policies_changed(namespace, topic)
+
+    # ---- the console: loaded topics only, never loading one --------------------------------------
+
+    def loaded_topics(self, namespace: str) -> list[str]:
+        """Full names of the namespace's loaded topics, sorted."""
+        return sorted(name for name, t in self._broker.topics.items() if t.name.namespace == namespace)
+
+    def loaded_topic_metrics(self, topics: Iterable[str]) -> dict[str, TopicMetrics]:
+        """Metrics of those of `topics` that are loaded (the others are left out)."""
+        found = ((name, self._broker.loaded_topic(name)) for name in topics)
+        return {name: topic_metrics(t) for name, t in found if t is not None}
+
+    def broker_rate_history(self) -> RateSeries:
+        return self._broker.rate_history.broker_series()
+
+    def topic_rate_history(self, topic: str) -> RateSeries | None:
+        return self._broker.rate_history.topic_series(topic)
 
     # ---- topics --------------------------------------------------------------------------------
 
