@@ -52,6 +52,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "BacklogQuota", "DEFAULT_CLUSTER", "DEFAULT_NAMESPACE", "DEFAULT_TENANT", "IncompatibleSchemaError",
         "InvalidSchemaDataError", "MetadataStore", "Policies", "SchemaData", "SchemaRegistry", "SchemaType",
         "StoredSchema", "Strategy", "effective_strategy", "partitions_max", "resolve_policies", "schema_id",
+        "TopicListing",
     ],
     "velamq.security": [
         "AuthAction", "AuthResult", "AuthenticationError", "AuthenticationProvider", "AuthenticationProviderBasic",

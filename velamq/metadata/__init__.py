@@ -31,6 +31,7 @@ from velamq.metadata._schema_info import (
 )
 from velamq.metadata._schema_registry import SchemaRegistry
 from velamq.metadata._store import MetadataStore, partitions_max
+from velamq.metadata._topic_pages import TopicListing
 
 __all__ = [
     "DEFAULT_CLUSTER",
@@ -46,6 +47,7 @@ __all__ = [
     "SchemaType",
     "StoredSchema",
     "Strategy",
+    "TopicListing",
     "effective_strategy",
     "partitions_max",
     "resolve_policies",
