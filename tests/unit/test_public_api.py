@@ -66,9 +66,9 @@ PUBLIC_API: dict[str, list[str]] = {
         "decode_secret_key", "read_key_bytes",
     ],
     "velamq.broker": [
-        "BrokerAdmin", "BrokerConfig", "BrokerMetrics", "BrokerRequestError", "BrokerService", "CompactionStatus",
-        "ConsumerStats", "CursorStats", "InternalStats", "LastMessageId", "LedgerStats", "PublisherStats", "RateSeries",
-        "SubscriptionMetrics", "SubscriptionStats", "TopicMetrics", "TopicStats",
+        "BrokerAdmin", "BrokerConfig", "BrokerMetrics", "BrokerOverview", "BrokerRequestError", "BrokerService",
+        "CompactionStatus", "ConsumerStats", "CursorStats", "InternalStats", "LastMessageId", "LedgerStats",
+        "PublisherStats", "RateSeries", "SubscriptionMetrics", "SubscriptionStats", "TopicMetrics", "TopicStats",
     ],
     "velamq.admin": ["AdminServer", "BrokerBackend"],
     "velamq.testing": ["BrokerProcess", "BrokerThread", "free_port", "run_broker", "run_broker_in_thread"],

@@ -20,6 +20,7 @@ from typing import Protocol
 
 from velamq.broker import (
     BrokerMetrics,
+    BrokerOverview,
     CompactionStatus,
     InternalStats,
     LastMessageId,
@@ -74,8 +75,9 @@ class BrokerBackend(Protocol):
         """Metrics of those of `topics` that are loaded right now; the others are left out."""
         ...
 
-    def broker_rate_history(self) -> RateSeries:
-        """msg/s in and out of the whole broker over the last minutes."""
+    def broker_overview(self, busiest_max: int) -> BrokerOverview:
+        """Connections, loaded topics, the broker's rate history and its `busiest_max` busiest
+        topics of the last sample; cheap at any number of topics."""
         ...
 
     def topic_rate_history(self, topic: str) -> RateSeries | None:

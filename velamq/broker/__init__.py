@@ -16,6 +16,7 @@ from velamq.broker._rate_history import RateSeries
 from velamq.broker._service import BrokerService
 from velamq.broker._stats import (
     BrokerMetrics,
+    BrokerOverview,
     ConsumerStats,
     CursorStats,
     InternalStats,
@@ -32,6 +33,7 @@ __all__ = [
     "BrokerAdmin",
     "BrokerConfig",
     "BrokerMetrics",
+    "BrokerOverview",
     "BrokerRequestError",
     "BrokerService",
     "CompactionStatus",

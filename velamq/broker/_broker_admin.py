@@ -8,6 +8,7 @@ ids are (ledger_id, entry_id). Everything runs on the broker loop; nothing here 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 
 from velamq._errors import AlreadyExistsError, NotFoundError, PreconditionFailedError
@@ -18,7 +19,14 @@ from velamq.broker._errors import BrokerRequestError
 from velamq.broker._policy_tasks import expire
 from velamq.broker._rate_history import RateSeries
 from velamq.broker._service import BrokerService
-from velamq.broker._stats import BrokerMetrics, InternalStats, LastMessageId, TopicMetrics, TopicStats
+from velamq.broker._stats import (
+    BrokerMetrics,
+    BrokerOverview,
+    InternalStats,
+    LastMessageId,
+    TopicMetrics,
+    TopicStats,
+)
 from velamq.broker._subscription import Subscription
 from velamq.broker._topic import Topic
 from velamq.broker._topic_stats import internal_stats, topic_metrics, topic_stats
@@ -76,8 +84,16 @@ class BrokerAdmin:
         found = ((name, self._broker.loaded_topic(name)) for name in topics)
         return {name: topic_metrics(t) for name, t in found if t is not None}
 
-    def broker_rate_history(self) -> RateSeries:
-        return self._broker.rate_history.broker_series()
+    def broker_overview(self, busiest_max: int) -> BrokerOverview:
+        broker = self._broker
+        return BrokerOverview(
+            connections_active=broker.connections_active,
+            connections_opened_total=broker.connections_opened_total,
+            topics_loaded=len(broker.topics),
+            topics_loaded_by_namespace=Counter(t.name.namespace for t in broker.topics.values()),
+            rate_history=broker.rate_history.broker_series(),
+            busiest_topics=tuple(broker.rate_history.busiest(busiest_max)),
+        )
 
     def topic_rate_history(self, topic: str) -> RateSeries | None:
         return self._broker.rate_history.topic_series(topic)

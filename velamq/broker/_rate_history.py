@@ -48,6 +48,7 @@ class RateSeries:
     shorter than the broker's: it starts at the sample that first saw traffic on the topic."""
 
     interval_s: float
+    points_max: int  # the ring's size: the window drawn is (points_max - 1) x interval_s
     last_sample_ms: int  # wall-clock time of the newest point; 0 when there is none yet
     msg_in: tuple[float, ...]
     msg_out: tuple[float, ...]
@@ -72,12 +73,17 @@ class _Ring:
         self._count = min(self._count + 1, len(self._in))
         self.idle_samples = self.idle_samples + 1 if rate_in == 0 and rate_out == 0 else 0
 
+    def latest(self) -> tuple[float, float]:
+        newest = (self._next - 1) % len(self._in)
+        return (float(self._in[newest]), float(self._out[newest])) if self._count else (0.0, 0.0)
+
     def series(self, interval_s: float, last_sample_ms: int) -> RateSeries:
         size = len(self._in)
         first = (self._next - self._count) % size
         order = [(first + i) % size for i in range(self._count)]
         return RateSeries(
             interval_s,
+            size,
             last_sample_ms if self._count else 0,
             tuple(float(self._in[i]) for i in order),
             tuple(float(self._out[i]) for i in order),
@@ -131,6 +137,13 @@ class RateHistory:
         """The topic's history, or None if it has none (not loaded, or no traffic in the window)."""
         ring = self._rings.get(topic)
         return ring.series(self.interval_s, self._last_sample_ms) if ring is not None else None
+
+    def busiest(self, count: int) -> list[tuple[str, float, float]]:
+        """Up to `count` topics with the most msg/s (in + out) at the newest sample, busiest first:
+        (topic, msg/s in, msg/s out). Only topics with a ring, and traffic at that sample."""
+        latest = [(name, ring.latest()) for name, ring in self._rings.items() if ring.idle_samples == 0]
+        latest.sort(key=lambda item: (-(item[1][0] + item[1][1]), item[0]))
+        return [(name, rate_in, rate_out) for name, (rate_in, rate_out) in latest[:count]]
 
     # ---- sampling ------------------------------------------------------------------------------
 

@@ -74,6 +74,14 @@ class BrokerService:
         return None
 
     @property
+    def connections_active(self) -> int:
+        return len(self._connections)
+
+    @property
+    def connections_opened_total(self) -> int:
+        return self._connections_opened
+
+    @property
     def publish_buffer(self) -> PublishBuffer:
         return self.storage.publish_buffer
 

@@ -69,6 +69,8 @@ def test_rates_in_and_out_per_interval_for_the_broker_and_the_topic(tmp_path: Pa
             assert history.topic_series(t0.full_name) == broker  # the only topic with traffic
             assert history.topic_series("persistent://public/default/t1") is None
             assert history.topics_tracked == 1
+            assert history.busiest(5) == [(t0.full_name, 1.0, 3.0)]
+            assert history.busiest(0) == []
 
     asyncio.run(main())
 
@@ -92,6 +94,8 @@ def test_rings_are_bounded_and_dropped_when_idle_or_unloaded(tmp_path: Path) -> 
 
             # The broker ring keeps `points` points, the newest last.
             assert history.broker_series().msg_in == (1.0, 1.0, 1.0)
+            # Busiest: only topics with traffic at the newest sample.
+            assert history.busiest(5) == [(t[2].full_name, 1.0, 0.0)]
 
             del loaded[t[2].full_name]  # unloaded: its ring goes at the next sample
             clock.advance(1)
