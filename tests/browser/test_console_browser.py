@@ -103,7 +103,8 @@ def test_topic_page_shows_what_stats_answers_and_draws_its_chart(
             "msgOutCounter": browser.text("table.summary [data-stat=msgOutCounter]"),
             "storageSize": browser.attribute("table.summary [data-stat=storageSize]", "data-value"),
             "subscriptions": {
-                name: (s["type"], s["msgBacklog"], s["unackedMessages"], s["msgOutCounter"]) for name, s in subs.items()
+                name: (s["type"], s["msgBacklog"], s["unackedMessages"], s["msgOutCounter"])
+                for name, s in subs.items()
             },
             "consumers": sorted(browser.all_attributes("table.consumers tbody tr", "data-consumer")),
             "producers": browser.all_attributes("table.producers tbody tr", "data-producer"),
@@ -123,7 +124,10 @@ def test_topic_page_shows_what_stats_answers_and_draws_its_chart(
             "producers": [p["producerName"] for p in stats["publishers"]],
         }
 
-    # Deliveries and acknowledgements settle; then the page and the REST API agree on every figure.
+    # The acknowledgements reach the broker (the client sends them in the background) and the figures
+    # settle; then the page and the REST API agree on every figure.
+    wait_for(lambda: stats_figures()["subscriptions"].get(WEIRD_SUB, ("", ""))[1] == "15", "the acks to land")
+
     def agree() -> dict[str, Any] | None:
         before = stats_figures()
         shown = page_figures()

@@ -57,7 +57,8 @@ def test_namespace_page_pages_and_searches_in_the_store(admin: Admin) -> None:
 
     page = _page(admin.request("GET", NS_URL))
     assert "data-total='121'" in page
-    assert _rows(page) == ["persistent://public/default/parts", *(f"persistent://public/default/{n}" for n in names[:49])]
+    expected = ["persistent://public/default/parts", *(f"persistent://public/default/{n}" for n in names[:49])]
+    assert _rows(page) == expected
     assert "partitioned (2)" in page and "not loaded" in page
     assert f"href='{NS_URL}?page=2'" in page and f"href='{NS_URL}?page=3'" in page
 
