@@ -119,6 +119,24 @@ class BrokerBackend(Protocol):
 
     async def last_message_id(self, topic: str) -> LastMessageId: ...
 
+    async def trim_topic(self, topic: str) -> None:
+        """Apply retention now (pulsar-admin topics trim-topic)."""
+        ...
+
+    # ---- reading stored messages (entry bytes as in peek_messages) ------------------------------
+
+    async def read_entry(self, topic: str, message_id: tuple[int, int]) -> bytes:
+        """The stored entry at (ledger, entry); NotFoundError if there is none."""
+        ...
+
+    async def examine_entry(self, topic: str, from_latest: bool, n: int) -> tuple[tuple[int, int], bytes]:
+        """The n-th stored entry (1-based) from the oldest, or back from the newest; NotFoundError."""
+        ...
+
+    async def message_id_at(self, topic: str, timestamp_ms: int) -> tuple[int, int]:
+        """The first message published at or after timestamp_ms (past the end: the next position)."""
+        ...
+
     # ---- subscriptions -------------------------------------------------------------------------
 
     async def list_subscriptions(self, topic: str) -> list[str]: ...

@@ -219,7 +219,7 @@ def topic_page(
         ]) + "</tr>"
     ]
     summary_headers = ["msg/s in", "msg/s out", "bytes/s in", "bytes/s out", "messages in", "messages out",
-                       "storage", "backlog size", "avg message", "deduplication"]
+                       "storage", "backlog size", "avg message", "dedup"]
     summary = table(summary_headers, summary_rows, cls="summary", named=False)
     producers = [
         f"<tr data-producer='{esc(p['producerName'])}'><td class='name'>{esc(p['producerName'])}</td>"
@@ -255,7 +255,7 @@ def topic_page(
               cls="producers"),
         f"<h2>Subscriptions ({len(subscriptions)})</h2>",
         table(["subscription", "type", "backlog", "backlog size", "unacked", "msg/s out", "messages out",
-               "consumers", "mark-delete position"], subscriptions, cls="subscriptions"),
+               "consumers", "mark-delete"], subscriptions, cls="subscriptions"),
         f"<h2>Consumers ({len(consumers)})</h2>",
         table(["consumer", "subscription", "permits", "unacked", "msg/s out", "messages out", "active", "address",
                "connected since"], consumers, cls="consumers"),
