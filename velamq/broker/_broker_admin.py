@@ -118,7 +118,7 @@ class BrokerAdmin:
         name = str(TopicName.parse(topic))
         loaded = self._broker.loaded_topic(name)
         exists = await self.metadata.topic_exists(name)
-        if loaded is None and not exists and not self._broker.storage.has_ledger(name):
+        if loaded is None and not exists and not await self._broker.storage.ledger_exists(name):
             raise NotFoundError(f"topic {topic} does not exist")
         if loaded is not None and loaded.in_use and not force:
             raise PreconditionFailedError(f"topic {topic} has active producers or consumers")

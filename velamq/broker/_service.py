@@ -164,7 +164,7 @@ class BrokerService:
         topic = Topic(name, ledger, self.clock)
         await topic.apply_policies(await self.policies_for(name))
         store_name = compacted_store_name(full)
-        if self.storage.has_ledger(store_name):
+        if await self.storage.ledger_exists(store_name):
             view = await CompactedView.load(await self.storage.open_ledger(store_name))
             if view is None:  # a compaction that never finished
                 await self.storage.delete_ledger(store_name)
