@@ -19,9 +19,10 @@ from velamq.storage import Storage, StorageConfig
 
 @asynccontextmanager
 async def topics_on_storage(data_dir: Path, clock: ManualClock, count: int) -> AsyncIterator[dict[str, Topic]]:
-    """`count` loaded topics t0..t<count-1> over one Storage on `clock` (the broker's table of
-    loaded topics, as far as the rate history sees it)."""
-    store = Storage(StorageConfig(data_dir=data_dir, sync_policy="none"), clock)
+    """`count` loaded topics t0..t<count-1> on `clock` over one Storage (the broker's table of loaded
+    topics, as far as the rate history sees it). Storage keeps its timers on a clock of its own, so
+    `clock` has only the rate history's sleeper on it."""
+    store = Storage(StorageConfig(data_dir=data_dir, sync_policy="none"), ManualClock())
     await store.start()
     table: dict[str, Topic] = {}
     for i in range(count):
