@@ -3,7 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: standalone test lint proto clean
+.PHONY: standalone test lint browser proto clean
+
+# The console's browser test (tests/browser) drives Debian's `chromium` headless. Installed once;
+# quiet when it is there already. Root installs it directly, anyone else through sudo.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +28,13 @@ lint: $(VENV)/.test-installed
 	$(BIN)/ruff check velamq tests benchmarks examples pyspark_velamq.py
 	$(BIN)/mypy --strict velamq
 
-test: lint
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing chromium for the console's browser test"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
+
+test: lint browser
 	$(BIN)/python -m pytest -q
 
 # Regenerate the protobuf module from velamq/protocol/_pulsar_api.proto.

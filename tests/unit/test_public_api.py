@@ -54,7 +54,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "InvalidSchemaDataError", "MetadataStore", "Policies", "SchemaData", "SchemaRegistry", "SchemaType",
         "StoredSchema", "Strategy", "allow_auto_update", "decode_version", "effective_strategy", "encode_version",
         "get_schema_response", "partitions_max", "resolve_policies", "schema_from_payload", "schema_id",
-        "validation_enforced",
+        "validation_enforced", "TopicListing",
     ],
     "velamq.security": [
         "ALGORITHMS", "family_of", "key_family",
@@ -69,9 +69,9 @@ PUBLIC_API: dict[str, list[str]] = {
         "decode_secret_key", "read_key_bytes",
     ],
     "velamq.broker": [
-        "BrokerAdmin", "BrokerConfig", "BrokerMetrics", "BrokerRequestError", "BrokerService", "CompactionStatus",
-        "ConsumerStats", "CursorStats", "InternalStats", "LastMessageId", "LedgerStats", "PublisherStats",
-        "SubscriptionMetrics", "SubscriptionStats", "TopicMetrics", "TopicStats",
+        "BrokerAdmin", "BrokerConfig", "BrokerMetrics", "BrokerOverview", "BrokerRequestError", "BrokerService",
+        "CompactionStatus", "ConsumerStats", "CursorStats", "InternalStats", "LastMessageId", "LedgerStats",
+        "PublisherStats", "RateSeries", "SubscriptionMetrics", "SubscriptionStats", "TopicMetrics", "TopicStats",
     ],
     "velamq.admin": ["AdminServer", "BrokerBackend"],
     "velamq.testing": ["BrokerProcess", "BrokerThread", "free_port", "run_broker", "run_broker_in_thread"],

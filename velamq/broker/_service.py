@@ -22,6 +22,7 @@ from velamq.broker._config import BrokerConfig
 from velamq.broker._connection import ServerConnection
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker._policy_tasks import PolicyTasks
+from velamq.broker._rate_history import RateHistory
 from velamq.broker._schemas import BrokerSchemas
 from velamq.broker._stats import BrokerMetrics
 from velamq.broker._topic import Topic
@@ -55,6 +56,7 @@ class BrokerService:
             retention_size_mb=config.default_retention_size_mb,
         )
         self.policy_tasks = PolicyTasks(clock, config.policy_check_interval_s, lambda: self.topics.values())
+        self.rate_history = RateHistory(clock, lambda: self.topics.values(), config.rate_history_interval_s)
         self.broker_port = config.broker_port
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         self._connections: set[ServerConnection] = set()
@@ -70,6 +72,14 @@ class BrokerService:
     @property
     def service_url_tls(self) -> str | None:
         return None
+
+    @property
+    def connections_active(self) -> int:
+        return len(self._connections)
+
+    @property
+    def connections_opened_total(self) -> int:
+        return self._connections_opened
 
     @property
     def publish_buffer(self) -> PublishBuffer:
@@ -223,12 +233,14 @@ class BrokerService:
         )
         self.broker_port = self._server.sockets[0].getsockname()[1]
         self.policy_tasks.start()
+        self.rate_history.start()
 
     async def close(self) -> None:
         """Stop listening and checking, drop connections, close topics (persists cursors)."""
         if self._server is not None:
             self._server.close()
         await self.policy_tasks.close()
+        await self.rate_history.close()
         for connection in list(self._connections):
             connection.close()
         for topic in list(self.topics.values()):

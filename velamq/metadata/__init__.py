@@ -39,6 +39,7 @@ from velamq.metadata._schema_info import (
 from velamq.metadata._schema_json import get_schema_response, schema_from_payload
 from velamq.metadata._schema_registry import SchemaRegistry
 from velamq.metadata._store import MetadataStore, partitions_max
+from velamq.metadata._topic_pages import TopicListing
 
 __all__ = [
     "DEFAULT_CLUSTER",
@@ -54,6 +55,7 @@ __all__ = [
     "SchemaType",
     "StoredSchema",
     "Strategy",
+    "TopicListing",
     "allow_auto_update",
     "decode_version",
     "effective_strategy",

@@ -24,6 +24,7 @@ from velamq._topic_name import TopicName
 from velamq.metadata import _ops
 from velamq.metadata._schema import connect
 from velamq.metadata._schema_registry import SchemaRegistry
+from velamq.metadata._topic_pages import TopicListing, page_rows_max, topics_page
 from velamq.metadata._worker import SqliteWorker, ops_in_flight_max_default
 
 T = TypeVar("T")
@@ -281,6 +282,14 @@ class MetadataStore:
         """Non-partitioned topics and the partitions that exist, both domains, sorted."""
         ns, _ = _check_namespace(ns)
         return await self._run(_ops.list_topics, ns=ns)
+
+    async def topics_page(self, ns: str, search: str = "", offset: int = 0, limit: int = 50) -> TopicListing:
+        """One page of the namespace's topics and partitioned topics, sorted, cut in SQLite (see
+        _topic_pages.py); `search` keeps those whose local name contains it (any case)."""
+        ns, _ = _check_namespace(ns)
+        if offset < 0 or not 0 < limit <= page_rows_max:
+            raise PreconditionFailedError(f"offset must be >= 0 and limit between 1 and {page_rows_max}")
+        return await self._run(topics_page, ns=ns, search=search, offset=offset, limit=limit)
 
     # ------------------------------------------------------------------------ topic policies
 
