@@ -14,8 +14,14 @@
     d) journal append throughput (the journal alone, with fsync) as a fraction of this machine's
        sequential write bandwidth with an fdatasync per block, blocks of the same size as the
        journal's group commits.
+    e) many topics on shared entry logs: creation rate, files and bytes in the data dir, RSS per
+       topic loaded and unloaded, stop, restart, first read and append after the restart, for
+       N = `--topics` (default 1000,10000,100000); see _storage_many.
+    f) garbage collection: space of 90 deleted topics out of 100 back, copy rate with and without
+       a bandwidth limit (`--gc-mib` MiB written, default 256).
 
-    .venv/bin/python benchmarks/storage.py                 # everything, about 2-3 minutes
+    .venv/bin/python benchmarks/storage.py                 # a..d, about 2-3 minutes
+    .venv/bin/python benchmarks/storage.py --only e,f --topics 1000,10000,100000,1000000
     .venv/bin/python benchmarks/storage.py --only a,d      # some of it
     .venv/bin/python benchmarks/storage.py --seconds 2     # shorter runs per row
 
@@ -48,7 +54,10 @@ import crc32c
 from velamq._clock import system_clock
 from velamq.storage import Position, Storage, StorageConfig
 from velamq.storage._journal import AppendOp, Journal, JournalGroup, LedgerHandle
-from velamq.storage._ledger_file import write_all
+from velamq.storage._layout import write_all
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _storage_many import many_child, part_e, part_f
 
 MIB = 1024 * 1024
 
@@ -496,12 +505,12 @@ async def journal_alone(directory: Path, size: int, in_flight: int, seconds: flo
             op.future.set_exception(error)
 
     journal = Journal(
-        directory, directory / "journal", 1, policy="fsync", sync_interval_ms=100,
+        directory / "journal", 1, policy="fsync", sync_interval_ms=100,
         segment_bytes=256 * MIB, deliver=deliver, loop=loop, clock=system_clock,
     )
     await loop.run_in_executor(None, journal.open)
     journal.start()
-    handle = LedgerHandle(1, directory / "1.log", None)
+    handle = LedgerHandle(1, None)
     data = os.urandom(size)
     entry_id = 0
 
@@ -574,8 +583,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backlog-s", type=float, default=10.0, help="b: seconds of production in the backlog")
     parser.add_argument("--burst-s", type=float, default=30.0, help="c: how long producers push")
     parser.add_argument("--dir", type=Path, default=None, help="where the data goes (a temporary dir inside it)")
+    parser.add_argument("--topics", default="1000,10000,100000", help="e: numbers of topics")
+    parser.add_argument("--create-concurrency", type=int, default=200, help="e: topics created at a time")
+    parser.add_argument("--gc-mib", type=int, default=256, help="f: MiB written before the deletions")
     parser.add_argument("--burst-child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--many-child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.many_child:
+        directory, topics, concurrency = args.many_child
+        print(json.dumps(asyncio.run(many_child(Path(directory), int(topics), int(concurrency)))))
+        return 0
     if args.burst_child:
         directory, seconds, budget, size = args.burst_child
         result = asyncio.run(burst_child(Path(directory), float(seconds), int(budget), int(size)))
@@ -591,6 +608,8 @@ def main(argv: list[str] | None = None) -> int:
             ("a", lambda: part_a(base, args.seconds)),
             ("b", lambda: part_b(base, args.seconds, args.backlog_s)),
             ("c", lambda: part_c(base, args.burst_s)),
+            ("e", lambda: part_e(base, [int(n) for n in args.topics.split(",")], args.create_concurrency, table)),
+            ("f", lambda: part_f(base, args.gc_mib, table)),
         ]
         for name, step in steps:  # d first: the disk's own figure before the others load it
             if name in parts:

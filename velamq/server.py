@@ -151,8 +151,8 @@ class StorageWriteHealth:
 
     Transitional: once storage provides `Storage.writable` itself (False while a write failure is
     being retried, True again once one succeeds; docs/operations.md), the storage is passed as is
-    and this goes. Until then it reads the first engine's "journal broken" and "failed" (a flush
-    failed) figures, the write failures that engine cannot leave without a restart.
+    and this goes. Until then it reads storage's "journal broken" and "failed" (a flush failed)
+    figures, the write failures it cannot leave without a restart.
     """
 
     def __init__(self, storage: Storage) -> None:

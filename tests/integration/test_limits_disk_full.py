@@ -7,8 +7,9 @@
    without a restart; after a kill -9 every acknowledged message is there;
 2. on the same kind of filesystem, filled from outside so that a write fails (ENOSPC): the broker
    turns read-only at the failed append, nothing hangs, nothing acknowledged is lost. Writing again
-   without a restart needs storage to leave its failed state by itself (issue 10's engine): until
-   then the test ends as an expected failure at that step;
+   without a restart needs storage to leave its failed state by itself (it does not yet: after a
+   failed flush it refuses appends until restart), so until then the test ends as an expected
+   failure at that step;
 3. in this process, with the fault injected at the filesystem boundary (a fake statvfs), so that it
    runs wherever mounting is not allowed.
 
@@ -202,8 +203,8 @@ def test_a_failed_write_turns_the_broker_read_only_and_no_send_hangs(small_fs: P
         client = make_client(broker.service_url)
         assert read_back(client, full, acked) == acked  # nothing acknowledged was lost
         if not resumed:
-            pytest.xfail("waits for issue 10's storage: the first engine refuses appends after a failed "
-                         "write until restart (velamq_storage_failed), so the broker stays read-only")
+            pytest.xfail("waits for storage: after a failed flush it refuses appends until restart "
+                         "(velamq_storage_failed), so the broker stays read-only (docs/operations.md)")
     finally:
         broker.stop()
 

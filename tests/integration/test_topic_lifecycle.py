@@ -32,13 +32,15 @@ def metadata_rows_mentioning(data_dir: Path, needle: str) -> int:
         db.close()
 
 
-def ledger_dirs_of(data_dir: Path, topic: str) -> list[Path]:
-    """Storage directories that belong to the topic (its log and its compacted store)."""
-    found = []
-    for name_file in (data_dir / "ledgers").glob("*/name"):
-        if name_file.read_text().startswith(topic):
-            found.append(name_file.parent)
-    return found
+def managed_ledgers_of(data_dir: Path, topic: str) -> list[str]:
+    """Storage's managed ledgers of the topic (its log and its compacted store), as storage.db has
+    them (a flush, every second, brings creations and deletions there)."""
+    db = sqlite3.connect(f"file:{data_dir / 'storage.db'}?mode=ro", uri=True)
+    try:
+        rows = db.execute("SELECT name FROM managed_ledgers WHERE substr(name, 1, ?) = ?", (len(topic), topic))
+        return [r[0] for r in rows]
+    finally:
+        db.close()
 
 
 def test_deleting_a_topic_removes_its_metadata_and_ledgers(broker: BrokerProcess, make_client: Any) -> None:
@@ -58,12 +60,13 @@ def test_deleting_a_topic_removes_its_metadata_and_ledgers(broker: BrokerProcess
     consumer.close()
 
     assert metadata_rows_mentioning(broker.data_dir, full) >= 2  # the topic and its policies
-    assert len(ledger_dirs_of(broker.data_dir, full)) == 2  # its log and its compacted store
+    # Its log and its compacted store.
+    assert wait_until(lambda: len(managed_ledgers_of(broker.data_dir, full)) == 2, timeout_s=10)
 
     status, body = http("DELETE", f"{base}?force=true")
     assert status == 204, body
     assert metadata_rows_mentioning(broker.data_dir, full) == 0
-    assert ledger_dirs_of(broker.data_dir, full) == []
+    assert wait_until(lambda: managed_ledgers_of(broker.data_dir, full) == [], timeout_s=10)
     status, _ = http("GET", f"{base}/stats")
     assert status == 404
 

@@ -84,6 +84,8 @@ class BrokerConfig:
     default_retention_size_mb: int = 0
     # How often TTL, backlog quota, retention, ack-hole redelivery and rates are checked.
     policy_check_interval_s: float = 5.0
+    # How often the console's rate history takes a point (it keeps 120: ten minutes at 5 s).
+    rate_history_interval_s: float = 5.0
     # Client connections on the binary port: 0 derives the cap from the file descriptor limit,
     # leaving room for storage and the admin port (_limits.connections_max_for); a connection over
     # a cap is closed at once and counted. Per IP: 0 is no cap (Pulsar's default).

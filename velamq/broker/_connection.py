@@ -15,8 +15,9 @@ Lifecycle (state table):
                                                                 back buffers, drop every reference
 
 Producer commands live in _producer_commands.py, consumer commands in _consumer_commands.py; this
-module keeps discovery (PARTITIONED_METADATA, LOOKUP, GET_TOPICS_OF_NAMESPACE, GET_SCHEMA) and
-turns a handler's refusal (BrokerRequestError) into the reply the client expects.
+module keeps discovery (PARTITIONED_METADATA, LOOKUP, GET_TOPICS_OF_NAMESPACE, GET_SCHEMA,
+GET_OR_CREATE_SCHEMA) and turns a handler's refusal (BrokerRequestError) into the reply the client
+expects.
 
 Writes, water marks and read pauses are _transport_flow.py's (TransportFlow): every frame produced
 during one loop iteration goes out in one write, dispatch stops while the connection is not
@@ -46,8 +47,10 @@ from velamq.broker._context import BrokerContext
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker._producer import ServerProducer
 from velamq.broker._producer_commands import ProducerCommands
+from velamq.broker._schemas import protocol_schema
 from velamq.broker._text_fields import non_utf8_field
 from velamq.broker._transport_flow import TransportFlow
+from velamq.metadata import encode_version
 from velamq.protocol import Frame, FrameDecoder, encode_command, pb
 from velamq.storage import PublishBuffer
 
@@ -95,7 +98,8 @@ class ServerConnection(asyncio.Protocol):
             T.PARTITIONED_METADATA: self._spawn(self._on_partitioned_metadata),
             T.LOOKUP: self._spawn(self._on_lookup),
             T.GET_TOPICS_OF_NAMESPACE: self._spawn(self._on_get_topics),
-            T.GET_SCHEMA: self._on_get_schema,
+            T.GET_SCHEMA: self._spawn(self._on_get_schema),
+            T.GET_OR_CREATE_SCHEMA: self._spawn(self._on_get_or_create_schema),
             T.AUTH_RESPONSE: lambda f: None,
             T.PRODUCER: self._spawn(self._producers.on_producer),
             T.SEND: self._producers.on_send,
@@ -391,19 +395,39 @@ class ServerConnection(asyncio.Protocol):
         r.changed = True
         self.send_command(reply)
 
-    def _on_get_schema(self, frame: Frame) -> None:
+    async def _on_get_schema(self, frame: Frame) -> None:
         request = frame.command.getSchema
         reply = pb.BaseCommand(type=T.GET_SCHEMA_RESPONSE)
         r = reply.getSchemaResponse
         r.request_id = request.request_id
-        schemas = self._broker.schemas
-        schema = schemas.schema_for(request.topic)
-        if schema is None:
-            r.error_code = pb.TopicNotFound
-            r.error_message = "Topic not found or no-schema"
+        version = request.schema_version if request.HasField("schema_version") else None
+        try:
+            if version == b"":
+                raise BrokerRequestError(pb.IncompatibleSchema, "Empty schema version")
+            sid, stored = await self._broker.schemas.get(str(TopicName.parse(request.topic)), version)
+            if stored is None:
+                raise BrokerRequestError(pb.TopicNotFound, f"Topic not found or no-schema {request.topic}")
+        except (BrokerRequestError, InvalidTopicNameError) as exc:
+            # The schema requests answer errors in their own response type, not with ERROR.
+            r.error_code, r.error_message = _error_fields(exc)  # type: ignore[assignment]
         else:
-            r.schema.CopyFrom(schema)
-            r.schema_version = schemas.version(request.topic)
+            r.schema.CopyFrom(protocol_schema(sid, stored))
+            r.schema_version = encode_version(stored.version)
+        self.send_command(reply)
+
+    async def _on_get_or_create_schema(self, frame: Frame) -> None:
+        request = frame.command.getOrCreateSchema
+        reply = pb.BaseCommand(type=T.GET_OR_CREATE_SCHEMA_RESPONSE)
+        r = reply.getOrCreateSchemaResponse
+        r.request_id = request.request_id
+        try:
+            name = TopicName.parse(request.topic)
+            await self._broker.get_topic(name, create=False)  # TopicNotFound unless it exists
+            version = await self._broker.schemas.for_producer(name, request.schema)
+        except (BrokerRequestError, InvalidTopicNameError) as exc:
+            r.error_code, r.error_message = _error_fields(exc)  # type: ignore[assignment]
+        else:
+            r.schema_version = version or b""
         self.send_command(reply)
 
 
@@ -428,6 +452,12 @@ def _error_reply(command: pb.BaseCommand, request_id: int, code: int, message: s
     body.error = code
     body.message = message
     return reply
+
+
+def _error_fields(exc: BrokerRequestError | InvalidTopicNameError) -> tuple[int, str]:
+    if isinstance(exc, BrokerRequestError):
+        return exc.code, exc.message
+    return pb.InvalidTopicName, str(exc)
 
 
 def _request_id(command: pb.BaseCommand) -> int | None:

@@ -15,7 +15,7 @@ from velamq._topic_name import TopicName
 from velamq.broker._config import BrokerConfig
 from velamq.broker._disk_guard import DiskGuard
 from velamq.broker._net_budget import NetworkBudget
-from velamq.broker._schemas import SchemaRegistry
+from velamq.broker._schemas import BrokerSchemas
 from velamq.metadata import Policies
 from velamq.storage import PublishBuffer
 
@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 class TopicRegistry(Protocol):
     @property
     def clock(self) -> Clock: ...
+
+    @property
+    def schemas(self) -> BrokerSchemas: ...
 
     @property
     def log_limit(self) -> RateLimitedLog:
@@ -52,9 +55,6 @@ class TopicRegistry(Protocol):
 class ProducerBroker(TopicRegistry, Protocol):
     @property
     def publish_buffer(self) -> PublishBuffer: ...
-
-    @property
-    def schemas(self) -> SchemaRegistry: ...
 
     @property
     def disk_guard(self) -> DiskGuard:

@@ -1,8 +1,9 @@
 """Producer commands of one connection: PRODUCER, SEND, CLOSE_PRODUCER, and the receipts.
 
-    PRODUCER        load the topic, apply its policies, admit the producer (read-only broker,
-                    access mode, backlog quota, max producers); WaitForExclusive answers "queued"
-                    first and waits; the producer is registered only with its success reply
+    PRODUCER        load the topic, register or match its schema (_schemas.py), apply its
+                    policies, admit the producer (read-only broker, access mode, backlog quota,
+                    max producers); WaitForExclusive answers "queued" first and waits; the
+                    producer is registered only with its success reply
     SEND            checks (checksum, size policy, metadata decodes, its strings are UTF-8),
                     Topic.publish, then a SEND_RECEIPT when the entry is durable
     CLOSE_PRODUCER  detach and answer SUCCESS
@@ -66,6 +67,7 @@ class ProducerCommands:
         broker = self._broker
         _check_writable(broker)
         topic = await broker.get_topic(name, create=True)
+        schema_version = await broker.schemas.for_producer(name, request.schema if request.HasField("schema") else None)
         producer_name = request.producer_name or broker.new_producer_name()
         producer = ServerProducer(
             channel=self._channel,
@@ -75,6 +77,7 @@ class ProducerCommands:
             epoch=request.epoch,
             access_mode=int(request.producer_access_mode),
             connected_since_ms=broker.clock.now_ms(),
+            schema_version=schema_version,
         )
         await topic.apply_policies(await broker.policies_for(name))
         _check_writable(broker)
@@ -85,8 +88,6 @@ class ProducerCommands:
             request.topic_epoch if request.HasField("topic_epoch") else None,
             lambda: self._producer_queued(request, producer_name),
         )
-        if request.HasField("schema"):
-            broker.schemas.remember(topic.full_name, request.schema)
         # The reply is built before the producer is registered anywhere, and sent right after: a
         # producer exists only together with its success reply.
         reply = self._success_reply(request, producer)
@@ -116,8 +117,8 @@ class ProducerCommands:
         r.producer_name = producer.name
         dedup = producer.topic.dedup
         r.last_sequence_id = dedup.last_sequence_id(producer.name) if dedup is not None else -1
-        if request.HasField("schema"):
-            r.schema_version = self._broker.schemas.version(producer.topic.full_name)
+        if producer.schema_version is not None:
+            r.schema_version = producer.schema_version
         if producer.access_mode != pb.Shared:
             r.topic_epoch = producer.topic.topic_epoch
         r.producer_ready = True

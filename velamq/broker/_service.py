@@ -33,7 +33,8 @@ from velamq.broker._errors import BrokerRequestError
 from velamq.broker._listener import ConnectionLimits, Listener, fd_soft_limit
 from velamq.broker._net_budget import NetworkBudget
 from velamq.broker._policy_tasks import PolicyTasks
-from velamq.broker._schemas import SchemaRegistry
+from velamq.broker._rate_history import RateHistory
+from velamq.broker._schemas import BrokerSchemas
 from velamq.broker._stats import BrokerMetrics
 from velamq.broker._topic import Topic
 from velamq.broker._topic_deletion import finish_interrupted_deletions
@@ -95,12 +96,13 @@ class BrokerService:
         self.server_version = f"velamq {__version__}"
         self.listeners: set[str] = set()
         self.topics: dict[str, Topic] = {}
-        self.schemas = SchemaRegistry()
+        self.schemas = BrokerSchemas(metadata.schemas, self._schema_policies)
         self.default_policies = Policies(
             retention_time_minutes=config.default_retention_time_minutes,
             retention_size_mb=config.default_retention_size_mb,
         )
         self.policy_tasks = PolicyTasks(clock, config.policy_check_interval_s, lambda: self.topics.values())
+        self.rate_history = RateHistory(clock, lambda: self.topics.values(), config.rate_history_interval_s)
         self.broker_port = config.broker_port
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         self._connections: set[ServerConnection] = set()
@@ -115,6 +117,14 @@ class BrokerService:
     @property
     def service_url_tls(self) -> str | None:
         return None
+
+    @property
+    def connections_active(self) -> int:
+        return len(self._connections)
+
+    @property
+    def connections_opened_total(self) -> int:
+        return self._connections_opened
 
     @property
     def publish_buffer(self) -> PublishBuffer:
@@ -161,6 +171,10 @@ class BrokerService:
         topic = await self.metadata.get_topic_policies(str(name.partitioned_parent))
         own = await self.metadata.get_topic_policies(str(name)) if name.partition_index >= 0 else {}
         return resolve_policies(namespace, {**topic, **own}, self.default_policies)
+
+    async def _schema_policies(self, name: TopicName) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The stored namespace and topic policies the schema settings are read from."""
+        return await self.metadata.get_policies(name.namespace), await self.metadata.get_topic_policies(str(name))
 
     async def policies_changed(self, namespace: str, topic: str | None) -> None:
         """Re-read the policies of the loaded topics of a namespace (or of one partitioned topic)."""
@@ -222,7 +236,7 @@ class BrokerService:
         topic = Topic(name, ledger, self.clock)
         await topic.apply_policies(await self.policies_for(name))
         store_name = compacted_store_name(full)
-        if self.storage.has_ledger(store_name):
+        if await self.storage.ledger_exists(store_name):
             view = await CompactedView.load(await self.storage.open_ledger(store_name))
             if view is None:  # a compaction that never finished
                 await self.storage.delete_ledger(store_name)
@@ -247,9 +261,9 @@ class BrokerService:
         await topic.ledger.close()
 
     async def delete(self, topic: str) -> None:
-        """Delete a topic's data: the loaded topic (its clients disconnected), its ledger, its
-        compacted store and its schema. The metadata rows, and the order that makes this
-        crash-safe, are _topic_deletion.py's."""
+        """Delete a topic's data: the loaded topic (its clients disconnected), its ledger and its
+        compacted store. The metadata rows (its schemas go with them), and the order that makes
+        this crash-safe, are _topic_deletion.py's."""
         loading = self._loading.get(topic)
         if loading is not None:
             with contextlib.suppress(Exception):
@@ -260,7 +274,6 @@ class BrokerService:
             await loaded.close()
         await self.storage.delete_ledger(topic)
         await self.storage.delete_ledger(compacted_store_name(topic))
-        self.schemas.forget(topic)
 
     async def topics_of_namespace(self, namespace: str, mode: int) -> list[str]:
         if not await self.metadata.namespace_exists(namespace):
@@ -305,6 +318,7 @@ class BrokerService:
         self._listener = Listener(self.new_connection, self.connection_limits, self.clock, self.log_limit)
         self.broker_port = self._listener.start(self.config.bind_address, self.config.broker_port)
         self.policy_tasks.start()
+        self.rate_history.start()
 
     async def close(self) -> None:
         """Stop listening and checking, drop connections, close topics (persists cursors)."""
@@ -313,6 +327,7 @@ class BrokerService:
         await self.disk_guard.close()
         self.network.close()
         await self.policy_tasks.close()
+        await self.rate_history.close()
         for connection in list(self._connections):
             connection.close()
         for topic in list(self.topics.values()):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from velamq.broker._rate_history import RateSeries
 from velamq.storage import Position
 
 # ---- metrics (/metrics, console) ------------------------------------------------------------------
@@ -68,6 +69,18 @@ class BrokerMetrics:
     # The broker's limits and guards (docs/operations.md), named in Prometheus style like `storage`:
     # connections and refusals, the network's memory, disk usage and read-only state.
     limits: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerOverview:
+    """What the console's first page shows, cheap at any number of topics: no per-topic walk."""
+
+    connections_active: int
+    connections_opened_total: int
+    topics_loaded: int
+    topics_loaded_by_namespace: Mapping[str, int]
+    rate_history: RateSeries  # msg/s in and out of the whole broker over the last minutes
+    busiest_topics: tuple[tuple[str, float, float], ...]  # (topic, msg/s in, msg/s out), busiest first
 
 
 # ---- topic stats (admin REST: /stats) ---------------------------------------------------------------

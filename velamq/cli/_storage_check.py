@@ -1,15 +1,10 @@
 """`velamq admin storage check [--data-dir D] [--delete]`: find (and remove) what nothing owns (BR-8, BR-9).
 
-Storage that belongs to no topic:
-
-    orphan ledger directory   ledgers/<topic>/ of a topic the metadata store does not know: its
-                              ledger files, indexes and cursors (BR-9). A ledger directory is owned
-                              by a topic row, by a partition of a partitioned topic, or, for names
-                              "<topic>#<suffix>" (the broker's compacted stores), by <topic>.
-    unidentified directory    a directory under ledgers/ with no name file and an undecodable name
-    dangling index file       <id>.idx whose <id>.log is gone (a trim cut short)
-    temp file                 *.tmp left by an atomic write cut short
-    stale journal segment     a journal segment wholly before the checkpoint (a trim cut short)
+Storage that belongs to no live topic, or is damaged (velamq.storage._check lists the kinds):
+orphan managed ledgers (a topic's log the metadata store does not know; owned by a topic row, by a
+partition of a partitioned topic, or, for names "<topic>#<suffix>" (the broker's compacted stores),
+by <topic>), orphan index rows, dead and uncommitted entry logs, missing or damaged entry logs,
+stale journal segments, temp files, format 1 data not migrated yet.
 
 Metadata that points at nothing (BR-8):
 
@@ -18,12 +13,18 @@ Metadata that points at nothing (BR-8):
                               topic: velamq._topic_name.partition_role)
     orphan topic policies     a topic_policies row no topic, partitioned topic or partition carries
                               (reported only: the metadata store offers no way to remove it)
+    schema without topic      a schema id ("tenant/ns/name") whose name no topic, partitioned topic or
+                              partition of either domain carries: uploaded through the admin API
+                              before its topic was created (reported only; a schema in use never is)
 
-Reported only, never deleted: ledger files whose header does not name them, and files the storage
-does not know. The check reads metadata.db read-only; with --delete, orphan rows are removed through
-velamq.metadata.MetadataStore and files directly. Deleting needs the data directory's lock, so it
-refuses while a broker runs there; the report alone works either way (a running broker may make it
-stale: a topic created meanwhile can show as an orphan).
+Reported only, never deleted: damaged and unknown files. The report reads metadata.db and
+storage.db (WAL lets it read while a broker runs; the report may then be stale). With --delete it
+first recovers the storage (starts and stops it: the journal is replayed, so storage.db is
+complete), then holds the data directory's lock from the check to the last deletion, so it refuses
+while a broker runs; orphan rows are removed through velamq.metadata.MetadataStore. A topic the
+metadata store knows is never touched; without a metadata store no topic counts as orphaned.
+
+At a million topics the check reads the topic names once and the managed ledgers a page at a time.
 
 Exit status: 0 nothing found (or everything found was removed), 1 something remains, 2 the check
 could not run.
@@ -33,10 +34,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import errno
-import fcntl
-import os
-import shutil
 import sqlite3
 import sys
 from collections.abc import Sequence
@@ -45,32 +42,12 @@ from pathlib import Path
 from typing import TextIO
 
 from velamq._errors import StorageError
-from velamq._topic_name import PartitionRole, TopicName, partition_role
-from velamq.storage import _layout
-from velamq.storage._journal_file import (
-    CHECKPOINT_FILE,
-    JOURNAL_DIR,
-    decode_checkpoint,
-    list_segments,
-    parse_segment_name,
-    segment_name,
-)
-from velamq.storage._ledger_file import LEDGER_HEADER_BYTES, parse_ledger_header
+from velamq._topic_name import DOMAINS, PartitionRole, TopicName, partition_role
+from velamq.storage import Storage, StorageConfig
+from velamq.storage.checker import Finding, check, lock_data_dir, lock_is_held, repair, unlock_data_dir
 
 METADATA_FILE = "metadata.db"
-# Files of the data directory itself that are not findings.
-_KNOWN_TOP = {_layout.LOCK_FILE, _layout.LEDGER_ID_FILE, _layout.LEDGERS_DIR, JOURNAL_DIR}
 _OWNER_SEPARATOR = "#"
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    kind: str
-    path: Path | None  # the file or directory, for storage findings
-    detail: str
-    bytes: int = 0
-    deletable: bool = True
-    row: str | None = None  # the topic row to delete, for metadata findings
 
 
 @dataclass(slots=True)
@@ -78,7 +55,10 @@ class CheckReport:
     data_dir: Path
     findings: list[Finding] = field(default_factory=list)
     topics_known: int = 0
-    ledger_dirs: int = 0
+    managed_ledgers: int = 0
+    entry_logs: int = 0
+    log_bytes: int = 0
+    live_bytes: int = 0
     broker_running: bool = False
     errors: list[str] = field(default_factory=list)
 
@@ -92,6 +72,7 @@ class _Metadata:
     topics: set[str]
     partitioned: dict[str, int]
     policy_names: set[str]
+    schema_ids: set[str] = field(default_factory=set)
 
 
 def _read_metadata(path: Path) -> _Metadata:
@@ -105,7 +86,10 @@ def _read_metadata(path: Path) -> _Metadata:
         policies: set[str] = set()
         if "topic_policies" in tables:
             policies = {r[0] for r in conn.execute("SELECT name FROM topic_policies")}
-        return _Metadata(topics, partitioned, policies)
+        schema_ids: set[str] = set()
+        if "schemas" in tables:
+            schema_ids = {r[0] for r in conn.execute("SELECT DISTINCT schema_id FROM schemas")}
+        return _Metadata(topics, partitioned, policies, schema_ids)
     finally:
         conn.close()
 
@@ -128,42 +112,13 @@ def _live(name: str, meta: _Metadata) -> bool:
     return partition is not None and partition[1] < meta.partitioned.get(partition[0], 0)
 
 
-def _tree_bytes(path: Path) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(root, f)).st_size
-            except OSError:
-                pass
-    return total
-
-
-def _broker_holds_lock(data_dir: Path) -> bool:
-    lock = data_dir / _layout.LOCK_FILE
-    if not lock.exists():
-        return False
-    fd = os.open(lock, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            return True
-        raise
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
-
-
 def check_storage(data_dir: Path, *, probe_lock: bool = True) -> CheckReport:
     """Everything orphaned in a data directory. Reads only. probe_lock=False if the caller holds it."""
     report = CheckReport(data_dir)
     if not data_dir.is_dir():
         report.errors.append(f"{data_dir} is not a directory")
         return report
-    report.broker_running = probe_lock and _broker_holds_lock(data_dir)
+    report.broker_running = probe_lock and lock_is_held(data_dir)
     meta_path = data_dir / METADATA_FILE
     meta: _Metadata | None = None
     if meta_path.exists():
@@ -176,11 +131,20 @@ def check_storage(data_dir: Path, *, probe_lock: bool = True) -> CheckReport:
     if meta is not None:
         report.topics_known = len(meta.topics) + len(meta.partitioned)
         _check_metadata(meta, report)
-    _check_ledgers(data_dir, meta, report)
-    _check_journal(data_dir / JOURNAL_DIR, report)
-    for child in sorted(data_dir.iterdir()):
-        if child.name not in _KNOWN_TOP and not child.name.startswith(METADATA_FILE):
-            report.findings.append(Finding("unknown file", child, "not storage's, left alone", deletable=False))
+    known = meta
+
+    def is_live(name: str) -> bool:
+        assert known is not None
+        return _live(name, known)
+
+    try:
+        found = check(data_dir, is_live if meta is not None else None, broker_running=report.broker_running)
+    except (StorageError, sqlite3.Error) as exc:
+        report.errors.append(f"cannot read the storage of {data_dir}: {exc}")
+        return report
+    report.findings += found.findings
+    report.managed_ledgers = found.managed_ledgers
+    report.entry_logs, report.log_bytes, report.live_bytes = found.entry_logs, found.log_bytes, found.live_bytes
     return report
 
 
@@ -195,113 +159,30 @@ def _check_metadata(meta: _Metadata, report: CheckReport) -> None:
         if partition_role(TopicName.parse(name), partitions) is PartitionRole.OUT_OF_RANGE:
             why = f"{parent} has {partitions} partitions"
             report.findings.append(Finding("orphan partition row", None, f"topics row {name}: {why}", row=name))
+    parents = {p[0] for t in meta.topics if (p := _partition_of(t)) is not None}
+
+    def owned(name: str) -> bool:
+        return name in meta.topics or name in meta.partitioned or name in parents
+
     for name in sorted(meta.policy_names):
-        owned = name in meta.topics or name in meta.partitioned or any(
-            (_partition_of(t) or ("", 0))[0] == name for t in meta.topics
-        )
-        if not owned:
+        if not owned(name):
             report.findings.append(
                 Finding(
                     "orphan topic policies", None, f"topic_policies row {name}: no topic carries it", deletable=False
                 )
             )
-
-
-def _check_ledgers(data_dir: Path, meta: _Metadata | None, report: CheckReport) -> None:
-    root = data_dir / _layout.LEDGERS_DIR
-    if not root.is_dir():
-        return
-    for child in sorted(root.iterdir()):
-        if not child.is_dir():
-            report.findings.append(Finding("unknown file", child, "not a ledger directory", deletable=False))
-            continue
-        report.ledger_dirs += 1
-        name = _layout.read_name_file(child)
-        if name is None:
+    for sid in sorted(meta.schema_ids):
+        # A schema id is shared by both domains and by every partition (velamq.metadata.schema_id).
+        if not any(owned(f"{domain}://{sid}") for domain in DOMAINS):
             report.findings.append(
-                Finding("unidentified directory", child, "no name file and no decodable name", _tree_bytes(child))
+                Finding("schema without topic", None, f"schemas of {sid}: no topic carries it", deletable=False)
             )
-            continue
-        if meta is not None and not _live(name, meta):
-            files = sum(1 for _ in child.rglob("*") if _.is_file())
-            report.findings.append(
-                Finding("orphan ledger directory", child, f"topic {name}: {files} files", _tree_bytes(child))
-            )
-            continue
-        _check_ledger_files(child, report)
-
-
-def _check_ledger_files(directory: Path, report: CheckReport) -> None:
-    names = set(os.listdir(directory))
-    for file_name in sorted(names):
-        path = directory / file_name
-        if file_name in (_layout.NAME_FILE, _layout.CURSORS_DIR):
-            continue
-        if file_name.endswith(_layout.TMP_SUFFIX):
-            report.findings.append(Finding("temp file", path, "an atomic write cut short", path.stat().st_size))
-            continue
-        ledger_id = _layout.parse_ledger_id(file_name, _layout.LOG_SUFFIX)
-        if ledger_id is not None:
-            with open(path, "rb") as f:
-                header = f.read(LEDGER_HEADER_BYTES)
-            if parse_ledger_header(header, ledger_id) is None:
-                report.findings.append(
-                    Finding("damaged ledger file", path, "its header does not name it", deletable=False)
-                )
-            continue
-        index_id = _layout.parse_ledger_id(file_name, _layout.INDEX_SUFFIX)
-        if index_id is not None:
-            if _layout.ledger_file_name(index_id) not in names:
-                report.findings.append(
-                    Finding("dangling index file", path, f"ledger {index_id} has no file", path.stat().st_size)
-                )
-            continue
-        report.findings.append(Finding("unknown file", path, "not storage's, left alone", deletable=False))
-    cursors = directory / _layout.CURSORS_DIR
-    if cursors.is_dir():
-        for path in sorted(cursors.iterdir()):
-            if path.name.endswith(_layout.TMP_SUFFIX):
-                report.findings.append(Finding("temp file", path, "an atomic write cut short", path.stat().st_size))
-
-
-def _check_journal(journal_dir: Path, report: CheckReport) -> None:
-    if not journal_dir.is_dir():
-        return
-    checkpoint = None
-    try:
-        checkpoint = decode_checkpoint((journal_dir / CHECKPOINT_FILE).read_bytes())
-    except FileNotFoundError:
-        pass
-    if checkpoint is not None:
-        for seq in list_segments(journal_dir):
-            if seq < checkpoint.seq:
-                path = journal_dir / segment_name(seq)
-                report.findings.append(
-                    Finding("stale journal segment", path, f"before the checkpoint {checkpoint}", path.stat().st_size)
-                )
-    for path in sorted(journal_dir.iterdir()):
-        if path.name.endswith(_layout.TMP_SUFFIX):
-            report.findings.append(Finding("temp file", path, "an atomic write cut short", path.stat().st_size))
-        elif path.name != CHECKPOINT_FILE and parse_segment_name(path.name) is None:
-            report.findings.append(Finding("unknown file", path, "not storage's, left alone", deletable=False))
 
 
 def delete_findings(report: CheckReport) -> list[str]:
     """Remove every deletable finding; returns error messages for those that could not be removed."""
-    errors: list[str] = []
     rows = [f.row for f in report.deletable if f.row is not None]
-    for finding in report.deletable:
-        path = finding.path
-        if path is None:
-            continue
-        try:
-            if path.is_dir():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
-            _layout.fsync_dir(path.parent)
-        except OSError as exc:
-            errors.append(f"{path}: {exc}")
+    errors = repair(report.data_dir, [f for f in report.deletable if f.row is None])
     if rows:
         errors += asyncio.run(_delete_rows(report.data_dir / METADATA_FILE, rows))
     return errors
@@ -340,22 +221,34 @@ def run_storage_check(data_dir: Path, *, delete: bool = False, out: TextIO | Non
     out = out or sys.stdout
     lock_fd = -1
     if delete and data_dir.is_dir():
-        try:  # held from the check to the last deletion: no broker may start meanwhile
-            lock_fd = _layout.lock_data_dir(data_dir)
-        except StorageError:
-            print(f"velamq storage check of {data_dir}: a broker is running there; stop it to --delete", file=out)
+        try:
+            if lock_is_held(data_dir):
+                raise StorageError(f"{data_dir} is in use by another Storage")
+            asyncio.run(_recover(data_dir))  # the journal replayed: storage.db is complete
+            # Held from the check to the last deletion: no broker may start meanwhile.
+            lock_fd = lock_data_dir(data_dir)
+        except StorageError as exc:
+            why = "a broker is running there; stop it to --delete" if "in use" in str(exc) else str(exc)
+            print(f"velamq storage check of {data_dir}: {why}", file=out)
             return 2
     try:
         return _run(data_dir, delete, out)
     finally:
         if lock_fd >= 0:
-            _layout.unlock_data_dir(lock_fd)
+            unlock_data_dir(lock_fd)
+
+
+async def _recover(data_dir: Path) -> None:
+    storage = Storage(StorageConfig(data_dir, memory_bytes=64 * 1024 * 1024))
+    await storage.start()
+    await storage.close()
 
 
 def _run(data_dir: Path, delete: bool, out: TextIO) -> int:
     report = check_storage(data_dir, probe_lock=not delete)
     print(f"velamq storage check of {data_dir}", file=out)
-    print(f"  {report.ledger_dirs} ledger directories, {report.topics_known} topics in the metadata store", file=out)
+    print(f"  {report.managed_ledgers} managed ledgers, {report.topics_known} topics in the metadata store", file=out)
+    print(f"  {report.entry_logs} entry logs, {_human(report.log_bytes)}, {_human(report.live_bytes)} live", file=out)
     if report.broker_running:
         print("  a broker is running on this directory: the report may be stale", file=out)
     for error in report.errors:

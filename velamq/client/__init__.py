@@ -11,6 +11,8 @@
     with Client("pulsar://localhost:6650") as client:
         client.create_producer("t").send(b"x")
     AdminClient("http://localhost:8080").request("GET", "/admin/v2/tenants")   # the admin REST API
+    producer = await client.create_producer("users", schema=AvroSchema(User))   # User: a Record
+    consumer = await client.subscribe("users", "sub", schema=AvroSchema(User))  # msg.value: a User
 
 It speaks the Pulsar binary protocol through velamq.protocol and never imports the broker.
 """
@@ -58,6 +60,8 @@ from velamq.client._ordered_metrics import OrderedConsumerMetrics, OrderedPartit
 from velamq.client._producer import Producer
 from velamq.client._reader import Reader
 from velamq.client._routing import MessageRouter, sign_safe_mod
+from velamq.client._schema import AvroSchema, BytesSchema, JsonSchema, Schema, StringSchema
+from velamq.client._schema_record import Record
 
 __all__ = [
     "AdminClient",
@@ -67,11 +71,13 @@ __all__ = [
     "AsyncClient",
     "AuthenticationError",
     "AuthorizationError",
+    "AvroSchema",
     "BlockingConsumer",
     "BlockingOrderedConsumer",
     "BlockingProducer",
     "BlockingReader",
     "BrokerError",
+    "BytesSchema",
     "ChecksumError",
     "Client",
     "ClientConfig",
@@ -85,6 +91,7 @@ __all__ = [
     "IncompatibleSchemaError",
     "InvalidConfigurationError",
     "InvalidTopicError",
+    "JsonSchema",
     "KeySharedPolicy",
     "MemoryBufferIsFullError",
     "Message",
@@ -105,8 +112,11 @@ __all__ = [
     "ProducerMessage",
     "ProducerQueueIsFullError",
     "Reader",
+    "Record",
+    "Schema",
     "SendTimeoutError",
     "ServiceNotReadyError",
+    "StringSchema",
     "SubscriptionNotFoundError",
     "TooManyRequestsError",
     "TopicNotFoundError",

@@ -6,7 +6,9 @@
                                         every pattern_auto_discovery_period_s (GET_TOPICS_OF_NAMESPACE)
 
 Every TopicConsumer puts its messages into the one ReceiverQueue; receive() takes the next one
-and gives its permit back to the TopicConsumer it came from. Acknowledgements are routed to that
+and gives its permit back to the TopicConsumer it came from. With a schema, the message is decoded
+on its way out (_schema_decoder.py): receive() waits for the writer's schema if it must be fetched;
+receive_nowait() then holds the message back (answers None) until it has arrived. Acknowledgements are routed to that
 TopicConsumer too (by the message, or by the message id's topic / partition).
 """
 
@@ -26,6 +28,7 @@ from velamq.client._dead_letter import DeadLetterSender, default_dead_letter_top
 from velamq.client._errors import AlreadyClosedError, InvalidConfigurationError, OperationTimeoutError
 from velamq.client._message import Message, MessageId
 from velamq.client._receiver_queue import ReceiverQueue
+from velamq.client._schema_decoder import SchemaDecoder, needs_decoding
 from velamq.client._topic_consumer import TopicConsumer
 
 if TYPE_CHECKING:
@@ -63,6 +66,10 @@ class Consumer:
         self._dead_letters: DeadLetterSender | None = None
         self._discovery_task: asyncio.Task[None] | None = None
         self._closed = False
+        self._decoder = (SchemaDecoder(config.schema, client.lookup.get_schema)
+                         if config.schema is not None and needs_decoding(config.schema) else None)
+        # A message taken from the queue whose writer schema is still being fetched: the next one out.
+        self._held: Message | None = None
         policy = config.dead_letter_policy
         if policy is not None:
             first = self.topics[0] if self.topics else (pattern_namespace or "pattern")
@@ -160,6 +167,9 @@ class Consumer:
             raise OperationTimeoutError(f"no message within {timeout_ms} ms") from None
 
     async def _receive(self) -> Message:
+        held = self._take_held()
+        if held is not None:
+            return await self._decoded(held)
         while True:
             if self._closed:
                 raise AlreadyClosedError(f"{self.topic}: consumer is closed")
@@ -169,13 +179,39 @@ class Consumer:
                 continue
             owner: TopicConsumer = message._owner
             if owner.take(message):
-                return message
+                return await self._decoded(message)
 
     def receive_nowait(self) -> Message | None:
+        decoder = self._decoder
+        held = self._held
+        if held is not None:
+            if decoder is None or not decoder.ready(held):
+                return None
+            self._held = None
+            return decoder.decode_now(held)
         while (message := self.queue.get_nowait()) is not None:
             if message._owner.take(message):
-                return message
+                if decoder is None:
+                    return message
+                if decoder.ready(message):
+                    return decoder.decode_now(message)
+                self._held = message
+                decoder.prefetch(message)
+                return None
         return None
+
+    def _take_held(self) -> Message | None:
+        held, self._held = self._held, None
+        return held
+
+    async def _decoded(self, message: Message) -> Message:
+        if self._decoder is None:
+            return message
+        try:
+            return await self._decoder.decode(message)
+        except asyncio.CancelledError:
+            self._held = message  # a receive timed out while the schema was fetched: keep it first
+            raise
 
     async def batch_receive(self, max_messages: int = 100, timeout_ms: int = 100) -> list[Message]:
         out: list[Message] = []

@@ -6,7 +6,8 @@
                      stored by one client (the Spark connector's offsets) are read by any other.
     ProducerMessage  what a producer sends: payload, key, properties, event time, delivery time ...
                      Interceptors and routers receive it; before_send may return a changed copy.
-    Message          what a consumer receives.
+    Message          what a consumer receives. With a schema, `value` is the decoded value (a
+                     Record, str ...) and data() the payload; without one both are the bytes.
 
 Ordering of ids is by (ledger_id, entry_id, batch_index): the order messages have in a topic
 partition. Equality also compares the partition, as Pulsar's MessageId does; batch_size, topic and
@@ -134,7 +135,7 @@ class ProducerMessage:
 class Message:
     """One received message."""
 
-    value: bytes
+    value: Any  # the payload bytes, or the value the consumer's schema decoded from them
     message_id: MessageId
     topic: str
     key: str | None = None
@@ -150,14 +151,16 @@ class Message:
     # subscription generation it arrived in (messages of an older generation are stale).
     _owner: Any = field(default=None, repr=False, compare=False)
     _generation: int = field(default=0, repr=False, compare=False)
+    # The payload when `value` holds what a schema decoded from it.
+    raw: bytes | None = field(default=None, repr=False, compare=False)
 
     @property
     def partition(self) -> int:
         return self.message_id.partition
 
     def data(self) -> bytes:
-        """The payload (the name the official client uses)."""
-        return self.value
+        """The payload (the name the official client uses), decoded or not."""
+        return self.raw if self.raw is not None else bytes(self.value)
 
 
 def received_message(metadata: pb.MessageMetadata, single: pb.SingleMessageMetadata | None, value: bytes,

@@ -16,7 +16,7 @@ Tables (every JSON column holds a JSON object, written with sorted keys):
                        policies set on a topic, Pulsar's TopicPolicies field names (see
                        _policies.py); a partitioned topic's are under its own name, never a
                        partition's; the row goes when the last topic it belongs to does (BR-8)
-    topic_deletions    name TEXT PK, partitioned INTEGER, started_ms INTEGER    (schema version 3)
+    topic_deletions    name TEXT PK, partitioned INTEGER, started_ms INTEGER    (schema version 4)
                        topics being deleted: written (one transaction for a partitioned topic and
                        its partitions) before anything of them is removed, removed with their last
                        row; a broker that starts finds the deletes a crash cut short here and
@@ -34,9 +34,9 @@ from pathlib import Path
 
 from velamq._errors import MetadataError
 
-# 2 added topic_policies, 3 topic_deletions. Opening an older file adds the tables and records the
-# new version, so an older velamq (which would ignore them) refuses the file afterwards.
-SCHEMA_VERSION = 3
+# 2 added topic_policies, 3 schemas, 4 topic_deletions. Opening an older file adds the tables and
+# records the new version, so an older velamq (which would ignore them) refuses the file afterwards.
+SCHEMA_VERSION = 4
 
 # SQLite waits this long for a lock held by another process (e.g. a backup tool) before failing.
 busy_timeout_ms = 5_000
@@ -82,6 +82,19 @@ CREATE TABLE IF NOT EXISTS topic_policies (
     policies  TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS topic_policies_by_namespace ON topic_policies(namespace);
+CREATE TABLE IF NOT EXISTS schemas (
+    schema_id    TEXT NOT NULL,
+    version      INTEGER NOT NULL CHECK (version >= 0),
+    namespace    TEXT NOT NULL,
+    type         TEXT NOT NULL,
+    data         BLOB NOT NULL,
+    properties   TEXT NOT NULL,
+    hash         BLOB NOT NULL,
+    timestamp_ms INTEGER NOT NULL,
+    deleted      INTEGER NOT NULL CHECK (deleted IN (0, 1)),
+    PRIMARY KEY (schema_id, version)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS schemas_by_namespace ON schemas(namespace);
 CREATE TABLE IF NOT EXISTS topic_deletions (
     name        TEXT PRIMARY KEY,
     partitioned INTEGER NOT NULL CHECK (partitioned IN (0, 1)),

@@ -32,6 +32,7 @@ from pyspark.sql.datasource import InputPartition
 from velamq._errors import VelamqError
 from velamq.client import AsyncClient, Message, MessageId, Reader
 from velamq.spark._admin import ConnectorAdmin, parse_topic
+from velamq.spark._decode import DecodedBatchBuilder, ValueDecoding, reader_schema
 from velamq.spark._offsets import PartitionOffset, is_last_of_entry, message_key
 from velamq.spark._schema import BatchBuilder, source_schema
 
@@ -53,6 +54,7 @@ class ReadSettings:
     admin_url: str
     fail_on_data_loss: bool
     include_properties: bool
+    decoding: ValueDecoding | None = None  # decodeValues: the schema values are decoded with
 
 
 class TopicRange(InputPartition):
@@ -76,7 +78,12 @@ def read_range(task: TopicRange) -> Iterator[Any]:
     """The range's messages as RecordBatches of at most rows_per_batch_max rows."""
     if task.end <= task.start:
         return
-    builder = BatchBuilder(source_schema(task.settings.include_properties), task.topic, task.partition)
+    settings = task.settings
+    builder: BatchBuilder | DecodedBatchBuilder
+    if settings.decoding is not None:
+        builder = DecodedBatchBuilder(settings.decoding, settings.include_properties, task.topic, task.partition)
+    else:
+        builder = BatchBuilder(source_schema(settings.include_properties), task.topic, task.partition)
     loop = asyncio.new_event_loop()
     scan = _RangeScan(task)
     try:
@@ -105,9 +112,11 @@ class _RangeScan:
         start_id: MessageId | str = "earliest"
         if not start.is_earliest:
             start_id = MessageId(start.ledger_id, max(start.entry_id, 0))
+        decoding = self.task.settings.decoding
         self.reader = await self.client.create_reader(
             self.task.partition_topic, start_id, start_message_id_inclusive=True,
-            receiver_queue_size=reader_queue_size, reader_name="velamq-spark")
+            receiver_queue_size=reader_queue_size, reader_name="velamq-spark",
+            schema=reader_schema(decoding) if decoding is not None else None)
 
     async def close(self) -> None:
         if self.client is not None:

@@ -82,7 +82,7 @@ class BatchBuilder:
         n = len(messages)
         columns: list[Any] = [
             pa.array([m.key for m in messages], pa.string()),
-            pa.array([m.value for m in messages], pa.binary()),
+            pa.array([m.data() for m in messages], pa.binary()),
             pa.array([self.topic] * n, pa.string()),
             pa.array([self.partition] * n, pa.int32()),
             pa.array([m.message_id.serialize() for m in messages], pa.binary()),

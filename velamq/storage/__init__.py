@@ -1,12 +1,14 @@
 """velamq's storage: per-topic durable logs ("managed ledgers") of opaque entries, and cursors.
 
 Knows nothing of the network or the Pulsar protocol. One Storage per broker, used from one asyncio
-loop; blocking file work runs in the storage's own threads: the journal (group commit for every
-topic, _journal), the flusher (write cache to ledger files, checkpoint, journal trim, _flusher) and
-a few for reads, recovery and cursor files. docs/storage.md tells the whole story. Byte layouts:
-_layout (directories), _journal_file (journal, checkpoint), _ledger_file (ledger and index files),
-_cursor (cursor files). A managed ledger (_managed_ledger) delegates to _ledger_list (its ledgers),
-_read_path (reads), _cursor_persistence (cursor files) and _trim (retention). Every timed behaviour
+loop; blocking work runs in the storage's own threads: the journal (group commit for every topic,
+_journal), the flusher (write cache halves into shared entry logs and the SQLite index, checkpoint,
+journal trim; _flusher, _log_writer), the garbage collector (_gc) and a few I/O threads (reads,
+opening a managed ledger). The number of files depends on the bytes stored, never on the number of
+topics. docs/storage.md tells the whole story. Byte layouts: _layout (directories), _journal_file
+(journal records), _meta_ops (metadata records), _entry_log (entry logs and runs), _storage_db
+(storage.db's tables). A managed ledger (_managed_ledger) delegates to _ledger_list (its ledgers),
+_read_path (reads), _cursor_persistence (cursor state) and _trim (retention). Every timed behaviour
 goes through the injected velamq._clock.Clock, so tests can drive time with a ManualClock.
 """
 

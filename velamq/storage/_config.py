@@ -7,7 +7,7 @@ The memory budget (`memory_bytes`, default 1 GiB) is split into
     tail cache       1/5    newest entries of topics with an active cursor (ME-3, BR-10)
     write cache      3/20   both halves of the double-buffered write cache together (ME-4)
     read cache       1/10   entries loaded by read-ahead on a catch-up read (ME-5)
-    index cache      1/20   offset indexes of sealed ledgers
+    index cache      1/20   runs of the entry index (where a ledger's entries are in the entry logs)
 
 Each part can be set on its own (`*_bytes` fields); a part left unset keeps its share of
 `memory_bytes`, so overriding one part does not resize the others. Every cache counts an entry as
@@ -30,11 +30,11 @@ GIB = 1024 * MIB
 SyncPolicy = Literal["fsync", "interval", "none"]
 SYNC_POLICIES: tuple[str, ...] = ("fsync", "interval", "none")
 
-# Threads for blocking work other than journal and flush: reads on a cache miss, a managed
-# ledger's recovery when it is opened, cursor files.
+# Threads for blocking work other than journal, flush and garbage collection: reads on a cache
+# miss, opening a managed ledger (a few lookups in the storage database).
 io_threads = 2
-# Largest entry a ledger record can hold (its length field is a u32).
-entry_bytes_max = (1 << 32) - 1
+# Largest entry: a record's length field is a u32, and a run's record ends are u32 offsets.
+entry_bytes_max = (1 << 30) - 64
 # What one cached entry costs beyond its data: the bytes object header, the key tuple, the dict slot.
 cache_entry_overhead_bytes = 160
 # What one entry costs in the write cache beyond its data (list slot, CRC, bytes object header).
@@ -47,9 +47,12 @@ active_cursor_lag_entries = 1000
 flush_interval_ms_default = 1000
 # Journal segments roll over at this size; trimming deletes whole segments.
 journal_segment_bytes_default = 64 * MIB
-# A catch-up read that misses every cache reads this much more of the ledger file, at most.
+# A catch-up read that misses every cache reads this much more of the entry log, at most.
 read_ahead_bytes_default = 1 * MIB
 read_ahead_entries_max = 1000
+# Entry logs roll over at this size (BookKeeper's logSizeLimit is 1 GiB; smaller logs make
+# compaction cheaper per log). The number of files is about the bytes stored divided by this.
+entry_log_bytes_max_default = 256 * MIB
 
 _shares = {
     "publish_buffer": (1, 2),
@@ -136,6 +139,17 @@ class StorageConfig:
     flush_interval_ms: int = flush_interval_ms_default
     journal_segment_bytes: int = journal_segment_bytes_default
     read_ahead_bytes: int = read_ahead_bytes_default
+    entry_log_bytes_max: int = entry_log_bytes_max_default
+    # Garbage collection (_gc), BookKeeper's defaults: every gc_interval_s a pass deletes entry logs
+    # with nothing live left; at most every gc_minor_interval_s it also compacts logs whose live
+    # share is under gc_minor_threshold, and every gc_major_interval_s those under
+    # gc_major_threshold. Copying is limited to gc_bytes_per_s (0: unlimited).
+    gc_interval_s: float = 60.0
+    gc_minor_threshold: float = 0.2
+    gc_minor_interval_s: float = 3600.0
+    gc_major_threshold: float = 0.8
+    gc_major_interval_s: float = 86400.0
+    gc_bytes_per_s: int = 64 * MIB
 
     def __post_init__(self) -> None:
         if self.sync_policy not in SYNC_POLICIES:
@@ -152,11 +166,21 @@ class StorageConfig:
             raise ValueError("journal_segment_bytes must be at least 64 KiB")
         if self.read_ahead_bytes < 0:
             raise ValueError("read_ahead_bytes must not be negative")
+        if self.entry_log_bytes_max < 64 * KIB or self.entry_log_bytes_max > 2 * GIB:
+            raise ValueError("entry_log_bytes_max must be between 64 KiB and 2 GiB")
+        if not 0 <= self.gc_minor_threshold < self.gc_major_threshold <= 1:
+            raise ValueError("gc thresholds must satisfy 0 <= gc_minor_threshold < gc_major_threshold <= 1")
+        if not 0 < self.gc_interval_s <= self.gc_minor_interval_s <= self.gc_major_interval_s:
+            raise ValueError(
+                "gc intervals must satisfy 0 < gc_interval_s <= gc_minor_interval_s <= gc_major_interval_s"
+            )
+        if self.gc_bytes_per_s < 0:
+            raise ValueError("gc_bytes_per_s must not be negative")
         self.budget  # validates the overrides  # noqa: B018
 
     @property
     def sync(self) -> bool:
-        """Whether metadata files (cursors, indexes, directories) are fsynced."""
+        """Whether entry logs, the storage database and directories are fsynced."""
         return self.sync_policy != "none"
 
     @property
@@ -177,10 +201,11 @@ class Counters:
 
     read_entries_cache_total: int = 0
     read_entries_disk_total: int = 0
-    ledger_file_reads_total: int = 0
+    ledger_file_reads_total: int = 0  # preads of entry logs (the name is kept from format 1)
     read_ahead_entries_total: int = 0
     ledgers_rolled_total: int = 0
     ledgers_trimmed_total: int = 0
     cursor_persists_total: int = 0
     torn_tails_truncated_total: int = 0
     tail_cache_skipped_inactive_total: int = 0
+    pending_appends: int = 0  # appends handed to the journal, not yet resolved (a gauge)

@@ -95,7 +95,13 @@ class CursorState:
                 raise ValueError("name is not a string")
             return cls(name, Position(int(ledger_id), int(entry_id)), acked, batch)
         except (ValueError, TypeError, KeyError, IndexError, AttributeError, binascii.Error) as exc:
-            raise StorageError(f"cursor file {where} is not valid: {exc}") from exc
+            raise StorageError(f"cursor state {where} is not valid: {exc}") from exc
+
+
+# Shared by every cursor with nothing individually acknowledged (most of them): a cursor makes its
+# own on its first individual ack. Never changed.
+_NO_ACKS = RangeSet()
+_NO_BATCHES: dict[Position, list[int]] = {}
 
 
 class ManagedCursor:
@@ -111,15 +117,18 @@ class ManagedCursor:
         self.name = name
         self._ledger = ledger
         self._mark_delete = mark_delete
-        self._acked = RangeSet()
-        self._batch_ack_sets: dict[Position, list[int]] = {}
+        self._acked = _NO_ACKS
+        self._batch_ack_sets = _NO_BATCHES
 
     @classmethod
     def from_state(cls, state: CursorState, ledger: CursorOwner) -> ManagedCursor:
         cursor = cls(state.name, ledger, state.mark_delete)
-        cursor._acked = RangeSet.from_json(state.individually_acked)
-        cursor._acked.remove_up_to(state.mark_delete)
-        cursor._batch_ack_sets = {p: bits for p, bits in state.batch_ack_sets if p > state.mark_delete}
+        if state.individually_acked:
+            cursor._acked = RangeSet.from_json(state.individually_acked)
+            cursor._acked.remove_up_to(state.mark_delete)
+        batches = {p: bits for p, bits in state.batch_ack_sets if p > state.mark_delete}
+        if batches:
+            cursor._batch_ack_sets = batches
         return cursor
 
     def state(self) -> CursorState:
@@ -176,6 +185,8 @@ class ManagedCursor:
             if pos <= mark_delete or not exists(pos):
                 continue
             pos = Position(*pos)
+            if acked is _NO_ACKS:
+                acked = self._acked = RangeSet()
             acked.add(pos)
             self._batch_ack_sets.pop(pos, None)
             changed = True
@@ -187,15 +198,16 @@ class ManagedCursor:
         if pos <= self._mark_delete:
             return
         self._mark_delete = Position(*pos)
-        self._acked.remove_up_to(pos)
+        if self._acked:
+            self._acked.remove_up_to(pos)
         self._advance()
         self._ledger.cursor_changed(self)
 
     def reset(self, mark_delete: Position) -> None:
         """Seek: everything <= mark_delete counts as acknowledged, nothing after it does."""
         self._mark_delete = Position(*mark_delete)
-        self._acked.clear()
-        self._batch_ack_sets.clear()
+        self._acked = _NO_ACKS
+        self._batch_ack_sets = _NO_BATCHES
         self._ledger.cursor_changed(self)
 
     def set_batch_ack_set(self, pos: Position, ack_set: list[int] | None) -> None:
@@ -205,6 +217,8 @@ class ManagedCursor:
             return
         if self.is_acked(pos):
             return  # the whole entry is acknowledged already: nothing partial to remember
+        if self._batch_ack_sets is _NO_BATCHES:
+            self._batch_ack_sets = {}
         self._batch_ack_sets[Position(*pos)] = list(ack_set)
         self._ledger.cursor_changed(self)
 

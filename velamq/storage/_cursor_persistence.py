@@ -1,105 +1,71 @@
-"""Writing a managed ledger's cursors to disk: at a bounded rate, and on close (BR-2).
+"""Persisting a managed ledger's cursors: at a bounded rate, and on close (BR-2).
+
+A cursor's state is a metadata operation (CURSOR_PUT, _meta_ops): journaled with the entries (one
+group commit for many topics), then written to the `cursors` table of the storage database by the
+next flush. There is no file per cursor.
 
 A cursor change marks the cursor dirty. The first change after a quiet spell starts one task that
-waits until `cursor_persist_interval_s` has passed since the last write (by the injected clock),
-then writes every dirty cursor in one round: one file per cursor, replaced atomically, and one
-directory fsync for all of them. A write that fails leaves the cursors dirty and is retried after
+waits until `cursor_persist_interval_s` has passed since the last round (by the injected clock),
+then journals every dirty cursor. A round that fails leaves the cursors dirty and is retried after
 the next interval. A crash therefore loses at most the last interval of acknowledgements, which
-means redeliveries, never a lost message.
-
-Writes of one managed ledger never overlap: they run under one lock, and a cancelled caller still
-waits for its thread to finish before the lock is released (`run_to_end`), so the next write of
-the same file cannot race it. Lives on the event loop; the file work runs in the storage's I/O
-threads.
+means redeliveries, never a lost message. Rounds need no lock: operations are journaled in the
+order they are submitted, so the newest state submitted is the one that stays.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
-from concurrent.futures import Executor
-from pathlib import Path
-from typing import TypeVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from velamq._clock import Clock
 from velamq._errors import StorageError
-from velamq.storage import _layout
-from velamq.storage._config import Counters
-from velamq.storage._cursor import CursorState, ManagedCursor
-from velamq.storage._ledger_dir import remove_file, write_cursor_files
+from velamq.storage import _meta_ops
+from velamq.storage._cursor import ManagedCursor
+from velamq.storage._meta_ops import MetaOp
+
+if TYPE_CHECKING:
+    from velamq.storage._managed_ledger import StorageContext
 
 log = logging.getLogger("velamq.storage")
 
-_T = TypeVar("_T")
-
 
 class CursorPersistence:
-    """The dirty set, the pending write task and the write lock of one managed ledger's cursors."""
+    """The dirty set and the pending round of one managed ledger's cursors."""
 
-    __slots__ = (
-        "_clock",
-        "_counters",
-        "_cursors",
-        "_dir",
-        "_dirty",
-        "_interval_s",
-        "_io",
-        "_last_persist_s",
-        "_lock",
-        "_loop",
-        "_name",
-        "_sync",
-        "_task",
-        "open",
-    )
+    __slots__ = ("_ctx", "_cursors", "_dirty", "_last_persist_s", "_ml_id", "_name", "_task", "open")
 
-    def __init__(
-        self,
-        name: str,
-        directory: Path,
-        cursors: Mapping[str, ManagedCursor],
-        *,
-        clock: Clock,
-        interval_s: float,
-        sync: bool,
-        io: Executor,
-        counters: Counters,
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
+    def __init__(self, name: str, ml_id: int, cursors: Mapping[str, ManagedCursor], ctx: StorageContext) -> None:
         self._name = name
-        self._dir = directory / _layout.CURSORS_DIR
+        self._ml_id = ml_id
         self._cursors = cursors  # the managed ledger's live cursors, by name
-        self._clock = clock
-        self._interval_s = interval_s
-        self._sync = sync
-        self._io = io
-        self._counters = counters
-        self._loop = loop
-        self._dirty: set[str] = set()
+        self._ctx = ctx
+        self._dirty: set[str] | None = None  # made on the first change (an empty set is 216 bytes)
         self._task: asyncio.Task[None] | None = None
-        self._lock = asyncio.Lock()
         self._last_persist_s = float("-inf")
-        self.open = True  # False once the managed ledger closes: no more scheduled writes
+        self.open = True  # False once the managed ledger closes: no more scheduled rounds
 
     def changed(self, name: str) -> None:
-        """A cursor changed: it is written within the interval."""
+        """A cursor changed: it is journaled within the interval."""
+        if self._dirty is None:
+            self._dirty = set()
         self._dirty.add(name)
         if self._task is None and self.open:
-            self._task = self._loop.create_task(self._persist_soon())
+            self._task = asyncio.get_running_loop().create_task(self._persist_soon())
 
     async def write_now(self, cursor: ManagedCursor) -> None:
-        """Write one cursor at once (a new subscription must survive a crash right after it)."""
-        async with self._lock:
-            await self._write([cursor.state()])
+        """Journal one cursor at once (a new subscription must survive a crash right after it)."""
+        if self._dirty:
+            self._dirty.discard(cursor.name)
+        await self._submit([_meta_ops.cursor_put(self._ml_id, cursor.name, cursor.state().to_json_bytes())])
 
     async def remove(self, name: str) -> None:
-        self._dirty.discard(name)
-        async with self._lock:  # not while a write of it may be in flight
-            await self.run_to_end(remove_file, self._path(name), self._sync)
+        if self._dirty:
+            self._dirty.discard(name)
+        await self._submit([_meta_ops.cursor_delete(self._ml_id, name)])
 
     async def close(self, *, persist: bool) -> None:
-        """Stop the scheduled writes; with persist, write what is dirty now."""
+        """Stop the scheduled rounds; with persist, journal what is dirty now."""
         self.open = False
         if self._task is not None:
             self._task.cancel()
@@ -107,58 +73,46 @@ class CursorPersistence:
         if persist:
             await self.persist_dirty()
 
-    async def wait_idle(self) -> None:
-        """Until no write is running (before the managed ledger's files are removed)."""
-        async with self._lock:
-            pass
-
     async def _persist_soon(self) -> None:
-        delay = self._last_persist_s + self._interval_s - self._clock.monotonic_s()
+        clock = self._ctx.clock
+        delay = self._last_persist_s + self._ctx.config.cursor_persist_interval_s - clock.monotonic_s()
         if delay > 0:
-            await self._clock.sleep(delay)
+            await clock.sleep(delay)
         self._task = None  # changes from here on schedule the next round
         try:
             await self.persist_dirty()
         except StorageError as exc:
             log.error("managed ledger %s: persisting cursors failed, will retry: %s", self._name, exc)
             if self.open and self._task is None:
-                self._last_persist_s = self._clock.monotonic_s()
-                self._task = self._loop.create_task(self._persist_soon())
+                self._task = asyncio.get_running_loop().create_task(self._persist_soon())
 
     async def persist_dirty(self) -> None:
-        async with self._lock:
-            names, self._dirty = self._dirty, set()
-            states = [self._cursors[n].state() for n in sorted(names) if n in self._cursors]
-            try:
-                await self._write(states)
-            except BaseException:
-                self._dirty |= names  # not written: try again next round
-                raise
-            finally:
-                self._last_persist_s = self._clock.monotonic_s()
-
-    async def _write(self, states: list[CursorState]) -> None:
-        if not states:
-            return
-        paths = [self._path(s.name) for s in states]
+        names, self._dirty = self._dirty or set(), None
+        self._last_persist_s = self._ctx.clock.monotonic_s()
+        cursors = [self._cursors[n] for n in sorted(names) if n in self._cursors]
         try:
-            await self.run_to_end(write_cursor_files, paths, states, self._sync)
-        except OSError as exc:
-            raise StorageError(f"managed ledger {self._name}: cannot write cursors: {exc}") from exc
-        self._counters.cursor_persists_total += len(states)
-
-    def _path(self, name: str) -> Path:
-        return self._dir / (_layout.encode_name(name) + _layout.CURSOR_SUFFIX)
-
-    async def run_to_end(self, fn: Callable[..., _T], *args: object) -> _T:
-        """Run fn in an I/O thread; a cancelled caller still waits for the thread to finish."""
-        future = self._loop.run_in_executor(self._io, fn, *args)
-        try:
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            while not future.done():
-                try:
-                    await asyncio.wait({future})
-                except asyncio.CancelledError:
-                    continue
+            await self._submit(
+                [_meta_ops.cursor_put(self._ml_id, c.name, c.state().to_json_bytes()) for c in cursors]
+            )
+        except BaseException:
+            self._dirty = names | (self._dirty or set())  # not durable: try again next round
             raise
+
+    async def _submit(self, metadata: list[MetaOp]) -> None:
+        if not metadata:
+            return
+        loop = asyncio.get_running_loop()
+        journal = self._ctx.journal
+        for op in metadata:
+            op.future = loop.create_future()
+            journal.submit(op)
+        error: BaseException | None = None
+        for op in metadata:  # in journal order, so awaiting them in turn costs no extra wait
+            assert op.future is not None
+            try:
+                await op.future
+            except StorageError as exc:
+                error = error or exc
+        if error is not None:
+            raise StorageError(f"managed ledger {self._name}: cannot persist cursors: {error}")
+        self._ctx.counters.cursor_persists_total += len(metadata)

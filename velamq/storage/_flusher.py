@@ -1,47 +1,37 @@
-"""The flusher thread: write cache halves to ledger files, then checkpoint and trim the journal.
+"""The flusher thread: write cache halves into the entry logs and the index, then trim the journal.
 
-One flush, for one frozen half of the write cache (_write_cache), in this order:
+One flush, for one frozen half of the write cache (_write_cache): _log_writer writes the entries
+to the shared entry logs and fsyncs them, then commits the half's metadata operations, index rows
+and the new checkpoint in one transaction ("logs-written", "logs-synced", "index-committed"); then
+the journal segments wholly before the checkpoint are deleted ("journal-trimmed"). The names in
+parentheses are the steps a test hook (`step_hook`) is called after, to stop the world there.
 
-    1. for each ledger in the half: append its entries, together, to the ledger's file (one
-       writev), then fsync the file                                         ("ledgers-written",
-                                                                             "ledgers-synced")
-    2. write the index file of every ledger sealed in that half, atomically  ("indexes-written")
-    3. write the checkpoint: the journal location the half's newest entry reached ("checkpoint-written")
-    4. delete the journal segments wholly before the checkpoint              ("journal-trimmed")
+A crash anywhere in it is safe: until the transaction commits, replay starts before every entry and
+operation of this half, and the bytes written to the logs are past the length the database has for
+them (recovery cuts them off); segments are deleted only once the checkpoint that skips them is
+committed.
 
-A crash anywhere in it is safe, because each step only makes durable what the next one relies on:
-until the checkpoint moves (3), replay starts before every entry of this half and rewrites any
-that did not make it into the ledger files (recovery cuts a torn record off first); an index file
-is written only once its ledger's records are fsynced; segments are deleted only once the
-checkpoint that skips them is durable. The names in parentheses are the steps a test hook
-(`step_hook`) is called after, to stop the world there.
-
-Deletions of ledger files and managed ledger directories (trim, delete) also run here, so that
-they are ordered with flushes: a flush never writes into a file that is being deleted, and the
-entries or index of a deleted ledger that are still in a half are skipped, not resurrected.
-
-With sync policy "none" nothing is fsynced. A flush that fails (disk full, I/O error) is reported
-to the loop, which stops accepting appends: the journal still holds everything the flush lacked.
+Jobs run in order from one queue: flushes, and the garbage collector's request to seal the active
+log. With sync policy "none" nothing is fsynced. A flush that fails (disk full, I/O error) is
+reported to the loop, which stops accepting appends: the journal still holds what the flush lacked.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import queue
-import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from velamq._errors import StorageError
 from velamq.storage import _layout
-from velamq.storage._journal_file import CHECKPOINT_FILE, encode_checkpoint, list_segments, segment_name
-from velamq.storage._ledger_file import RECORD_HEADER, encode_index, write_all
-from velamq.storage._write_cache import SealInfo, WriteBuffer
+from velamq.storage._journal_file import list_segments, segment_name
+from velamq.storage._log_writer import FlushStats, LogWriter
+from velamq.storage._write_cache import WriteBuffer
 
 log = logging.getLogger("velamq.storage")
 
@@ -52,13 +42,9 @@ class FlushJob:
 
 
 @dataclass(eq=False, slots=True)
-class DeleteJob:
-    """Delete ledger files (trim) or whole managed ledger directories (delete)."""
+class SealJob:
+    """Seal the active entry log, so the garbage collector may compact it."""
 
-    ledger_ids: list[int]
-    files: list[Path]
-    dirs: list[Path]
-    generation: int  # the write cache's active generation when the deletion was asked for
     future: asyncio.Future[None]
 
 
@@ -66,52 +52,60 @@ class DeleteJob:
 class FlushResult:
     buffer: WriteBuffer
     error: StorageError | None = None
-    sealed: list[SealInfo] = field(default_factory=list)
+    stats: FlushStats | None = None
 
 
 class Flusher:
-    """The flusher thread: takes frozen write cache halves and deletions, in order, from one queue;
-    writes each half's entries to the ledger files, fsyncs, writes index files and the checkpoint,
-    trims the journal, and reports back to the loop. Deletions run between flushes, so a deleted
-    ledger's entries are never written back."""
+    """The flusher thread: takes frozen write cache halves (and seal requests), in order, from one
+    queue; each half goes through the log writer (entry logs, fsync, one index transaction with the
+    checkpoint), then the journal is trimmed, and the loop is told."""
 
     def __init__(
         self,
+        writer: LogWriter,
         journal_dir: Path,
         *,
         sync: bool,
         on_flushed: Callable[[FlushResult], None],
         loop: asyncio.AbstractEventLoop,
     ) -> None:
+        self.writer = writer
         self._journal_dir = journal_dir
         self._sync = sync
         self._on_flushed = on_flushed
         self._loop = loop
-        self._queue: queue.SimpleQueue[FlushJob | DeleteJob | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[FlushJob | SealJob | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="velamq-storage-flusher", daemon=True)
-        self._deleted: dict[int, int] = {}  # ledger id -> generation when deleted
-        self.step_hook: Callable[[str], None] | None = None  # tests stop the world after a step
         # Counters (written here only).
         self.flushes_total = 0
         self.flush_seconds_total = 0.0
         self.flush_bytes_total = 0
         self.flush_entries_total = 0
-        self.flush_files_total = 0
+        self.flush_runs_total = 0
+        self.flush_logs_total = 0
         self.fsyncs_total = 0
-        self.indexes_written_total = 0
         self.checkpoints_total = 0
         self.journal_segments_deleted_total = 0
-        self.missing_files_total = 0
+
+    @property
+    def step_hook(self) -> Callable[[str], None] | None:
+        return self.writer.step_hook
+
+    @step_hook.setter
+    def step_hook(self, hook: Callable[[str], None] | None) -> None:
+        self.writer.step_hook = hook
 
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, job: FlushJob | DeleteJob) -> None:
+    def submit(self, job: FlushJob | SealJob) -> None:
         self._queue.put(job)
 
     def stop(self) -> None:
         self._queue.put(None)
         self._thread.join()
+        self.writer.close()
+        self.writer.db.close()
 
     def _run(self) -> None:
         while True:
@@ -121,7 +115,7 @@ class Flusher:
             if type(job) is FlushJob:
                 result = FlushResult(job.buffer)
                 try:
-                    self._flush(job.buffer, result)
+                    result.stats = self._flush(job.buffer)
                 except OSError as exc:
                     result.error = StorageError(f"flushing the write cache failed: {exc}")
                     log.error("%s", result.error)
@@ -129,14 +123,16 @@ class Flusher:
                     log.exception("storage flusher: unexpected error")
                     result.error = StorageError(f"flushing the write cache failed: {exc!r}")
                 self._reply(self._on_flushed, result)
-            elif type(job) is DeleteJob:
+                del result  # the half is the loop's again: hold nothing of it while idle
+            elif type(job) is SealJob:
                 error: BaseException | None = None
                 try:
-                    self._delete(job)
+                    self.writer.seal_active()
                 except BaseException as exc:
-                    log.exception("storage flusher: deleting %s failed", job.files or job.dirs)
+                    log.exception("storage flusher: sealing the active entry log failed")
                     error = exc
                 self._reply(_resolve, job.future, error)
+            del job
 
     def _reply(self, fn: Callable[..., None], *args: object) -> None:
         try:
@@ -144,80 +140,21 @@ class Flusher:
         except RuntimeError:  # the loop is closed
             pass
 
-    def _step(self, name: str) -> None:
-        if self.step_hook is not None:
-            self.step_hook(name)
-
-    # -- one flush -----------------------------------------------------------------------------
-
-    def _flush(self, buffer: WriteBuffer, result: FlushResult) -> None:
+    def _flush(self, buffer: WriteBuffer) -> FlushStats:
         started = time.perf_counter()
-        # Ledgers deleted before this half was frozen cannot have entries in later halves.
-        self._deleted = {i: g for i, g in self._deleted.items() if g >= buffer.generation}
-        fds: list[tuple[int, Path]] = []
-        try:
-            for ledger_id, segment in buffer.segments.items():
-                if ledger_id in self._deleted:
-                    continue
-                path = segment.handle.path
-                try:
-                    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-                except FileNotFoundError:
-                    self.missing_files_total += 1
-                    log.error("flush: ledger file %s is missing; its %d entries are dropped", path, len(segment.datas))
-                    continue
-                fds.append((fd, path))
-                size = os.fstat(fd).st_size
-                if size != segment.file_offset:
-                    if size < segment.file_offset:
-                        raise StorageError(
-                            f"ledger file {path} is {size} bytes, its next entry belongs at {segment.file_offset}"
-                        )
-                    log.warning("flush: ledger file %s has %d stray bytes at its end, cutting them off",
-                                path, size - segment.file_offset)
-                    os.ftruncate(fd, segment.file_offset)
-                buffers: list[bytes] = []
-                pack = RECORD_HEADER.pack
-                for data, crc in zip(segment.datas, segment.crcs, strict=True):
-                    buffers.append(pack(len(data), crc))
-                    buffers.append(data)
-                self.flush_bytes_total += write_all(fd, buffers)
-                self.flush_entries_total += len(segment.datas)
-            self._step("ledgers-written")
-            if self._sync:
-                for fd, _ in fds:
-                    _layout.sync_fd(fd)
-                    self.fsyncs_total += 1
-        finally:
-            for fd, _ in fds:
-                os.close(fd)
-        self.flush_files_total += len(fds)
-        self._step("ledgers-synced")
-        self._write_indexes(buffer, result)
-        self._step("indexes-written")
+        stats = self.writer.flush(buffer, buffer.journal_end)
+        self.flush_bytes_total += stats.record_bytes
+        self.flush_entries_total += stats.entries
+        self.flush_runs_total += stats.runs
+        self.flush_logs_total += stats.logs_written
+        self.fsyncs_total += stats.fsyncs + (1 if self._sync else 0)  # the logs and the index's WAL
         if buffer.journal_end is not None:
-            checkpoint = buffer.journal_end
-            _layout.write_atomic(self._journal_dir / CHECKPOINT_FILE, encode_checkpoint(checkpoint), sync=self._sync)
             self.checkpoints_total += 1
-            self._step("checkpoint-written")
-            self._trim_journal(checkpoint.seq)
-            self._step("journal-trimmed")
+            self._trim_journal(buffer.journal_end.seq)
+            self.writer.step("journal-trimmed")
         self.flushes_total += 1
         self.flush_seconds_total += time.perf_counter() - started
-
-    def _write_indexes(self, buffer: WriteBuffer, result: FlushResult) -> None:
-        dirs: set[Path] = set()
-        for seal in buffer.seals:
-            if seal.handle.ledger_id in self._deleted:
-                continue
-            index = encode_index(seal.handle.ledger_id, seal.offsets, seal.file_bytes, seal.created_ms, seal.closed_ms)
-            _layout.write_atomic(seal.index_path, index, sync=self._sync, sync_parent=False)
-            dirs.add(seal.index_path.parent)
-            result.sealed.append(seal)
-            self.indexes_written_total += 1
-        if self._sync:
-            for directory in dirs:
-                _layout.fsync_dir(directory)
+        return stats
 
     def _trim_journal(self, checkpoint_seq: int) -> None:
         removed = 0
@@ -233,26 +170,6 @@ class Flusher:
             self.journal_segments_deleted_total += removed
             if self._sync:
                 _layout.fsync_dir(self._journal_dir)
-
-    # -- deletions -----------------------------------------------------------------------------
-
-    def _delete(self, job: DeleteJob) -> None:
-        for ledger_id in job.ledger_ids:
-            self._deleted[ledger_id] = job.generation
-        parents: set[Path] = set()
-        for path in job.files:
-            try:
-                path.unlink()
-                parents.add(path.parent)
-            except FileNotFoundError:
-                pass
-        for directory in job.dirs:
-            shutil.rmtree(directory, ignore_errors=True)
-            parents.add(directory.parent)
-        if self._sync:
-            for parent in parents:
-                if parent.exists():
-                    _layout.fsync_dir(parent)
 
 
 def _resolve(future: asyncio.Future[None], error: BaseException | None) -> None:

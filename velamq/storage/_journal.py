@@ -1,6 +1,6 @@
 """The journal thread: one write-ahead log for every topic, with group commit (ME-6).
 
-The event loop hands appends (and the creation of new ledger files) to this one thread through
+The event loop hands appends (and metadata operations, _meta_ops) to this one thread through
 one FIFO queue. The thread takes everything queued, all of it, as one group: it writes the group's
 records to the current journal segment with one writev, fsyncs once (sync policy "fsync"), and
 only then hands the whole group back to the loop with a single call_soon_threadsafe. One fsync
@@ -11,9 +11,10 @@ Sync policies: "fsync" syncs before the group is delivered; "interval" delivers 
 and syncs at most every sync_interval_ms (and when idle); "none" never syncs. The interval is
 measured by the injected clock; durations kept for metrics are measured with perf_counter.
 
-New ledger files are created here too (header only, fsynced, directory fsynced, after the ledger
-id counter is persisted), because replay must find a ledger's file for every journaled entry of
-it: travelling through the same queue, a ledger's creation always precedes its first record.
+Metadata operations (a topic's log or a ledger created, sealed, deleted; a cursor written) are
+records of the same journal (_meta_ops): travelling through the same queue, a ledger's creation
+always precedes its first entry and its deletion follows its last, and the same fsync makes them
+durable. Nothing else is written here: entry logs and the storage database are the flusher's.
 
 A write or fsync that fails fails its group. After a failed write the segment is truncated back to
 where the group began and the ledgers that lost entries are fenced (their later appends fail
@@ -49,17 +50,17 @@ from velamq.storage._journal_file import (
     record_header,
     segment_name,
 )
-from velamq.storage._ledger_file import crc_of, create_ledger_file, write_all
+from velamq.storage._layout import crc_of, write_all
+from velamq.storage._meta_ops import MetaOp
 
 log = logging.getLogger("velamq.storage")
 
 
 @dataclass(eq=False, slots=True)
 class LedgerHandle:
-    """One ledger as the journal and flusher see it. `failed` is written by the journal thread only."""
+    """One ledger as the journal and write path see it. `failed` is written by the journal thread only."""
 
     ledger_id: int
-    path: Path  # its .log file
     owner: Any  # the ManagedLedger (loop side), told about durable appends
     failed: StorageError | None = None
 
@@ -74,23 +75,13 @@ class AppendOp:
 
 
 @dataclass(eq=False, slots=True)
-class CreateOp:
-    """Create a ledger's file, after persisting the ledger id counter."""
-
-    handle: LedgerHandle
-    created_ms: int
-    ledger_id_next: int
-    future: asyncio.Future[None] | None
-
-
-@dataclass(eq=False, slots=True)
 class BarrierOp:
     """Resolves once every op queued before it has been delivered."""
 
     future: asyncio.Future[None]
 
 
-Op = AppendOp | CreateOp | BarrierOp
+Op = AppendOp | MetaOp | BarrierOp
 
 
 @dataclass(eq=False, slots=True)
@@ -98,7 +89,8 @@ class JournalGroup:
     """What one group commit hands back to the loop."""
 
     appends: list[AppendOp] = field(default_factory=list)  # durable under the policy, in queue order
-    failed: list[tuple[AppendOp, StorageError]] = field(default_factory=list)
+    metadata: list[MetaOp] = field(default_factory=list)  # durable metadata operations, in queue order
+    failed: list[tuple[AppendOp | MetaOp, StorageError]] = field(default_factory=list)
     replies: list[tuple[asyncio.Future[None], StorageError | None]] = field(default_factory=list)
     end: JournalLocation = field(default_factory=lambda: JournalLocation(0, 0))  # the journal's end after it
     data_bytes: int = 0  # data bytes of `appends`
@@ -108,11 +100,10 @@ class JournalGroup:
 class Journal:
     """The one write-ahead log of a Storage and its thread: ops come in through one FIFO queue,
     leave as group commits (one writev, one fsync under "fsync") handed back to the loop in order.
-    Creates ledger files before their first record is journaled; rolls segments over by size."""
+    Entries and metadata operations are records alike; segments roll over by size."""
 
     def __init__(
         self,
-        data_dir: Path,
         journal_dir: Path,
         first_seq: int,
         *,
@@ -124,7 +115,6 @@ class Journal:
         clock: Clock,
     ) -> None:
         self._clock = clock
-        self._data_dir = data_dir
         self._dir = journal_dir
         self._seq = first_seq
         self._policy = policy
@@ -187,6 +177,7 @@ class Journal:
                     self._fail_all(batch, self._broken)
             elif self._unsynced and self._policy == "interval":
                 self._sync()
+            del batch  # hold no entry while idle
             if stop:
                 if self._unsynced and self._policy != "none":
                     self._sync()
@@ -222,43 +213,49 @@ class Journal:
 
     def _process(self, batch: list[Op]) -> None:
         group = JournalGroup()
-        creates = [op for op in batch if type(op) is CreateOp]
-        if creates:
-            self._create_ledgers(creates, group)
         buffers: list[bytes] = []
-        pending: list[AppendOp] = []
+        pending: list[AppendOp | MetaOp] = []
         pending_bytes = 0
         segment_bytes = self._segment_bytes
         for op in batch:
             if type(op) is AppendOp:
-                handle = op.handle
-                error = self._broken or handle.failed
-                if error is not None:
-                    group.failed.append((op, error))
-                    continue
-                data = op.data
-                crc = op.crc = crc_of(data)
-                header = record_header(len(data), crc, handle.ledger_id, op.entry_id)
-                size = len(header) + len(data)
-                if pending and self._offset + pending_bytes + size > segment_bytes:
-                    self._write(buffers, pending, pending_bytes, group)
-                    buffers, pending, pending_bytes = [], [], 0
-                    self._roll()
-                elif not pending and self._offset > SEGMENT_HEADER_BYTES and self._offset + size > segment_bytes:
-                    self._roll()
-                buffers.append(header)
-                buffers.append(data)
-                pending.append(op)
-                pending_bytes += size
-            elif type(op) is BarrierOp:
+                error = self._broken or op.handle.failed
+                ledger_id, entry_id, data = op.handle.ledger_id, op.entry_id, op.data
+            elif type(op) is MetaOp:
+                error = self._broken
+                ledger_id, entry_id, data = op.subject, op.entry_id, op.payload
+            else:
+                assert type(op) is BarrierOp
                 group.replies.append((op.future, None))
+                continue
+            if error is not None:
+                group.failed.append((op, error))
+                continue
+            crc = crc_of(data)
+            if type(op) is AppendOp:
+                op.crc = crc
+            header = record_header(len(data), crc, ledger_id, entry_id)
+            size = len(header) + len(data)
+            if pending and self._offset + pending_bytes + size > segment_bytes:
+                self._write(buffers, pending, pending_bytes, group)
+                buffers, pending, pending_bytes = [], [], 0
+                self._roll()
+            elif not pending and self._offset > SEGMENT_HEADER_BYTES and self._offset + size > segment_bytes:
+                self._roll()
+            buffers.append(header)
+            buffers.append(data)
+            pending.append(op)
+            pending_bytes += size
         if pending:
             self._write(buffers, pending, pending_bytes, group)
-        if (group.appends and self._policy == "fsync") or (self._policy == "interval" and self._interval_due()):
+        durable = group.appends or group.metadata
+        if (durable and self._policy == "fsync") or (self._policy == "interval" and self._interval_due()):
             self._sync()
             if self._broken is not None:  # the fsync failed: nothing of this group is durable
                 group.failed.extend((op, self._broken) for op in group.appends)
+                group.failed.extend((op, self._broken) for op in group.metadata)
                 group.appends = []
+                group.metadata = []
                 group.data_bytes = 0
         self.groups_total += 1
         if group.appends:
@@ -274,7 +271,7 @@ class Journal:
     def _interval_due(self) -> bool:
         return self._unsynced and self._clock.monotonic_s() - self._last_sync_s >= self._sync_interval_s
 
-    def _write(self, buffers: list[bytes], ops: list[AppendOp], size: int, group: JournalGroup) -> None:
+    def _write(self, buffers: list[bytes], ops: list[AppendOp | MetaOp], size: int, group: JournalGroup) -> None:
         if self._broken is not None:
             group.failed.extend((op, self._broken) for op in ops)
             return
@@ -285,7 +282,8 @@ class Journal:
             error = StorageError(f"journal write failed: {exc}")
             log.error("%s", error)
             for op in ops:
-                op.handle.failed = op.handle.failed or error
+                if type(op) is AppendOp:
+                    op.handle.failed = op.handle.failed or error
                 group.failed.append((op, error))
             try:
                 os.ftruncate(self._fd, self._offset)
@@ -298,8 +296,13 @@ class Journal:
         self._offset += size
         self.bytes_total += size
         self._unsynced = True
-        group.appends.extend(ops)
-        group.data_bytes += sum(len(op.data) for op in ops)
+        for op in ops:
+            if type(op) is AppendOp:
+                group.appends.append(op)
+                group.data_bytes += len(op.data)
+            else:
+                assert type(op) is MetaOp
+                group.metadata.append(op)
 
     def _sync(self) -> None:
         self._unsynced = False
@@ -344,44 +347,14 @@ class Journal:
         self._unsynced = False
         self.segments_created_total += 1
 
-    def _create_ledgers(self, creates: list[CreateOp], group: JournalGroup) -> None:
-        sync = self._policy != "none"
-        try:
-            counter = max(op.ledger_id_next for op in creates)
-            _layout.write_ledger_id_next(self._data_dir, counter, sync=sync)
-        except OSError as exc:
-            error = StorageError(f"cannot persist the ledger id counter: {exc}")
-            for op in creates:
-                op.handle.failed = error
-        dirs: set[Path] = set()
-        for op in creates:
-            handle = op.handle
-            if handle.failed is None:
-                try:
-                    create_ledger_file(handle.path, handle.ledger_id, op.created_ms, sync=sync)
-                    dirs.add(handle.path.parent)
-                except OSError as exc:
-                    handle.failed = StorageError(f"cannot create ledger file {handle.path}: {exc}")
-                    log.error("%s", handle.failed)
-        for directory in dirs:
-            if sync:
-                try:
-                    _layout.fsync_dir(directory)
-                except OSError as exc:
-                    for op in creates:
-                        if op.handle.path.parent == directory:
-                            op.handle.failed = StorageError(f"cannot fsync {directory}: {exc}")
-        for op in creates:
-            if op.future is not None:
-                group.replies.append((op.future, op.handle.failed))
-
     def _fail_all(self, batch: list[Op], error: StorageError) -> None:
         group = JournalGroup(end=JournalLocation(self._seq, self._offset))
         for op in batch:
-            if type(op) is AppendOp:
-                group.failed.append((op, error))
-            elif op.future is not None:
+            if type(op) is BarrierOp:
                 group.replies.append((op.future, error))
+            else:
+                assert type(op) is AppendOp or type(op) is MetaOp
+                group.failed.append((op, error))
         try:
             self._loop.call_soon_threadsafe(self._deliver, group)
         except RuntimeError:

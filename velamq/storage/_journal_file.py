@@ -4,7 +4,11 @@ One journal (write-ahead log) serves every topic of a Storage. It lives in `<dat
 
     <seq:020d>.wal     segments, numbered from 1; appends go to the newest one; a segment rolls
                        over at journal_segment_bytes, so trimming deletes whole files
-    checkpoint         where replay starts: everything journaled before it is in ledger files
+
+Where replay starts (the checkpoint: everything journaled before it is in the entry logs and the
+storage database) is kept in the storage database, committed in the same transaction as the index
+rows of the flush that moved it (_storage_db). Storage format 1 kept it in `journal/checkpoint`
+(layout below); only the migration reads that file now.
 
 All integers little-endian.
 
@@ -15,15 +19,15 @@ All integers little-endian.
     16      4     reserved, zero
     20      4     u32 CRC32C of bytes 0..19
 
-    record (from offset 24, back to back)
-    0       4     u32 length n of data (an entry is never empty)
-    4       4     u32 CRC32C of data (the ledger file's record carries the same value)
-    8       8     u64 ledger id
-    16      8     u64 entry id
+    record (from offset 24, back to back; entry logs use the same record layout, _entry_log)
+    0       4     u32 length n of data (never empty)
+    4       4     u32 CRC32C of data
+    8       8     u64 ledger id (for a metadata record: its subject, see _meta_ops)
+    16      8     u64 entry id (>= META_ENTRY_BASE: a metadata record, the kind in the low byte)
     24      4     u32 CRC32C of bytes 0..23 of this record
     28      n     data
 
-    checkpoint (28 bytes, replaced atomically)
+    checkpoint file of format 1 (28 bytes)
     0       8     magic b"VLMQCKP1"
     8       8     u64 segment sequence number
     16      8     u64 offset in that segment
@@ -45,7 +49,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from velamq.storage._ledger_file import crc_of
+from velamq.storage._layout import crc_of
 
 JOURNAL_DIR = "journal"
 SEGMENT_SUFFIX = ".wal"
@@ -61,6 +65,9 @@ CHECKPOINT = struct.Struct("<8sQQ")
 CHECKPOINT_BYTES = CHECKPOINT.size + 4  # 28
 _CRC = struct.Struct("<I")
 
+# Entry ids from here up mark metadata records (ledger created, sealed, deleted, cursor written...):
+# the kind is entry_id - META_ENTRY_BASE. Real entry ids never come near (2^64 - 256).
+META_ENTRY_BASE = (1 << 64) - 256
 # A record longer than this is taken for garbage (a torn length field).
 record_data_bytes_max = 1 << 30
 # How much of a segment the replay reads per system call.

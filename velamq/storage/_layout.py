@@ -1,24 +1,20 @@
 """Where things live under data_dir, and the small blocking file helpers every part shares.
 
     <data_dir>/
-      LOCK                          flock'd by the one Storage using this directory
-      ledger_id_next                next ledger id to hand out: ASCII decimal + "\\n", atomic write
-      metadata.db                   the metadata store's SQLite file (velamq.metadata), not ours
-      journal/                      the shared write-ahead log, see _journal_file
-        <seq:020d>.wal              journal segments
-        checkpoint                  where replay starts
-      ledgers/
-        <encoded topic name>/       one directory per managed ledger
-          name                      the topic name, UTF-8 (the directory name may be a hash)
-          <ledger id:020d>.log      one file per ledger: header and records, see _ledger_file
-          <ledger id:020d>.idx      present once that ledger is sealed and flushed: its offset index
-          cursors/
-            <encoded cursor>.json   one file per durable cursor, see _cursor
+      LOCK                      flock'd by the one Storage (or checker --delete) using this directory
+      storage.db                the storage database (SQLite, WAL): entry index, ledgers, managed
+      storage.db-wal, -shm      ledgers, cursors, entry logs, checkpoint, id counters (_storage_db)
+      metadata.db               the metadata store's SQLite file (velamq.metadata), not ours
+      journal/                  the shared write-ahead log, see _journal_file
+        <seq:020d>.wal          journal segments
+      logs/
+        <log id:010d>.log       shared entry logs: records of many ledgers, see _entry_log
 
-Names are percent-encoded (every byte outside [A-Za-z0-9_-]) so that "/", ":" and "." never reach
-the file system, and no name can be "." or "..". An encoded name longer than `encoded_name_chars_max`
-becomes "~" + SHA-256 hex instead ("~" never appears in a percent-encoded name), which keeps file
-names within the 255-byte limit of common file systems; the `name` file keeps the real name.
+The number of files depends on the bytes stored (entry logs roll over at entry_log_bytes_max,
+journal segments at journal_segment_bytes), never on the number of topics or cursors.
+
+A data directory written by storage format 1 (a directory per topic under `ledgers/`, a file per
+ledger, `ledger_id_next`, `journal/checkpoint`) is migrated at start (_migrate_v1).
 
 Every function here blocks: call them from a storage thread, never from the event loop.
 """
@@ -27,52 +23,35 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import hashlib
 import os
-import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from urllib.parse import quote, unquote
+
+import crc32c
 
 from velamq._errors import StorageError
 
-LEDGERS_DIR = "ledgers"
-CURSORS_DIR = "cursors"
-NAME_FILE = "name"
 LOCK_FILE = "LOCK"
-LEDGER_ID_FILE = "ledger_id_next"
+DB_FILE = "storage.db"
+LOGS_DIR = "logs"
 LOG_SUFFIX = ".log"
-INDEX_SUFFIX = ".idx"
-CURSOR_SUFFIX = ".json"
 TMP_SUFFIX = ".tmp"
 
-# Leaves room for suffixes such as ".json.tmp" under the usual 255-byte file name limit.
-encoded_name_chars_max = 200
+# writev takes at most IOV_MAX buffers per call (1024 on Linux).
+iov_max = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 
 
-def encode_name(name: str) -> str:
-    encoded = quote(name, safe="-_").replace(".", "%2E").replace("~", "%7E")
-    if len(encoded) > encoded_name_chars_max:
-        return "~" + hashlib.sha256(name.encode()).hexdigest()
-    return encoded
+def crc_of(data: bytes | memoryview) -> int:
+    """CRC32C (Castagnoli), the checksum of every record and header."""
+    return int(crc32c.crc32c(data))
 
 
-def decode_name(encoded: str) -> str | None:
-    """The name behind a directory or file name, or None when only the `name` file knows it."""
-    if encoded.startswith("~"):
-        return None
-    return unquote(encoded)
+def log_file_name(log_id: int) -> str:
+    return f"{log_id:010d}{LOG_SUFFIX}"
 
 
-def ledger_file_name(ledger_id: int) -> str:
-    return f"{ledger_id:020d}{LOG_SUFFIX}"
-
-
-def index_file_name(ledger_id: int) -> str:
-    return f"{ledger_id:020d}{INDEX_SUFFIX}"
-
-
-def parse_ledger_id(file_name: str, suffix: str) -> int | None:
-    stem = file_name[: -len(suffix)] if file_name.endswith(suffix) else ""
+def parse_log_id(file_name: str) -> int | None:
+    stem = file_name[: -len(LOG_SUFFIX)] if file_name.endswith(LOG_SUFFIX) else ""
     return int(stem) if stem.isdigit() else None
 
 
@@ -93,40 +72,20 @@ def sync_fd(fd: int) -> None:
         os.fsync(fd)
 
 
-def write_atomic(path: Path, data: bytes, *, sync: bool, sync_parent: bool = True) -> None:
-    """Replace path with data so that a crash leaves either the old or the new content.
-
-    temp file, write, fsync, rename over the target, fsync the directory. With sync=False the
-    rename still makes the swap atomic for other readers, just not durable.
-    """
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        if sync:
-            sync_fd(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    if sync and sync_parent:
-        fsync_dir(path.parent)
-
-
-def read_ledger_id_next(data_dir: Path) -> int:
-    try:
-        text = (data_dir / LEDGER_ID_FILE).read_text("ascii").strip()
-    except FileNotFoundError:
-        return 1
-    if not text.isdigit():
-        raise StorageError(f"{data_dir / LEDGER_ID_FILE}: not a ledger id: {text!r}")
-    return int(text)
-
-
-def write_ledger_id_next(data_dir: Path, ledger_id_next: int, *, sync: bool) -> None:
-    write_atomic(data_dir / LEDGER_ID_FILE, f"{ledger_id_next}\n".encode("ascii"), sync=sync)
+def write_all(fd: int, buffers: Sequence[bytes | memoryview]) -> int:
+    """writev every buffer, in chunks of IOV_MAX, resuming after short writes. Returns the bytes."""
+    total_written = 0
+    for i in range(0, len(buffers), iov_max):
+        chunk = buffers[i : i + iov_max]
+        total = sum(len(b) for b in chunk)
+        written = os.writev(fd, chunk)
+        if written < total:
+            # Rare (disk full, signals): finish the rest with plain writes.
+            rest = memoryview(b"".join(chunk))[written:]
+            while rest:
+                rest = rest[os.write(fd, rest) :]
+        total_written += total
+    return total_written
 
 
 def lock_data_dir(data_dir: Path) -> int:
@@ -147,57 +106,20 @@ def unlock_data_dir(fd: int) -> None:
     os.close(fd)
 
 
-def scan_ledger_dirs(
-    data_dir: Path, wanted: frozenset[int] = frozenset()
-) -> tuple[dict[str, Path], int, dict[int, Path]]:
-    """Every managed ledger directory by topic name, the highest ledger id found in any of them,
-    and the .log path of each ledger id in `wanted` that exists (journal replay looks them up).
-
-    The highest id guards the persisted counter: even if ledger_id_next were lost, ids stay unique.
-    """
-    root = data_dir / LEDGERS_DIR
-    found: dict[str, Path] = {}
-    paths: dict[int, Path] = {}
-    ledger_id_max = 0
-    if not root.is_dir():
-        return found, ledger_id_max, paths
-    for child in root.iterdir():
-        if not child.is_dir():
-            continue
-        name = read_name_file(child)
-        if name is None:
-            continue
-        found[name] = child
-        for file_name in os.listdir(child):
-            ledger_id = parse_ledger_id(file_name, LOG_SUFFIX)
-            if ledger_id is not None:
-                ledger_id_max = max(ledger_id_max, ledger_id)
-                if ledger_id in wanted:
-                    paths[ledger_id] = child / file_name
-    return found, ledger_id_max, paths
-
-
-def read_name_file(ledger_dir: Path) -> str | None:
+def lock_is_held(data_dir: Path) -> bool:
+    """Whether some process holds data_dir's lock right now (a broker is running there)."""
+    lock = data_dir / LOCK_FILE
+    if not lock.exists():
+        return False
+    fd = os.open(lock, os.O_RDWR)
     try:
-        return (ledger_dir / NAME_FILE).read_text("utf-8")
-    except FileNotFoundError:
-        # A directory whose creation was cut short: its name can still come from the encoding.
-        return decode_name(ledger_dir.name)
-
-
-def create_ledger_dir(data_dir: Path, name: str, *, sync: bool) -> Path:
-    root = data_dir / LEDGERS_DIR
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / encode_name(name)
-    path.mkdir(exist_ok=True)
-    (path / CURSORS_DIR).mkdir(exist_ok=True)
-    write_atomic(path / NAME_FILE, name.encode("utf-8"), sync=sync)
-    if sync:
-        fsync_dir(root)
-    return path
-
-
-def remove_tree(path: Path, sync: bool) -> None:
-    shutil.rmtree(path, ignore_errors=True)
-    if sync and path.parent.exists():
-        fsync_dir(path.parent)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return True
+        raise
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)

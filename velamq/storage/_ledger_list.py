@@ -10,31 +10,56 @@ two positions, which ledgers a trim may delete. Lives on the event loop, owned b
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
 
-from velamq.storage._ledger_dir import LedgerState
 from velamq.storage._position import LedgerInfo, Position
 
 
-class LedgerList:
-    """The ledgers of one managed ledger, in log order, with running totals of durable entries."""
+@dataclass(slots=True)
+class LedgerState:
+    ledger_id: int
+    entries: int  # durable (and in the write cache or the entry logs)
+    size_bytes: int  # durable record bytes, record headers included
+    assigned: int  # entries with a position, durable or still in flight
+    created_ms: int = 0
+    closed_ms: int | None = None
+    first_ordinal: int = 0  # the managed ledger's running count of entries before this ledger's first
 
-    __slots__ = ("current_id", "entries_total", "ids", "size_bytes", "states")
+
+def _key(state: LedgerState) -> int:
+    return state.ledger_id
+
+
+class LedgerList:
+    """The ledgers of one managed ledger, in log order, with running totals of durable entries.
+
+    One list of states in id order (no dict: a topic usually has one or two ledgers, and a bisect
+    finds any of them)."""
+
+    __slots__ = ("current_id", "entries_total", "size_bytes", "states")
 
     def __init__(self) -> None:
-        self.ids: list[int] = []
-        self.states: dict[int, LedgerState] = {}
+        self.states: list[LedgerState] = []
         self.current_id = -1  # the ledger appends go to
         self.entries_total = 0  # durable entries in the ledgers still there
         self.size_bytes = 0
 
+    @property
+    def ids(self) -> list[int]:
+        return [s.ledger_id for s in self.states]
+
     def add(self, state: LedgerState) -> None:
-        self.ids.append(state.ledger_id)
-        self.states[state.ledger_id] = state
+        """Add the newest ledger (ids only grow)."""
+        self.states.append(state)
         self.entries_total += state.entries
         self.size_bytes += state.size_bytes
 
     def get(self, ledger_id: int) -> LedgerState | None:
-        return self.states.get(ledger_id)
+        states = self.states
+        if states and states[-1].ledger_id == ledger_id:  # the current ledger, nearly always
+            return states[-1]
+        i = bisect_left(states, ledger_id, key=_key)
+        return states[i] if i < len(states) and states[i].ledger_id == ledger_id else None
 
     def note_durable(self, state: LedgerState, entries: int, size_bytes: int) -> None:
         state.entries += entries
@@ -44,61 +69,56 @@ class LedgerList:
 
     def remove_first(self, count: int) -> list[LedgerState]:
         """Take the `count` oldest ledgers off the list (a trim)."""
-        removed = [self.states.pop(i) for i in self.ids[:count]]
-        del self.ids[:count]
+        removed = self.states[:count]
+        del self.states[:count]
         for state in removed:
             self.entries_total -= state.entries
             self.size_bytes -= state.size_bytes
         return removed
 
     def infos(self) -> list[LedgerInfo]:
-        out = []
-        for i in self.ids:
-            s = self.states[i]
-            out.append(LedgerInfo(i, s.entries, s.size_bytes, s.created_ms, s.closed_ms))
-        return out
+        return [LedgerInfo(s.ledger_id, s.entries, s.size_bytes, s.created_ms, s.closed_ms) for s in self.states]
 
     # -- positions -----------------------------------------------------------------------------
 
     @property
     def first_position(self) -> Position | None:
-        for ledger_id in self.ids:
-            if self.states[ledger_id].entries:
-                return Position(ledger_id, 0)
+        for state in self.states:
+            if state.entries:
+                return Position(state.ledger_id, 0)
         return None
 
     def entry_exists(self, pos: Position) -> bool:
         """Whether pos names a durable entry of this log."""
-        state = self.states.get(pos[0])
+        state = self.get(pos[0])
         return state is not None and 0 <= pos[1] < state.entries
 
     def next_position(self, pos: Position) -> Position:
         """The position after pos; after a ledger's last entry that is the next ledger's first."""
         ledger_id, entry_id = pos
-        state = self.states.get(ledger_id)
+        state = self.get(ledger_id)
         # `assigned`, not `entries`: a sealed ledger may still have appends in flight.
         if ledger_id == self.current_id or (state is not None and entry_id + 1 < state.assigned):
             return Position(ledger_id, entry_id + 1)
-        ids = self.ids
-        i = bisect_right(ids, ledger_id)
-        while i < len(ids):
-            candidate = ids[i]
-            if candidate == self.current_id or self.states[candidate].assigned:
-                return Position(candidate, 0)
-            i += 1
+        states = self.states
+        for i in range(bisect_right(states, ledger_id, key=_key), len(states)):
+            candidate = states[i]
+            if candidate.ledger_id == self.current_id or candidate.assigned:
+                return Position(candidate.ledger_id, 0)
         return Position(ledger_id, entry_id + 1)  # beyond the log: nothing better to say
 
     def count_entries(self, after: Position, up_to: Position) -> int:
         """Durable entries in (after, up_to]."""
         if up_to <= after:
             return 0
-        ids = self.ids
+        states = self.states
         total = 0
-        for i in range(bisect_left(ids, after.ledger_id), len(ids)):
-            ledger_id = ids[i]
+        for i in range(bisect_left(states, after.ledger_id, key=_key), len(states)):
+            state = states[i]
+            ledger_id = state.ledger_id
             if ledger_id > up_to.ledger_id:
                 break
-            entries = self.states[ledger_id].entries
+            entries = state.entries
             lo = after.entry_id + 1 if ledger_id == after.ledger_id else 0
             hi = up_to.entry_id if ledger_id == up_to.ledger_id else entries - 1
             hi = min(hi, entries - 1)
@@ -109,17 +129,16 @@ class LedgerList:
     def first_at_or_after(self, pos: Position) -> Position | None:
         """The first durable entry at or after pos, if any."""
         ledger_id, entry_id = pos
-        ids = self.ids
-        for i in range(bisect_left(ids, ledger_id), len(ids)):
-            candidate = ids[i]
-            first = max(entry_id, 0) if candidate == ledger_id else 0
-            state = self.states[candidate]
+        states = self.states
+        for i in range(bisect_left(states, ledger_id, key=_key), len(states)):
+            state = states[i]
+            first = max(entry_id, 0) if state.ledger_id == ledger_id else 0
             if first < state.entries:
-                return Position(candidate, first)
+                return Position(state.ledger_id, first)
             if first < state.assigned:
                 return None  # not durable yet (and nothing after it is)
         return None
 
     def durable_spans(self) -> list[tuple[int, int]]:
         """(ledger id, durable entries) of every ledger that has some, in log order."""
-        return [(i, self.states[i].entries) for i in self.ids if self.states[i].entries]
+        return [(s.ledger_id, s.entries) for s in self.states if s.entries]

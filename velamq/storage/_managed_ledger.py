@@ -7,13 +7,17 @@ put it in the write cache. `last_confirmed` only ever covers a contiguous prefix
 
 Ledgers: every ledger but the newest is sealed. The newest is the current ledger, where appends
 go; when it holds ledger_entries_max entries or ledger_bytes_max bytes, the next append seals it
-and starts a new one, whose entries start again at 0. Sealing a ledger hands its offsets to the
-write cache, and the flusher writes its index file once its last entries are in the file.
-Recovery (`open`, see _ledger_dir) runs in a storage thread: sealed ledgers are known from their
-index files, the unsealed one is scanned; appending then continues in it.
+and starts a new one, whose entries start again at 0. Creating, sealing and deleting ledgers are
+metadata operations journaled in the same queue as the entries (_meta_ops), so they need no write
+of their own and are ordered with the entries; the flush records them in the storage database.
+
+Opening one (Storage.open_ledger) is cheap and lazy: a few index lookups in the storage database
+(its ledgers and cursors), nothing scanned, nothing per topic at start. What it holds in memory is
+small (__slots__ objects: the ledger list, the cursors); `close` releases it all, which is what the
+broker needs to unload an idle topic.
 
 Helpers with one job each: _ledger_list (the ledgers and the log's shape), _read_path (reads
-through the caches, and whether the topic has an active cursor), _cursor_persistence (cursor files,
+through the caches, and whether the topic has an active cursor), _cursor_persistence (cursor state,
 at most once per cursor_persist_interval_s, and on close), _trim (retention).
 """
 
@@ -30,21 +34,21 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 
 from velamq._clock import Clock
 from velamq._errors import LedgerClosedError, StorageError
-from velamq.storage import _layout
+from velamq.storage import _meta_ops
 from velamq.storage._caches import ByteLRU
 from velamq.storage._config import Counters, StorageConfig, entry_bytes_max
-from velamq.storage._cursor import ManagedCursor
+from velamq.storage._cursor import CursorState, ManagedCursor
 from velamq.storage._cursor_persistence import CursorPersistence
-from velamq.storage._flusher import Flusher
-from velamq.storage._journal import AppendOp, BarrierOp, CreateOp, Journal, LedgerHandle
-from velamq.storage._ledger_dir import LedgerState, recover_dir
-from velamq.storage._ledger_file import LEDGER_HEADER_BYTES, RECORD_HEADER_BYTES, new_offsets
-from velamq.storage._ledger_list import LedgerList
+from velamq.storage._entry_log import Run
+from velamq.storage._journal import AppendOp, BarrierOp, Journal, LedgerHandle
+from velamq.storage._journal_file import RECORD_HEADER_BYTES
+from velamq.storage._ledger_list import LedgerList, LedgerState
 from velamq.storage._position import Entry, LedgerInfo, Position
 from velamq.storage._publish_buffer import PublishBuffer
-from velamq.storage._read_path import ArrayOffsets, Offsets, ReadPath
+from velamq.storage._read_path import ReadPath
+from velamq.storage._storage_db import StoredLedger, ThreadDbs
 from velamq.storage._trim import delete_ledgers, trimmable
-from velamq.storage._write_cache import SealInfo, WriteCache
+from velamq.storage._write_cache import WriteCache
 
 if TYPE_CHECKING:
     from velamq.storage._write_path import WritePath
@@ -61,14 +65,15 @@ class StorageContext:
     config: StorageConfig
     clock: Clock
     journal: Journal
-    flusher: Flusher
     write_path: WritePath
     write_cache: WriteCache
     tail_cache: ByteLRU[Position, bytes]
     read_cache: ByteLRU[Position, bytes]
-    index_cache: ByteLRU[int, Offsets]
+    index_cache: ByteLRU[tuple[int, int], Run]
     publish_buffer: PublishBuffer
     io: Executor
+    dbs: ThreadDbs
+    logs_dir: Path
     allocate_ledger_id: Callable[[], int]
     counters: Counters
     on_closed: Callable[[ManagedLedger], None]
@@ -79,122 +84,112 @@ class ManagedLedger:
     at the front, with the topic's durable cursors. Opened by name through Storage.open_ledger (at
     most one object per name) and changed only on the event loop: `append_nowait` assigns positions
     in call order and resolves once the journal made the entry durable; reads go through the caches
-    to the ledger files; `trim` deletes whole old ledgers; `close` waits for appends in flight and
-    their flush and writes dirty cursors, after which the files hold everything durable."""
+    to the entry logs; `trim` deletes whole old ledgers; `close` waits for appends in flight and
+    their flush, journals dirty cursors and releases what the object holds."""
 
-    def __init__(self, name: str, directory: Path, ctx: StorageContext, loop: asyncio.AbstractEventLoop) -> None:
+    __slots__ = (
+        "_assigned_total",
+        "_closed",
+        "_ctx",
+        "_current",
+        "_current_bytes",
+        "_cursors",
+        "_durable_total",
+        "_failure",
+        "_handle",
+        "_last_confirmed",
+        "_list",
+        "_loop",
+        "_persistence",
+        "_reads",
+        "_state",
+        "last_generation",
+        "ml_id",
+        "name",
+    )
+
+    def __init__(self, name: str, ml_id: int, ctx: StorageContext, loop: asyncio.AbstractEventLoop) -> None:
         self.name = name
-        self._dir = directory
+        self.ml_id = ml_id
         self._ctx = ctx
-        self._config = ctx.config
-        self._journal = ctx.journal
         self._loop = loop
         self._list = LedgerList()
         self._durable_total = 0  # durable entries ever, since opened (pending = assigned - durable)
         self._last_confirmed: Position | None = None
         # The current ledger, as assigned (ahead of durable while appends are in flight).
         self._current = LedgerState(-1, 0, 0, 0)
+        self._current_bytes = 0  # record bytes assigned in the current ledger (rollover by size)
         self._assigned_total = 0  # also the ordinal the next entry gets
         self._handle: LedgerHandle | None = None
-        self._offsets = new_offsets()
-        self._assigned_bytes = LEDGER_HEADER_BYTES  # where the next record goes in the current file
-        self._sealing: dict[int, ArrayOffsets] = {}  # sealed here, index file not yet written
-        self._pending_seals: dict[int, SealInfo] = {}  # sealed with appends still in flight
         self._reads = ReadPath(self, ctx)
         self._cursors: dict[str, ManagedCursor] = {}
-        self._persistence = CursorPersistence(
-            name,
-            directory,
-            self._cursors,
-            clock=ctx.clock,
-            interval_s=ctx.config.cursor_persist_interval_s,
-            sync=ctx.config.sync,
-            io=ctx.io,
-            counters=ctx.counters,
-            loop=loop,
-        )
+        self._persistence = CursorPersistence(name, ml_id, self._cursors, ctx)
         self._state: Literal["open", "closing", "closed"] = "open"
-        self._closed = loop.create_future()
+        self._closed: asyncio.Future[None] | None = None
         self._failure: StorageError | None = None
+        self.last_generation = 0  # the newest write cache half this log's entries or operations went to
 
     # -- opening -------------------------------------------------------------------------------
 
     @classmethod
-    async def open(cls, name: str, directory: Path, ctx: StorageContext) -> ManagedLedger:
-        loop = asyncio.get_running_loop()
-        ml = cls(name, directory, ctx, loop)
-        found = await loop.run_in_executor(ctx.io, recover_dir, directory, ctx.config.sync, ctx.clock.now_ms())
-        ctx.counters.torn_tails_truncated_total += found.torn_tails
-        for ledger in found.ledgers:
-            ledger.first_ordinal = ml._assigned_total
-            ml._list.add(ledger)
-            ml._durable_total += ledger.entries
-            ml._assigned_total += ledger.entries
-            if ledger.entries:
-                ml._last_confirmed = Position(ledger.ledger_id, ledger.entries - 1)
-        for ledger_id, index in found.indexes.items():
-            ctx.index_cache.put(ledger_id, index)
-        opened: asyncio.Future[None] | None = None
-        if found.last_sealed:
-            opened = loop.create_future()
-            ml._start_ledger(opened)
-        else:
-            current = found.ledgers[-1]
-            ml._list.current_id = current.ledger_id
-            ml._current = current
-            ml._offsets = found.current_offsets
-            ml._assigned_bytes = found.current_file_bytes
-            ml._handle = LedgerHandle(current.ledger_id, ml.ledger_path(current.ledger_id), ml)
-        end = ml._last_confirmed or Position(ml._list.current_id, -1)
-        for state in found.cursors:
-            cursor = ml._cursors[state.name] = ManagedCursor.from_state(state, ml)
-            cursor.clip_to(end)
-            ml._reads.note_position(cursor.mark_delete_position)
-        if opened is not None:
-            await opened
+    def create(cls, name: str, ml_id: int, ctx: StorageContext) -> ManagedLedger:
+        """A new, empty log (its ML_CREATE is journaled by the caller, just before)."""
+        ml = cls(name, ml_id, ctx, asyncio.get_running_loop())
+        ml._start_ledger()
         return ml
 
-    def _start_ledger(self, opened: asyncio.Future[None] | None) -> None:
-        """Make a new, empty current ledger. Synchronous: ids are handed out in call order."""
+    @classmethod
+    def restore(cls, name: str, stored: StoredLedger, ctx: StorageContext) -> ManagedLedger:
+        """The log as the storage database has it (everything durable is there: journal replay ran
+        at start, and a managed ledger's close waits for its flush)."""
+        ml = cls(name, stored.ml_id, ctx, asyncio.get_running_loop())
+        lst = ml._list
+        rows = stored.ledgers
+        for k, row in enumerate(rows):
+            closed_ms = row.closed_ms
+            if closed_ms is None and k < len(rows) - 1:
+                closed_ms = rows[k + 1].created_ms  # damage: sealed by its successor's creation
+            state = LedgerState(row.ledger_id, row.entries, row.size_bytes, row.entries, row.created_ms, closed_ms)
+            state.first_ordinal = ml._assigned_total
+            lst.add(state)
+            ml._durable_total += row.entries
+            ml._assigned_total += row.entries
+            if row.entries:
+                ml._last_confirmed = Position(row.ledger_id, row.entries - 1)
+        if rows and rows[-1].closed_ms is None:
+            current = lst.states[-1]
+            lst.current_id = current.ledger_id
+            ml._current = current
+            ml._current_bytes = current.size_bytes
+            ml._handle = LedgerHandle(current.ledger_id, ml)
+        else:
+            ml._start_ledger()
+        end = ml._last_confirmed or Position(lst.current_id, -1)
+        for cursor_name, raw in stored.cursors:
+            state_ = CursorState.from_json_bytes(raw, f"cursor {cursor_name!r} of {name}")
+            cursor = ml._cursors[state_.name] = ManagedCursor.from_state(state_, ml)
+            cursor.clip_to(end)
+            ml._reads.note_position(cursor.mark_delete_position)
+        return ml
+
+    def _start_ledger(self) -> None:
+        """Make a new, empty current ledger. Synchronous: ids are handed out in call order, and its
+        creation is journaled before any of its entries."""
         ledger_id = self._ctx.allocate_ledger_id()
         created_ms = self._ctx.clock.now_ms()
-        self._handle = LedgerHandle(ledger_id, self.ledger_path(ledger_id), self)
-        self._journal.submit(CreateOp(self._handle, created_ms, ledger_id + 1, opened))
+        self._handle = LedgerHandle(ledger_id, self)
+        self._ctx.journal.submit(_meta_ops.ledger_create(ledger_id, self.ml_id, created_ms, owner=self))
         self._current = LedgerState(ledger_id, 0, 0, 0, created_ms, None, self._assigned_total)
         self._list.add(self._current)
         self._list.current_id = ledger_id
-        self._offsets = new_offsets()
-        self._assigned_bytes = LEDGER_HEADER_BYTES
+        self._current_bytes = 0
 
     def _roll(self) -> None:
-        assert self._handle is not None
         old = self._current
         old.closed_ms = self._ctx.clock.now_ms()
-        offsets = ArrayOffsets(self._offsets, self._assigned_bytes)
-        self._sealing[old.ledger_id] = offsets
-        seal = SealInfo(
-            self._handle,
-            self._dir / _layout.index_file_name(old.ledger_id),
-            offsets.offsets,
-            offsets.file_bytes,
-            old.created_ms,
-            old.closed_ms,
-        )
-        if old.entries == old.assigned:
-            self._ctx.write_cache.add_seal(seal)
-        else:
-            self._pending_seals[old.ledger_id] = seal  # added once its last entry is durable
-        self._start_ledger(None)
+        self._ctx.journal.submit(_meta_ops.ledger_seal(old.ledger_id, old.closed_ms, owner=self))
+        self._start_ledger()
         self._ctx.counters.ledgers_rolled_total += 1
-
-    def on_sealed(self, ledger_id: int) -> None:
-        """Called by the write path (on the loop): the ledger's index file is written."""
-        offsets = self._sealing.pop(ledger_id, None)
-        if offsets is not None and ledger_id in self._list.states:
-            self._ctx.index_cache.put(ledger_id, offsets)
-
-    def ledger_path(self, ledger_id: int) -> Path:
-        return self._dir / _layout.ledger_file_name(ledger_id)
 
     # -- appending -----------------------------------------------------------------------------
 
@@ -208,7 +203,8 @@ class ManagedLedger:
         saves a task per message; errors (closed or failed ledger, bad size) raise at once."""
         if self._state != "open":
             raise LedgerClosedError(f"managed ledger {self.name} is closed")
-        failure = self._failure or self._ctx.write_path.failure or self._journal.broken
+        ctx = self._ctx
+        failure = self._failure or ctx.write_path.failure or ctx.journal.broken
         if failure is not None:
             raise StorageError(f"managed ledger {self.name} failed; close and reopen it: {failure}")
         if type(data) is not bytes:
@@ -217,20 +213,19 @@ class ManagedLedger:
         if size == 0 or size > entry_bytes_max:
             raise ValueError(f"an entry must be 1 to {entry_bytes_max} bytes, not {size}")
         # Everything up to the submit stays synchronous, so positions follow call order.
-        config = self._config
-        if len(self._offsets) >= config.ledger_entries_max or self._assigned_bytes - LEDGER_HEADER_BYTES >= (
-            config.ledger_bytes_max
-        ):
+        config = ctx.config
+        if self._current.assigned >= config.ledger_entries_max or self._current_bytes >= config.ledger_bytes_max:
             self._roll()
         assert self._handle is not None
-        entry_id = len(self._offsets)
-        self._current.assigned += 1
+        current = self._current
+        entry_id = current.assigned
+        current.assigned += 1
         self._assigned_total += 1
-        self._offsets.append(self._assigned_bytes)
-        self._assigned_bytes += RECORD_HEADER_BYTES + size
-        self._ctx.publish_buffer.acquire(size)
+        self._current_bytes += RECORD_HEADER_BYTES + size
+        ctx.publish_buffer.acquire(size)
+        ctx.counters.pending_appends += 1
         future: asyncio.Future[Position] = self._loop.create_future()
-        self._journal.submit(AppendOp(self._handle, entry_id, data, future))
+        ctx.journal.submit(AppendOp(self._handle, entry_id, data, future))
         return future
 
     def on_durable(self, ledger_id: int, last_entry_id: int, entries: int, size_bytes: int) -> None:
@@ -243,10 +238,6 @@ class ManagedLedger:
         pos = Position(ledger_id, last_entry_id)
         if self._last_confirmed is None or pos > self._last_confirmed:
             self._last_confirmed = pos
-        if self._pending_seals and ledger.entries == ledger.assigned:
-            seal = self._pending_seals.pop(ledger_id, None)
-            if seal is not None:
-                self._ctx.write_cache.add_seal(seal)
 
     def on_write_failed(self, ledger_id: int, error: StorageError) -> None:
         # Positions after the failure may never reach the journal: stop appending. Closing and
@@ -254,19 +245,6 @@ class ManagedLedger:
         if self._failure is None:
             log.error("managed ledger %s: ledger %d failed, appends refused: %s", self.name, ledger_id, error)
             self._failure = error
-
-    def file_offset(self, ledger_id: int, entry_id: int) -> int:
-        """Where entry_id's record goes in its ledger file (asked by the write cache)."""
-        if ledger_id == self._list.current_id:
-            return self._offsets[entry_id]
-        return self._sealing[ledger_id].offset(entry_id)
-
-    def memory_offsets(self, ledger_id: int) -> Offsets | None:
-        """Offsets held here rather than in an index file: the current or a just-sealed ledger."""
-        if ledger_id == self._list.current_id:
-            # A copy of the two numbers a read needs is taken on the loop, before the thread runs.
-            return ArrayOffsets(self._offsets, self._assigned_bytes)
-        return self._sealing.get(ledger_id)
 
     @property
     def tail_active(self) -> bool:
@@ -348,13 +326,7 @@ class ManagedLedger:
         if not count:
             return []
         doomed = [state.ledger_id for state in self._list.remove_first(count)]
-        files: list[Path] = []
-        for ledger_id in doomed:
-            self._sealing.pop(ledger_id, None)
-            self._pending_seals.pop(ledger_id, None)
-            files.append(self.ledger_path(ledger_id))
-            files.append(self._dir / _layout.index_file_name(ledger_id))
-        await delete_ledgers(self._ctx, doomed, files, [])
+        await delete_ledgers(self._ctx, _meta_ops.ledger_delete(self.ml_id, doomed), doomed)
         self._ctx.counters.ledgers_trimmed_total += len(doomed)
         return doomed
 
@@ -398,35 +370,48 @@ class ManagedLedger:
     @property
     def closing_or_closed(self) -> asyncio.Future[None] | None:
         """None while open; else a future that resolves once the close is done."""
-        return None if self._state == "open" else self._closed
+        return self._closed
 
     async def close(self) -> None:
-        """Wait for appends in flight and for their flush to the ledger files, write dirty cursors.
+        """Wait for appends in flight, journal dirty cursors, wait for the flush that puts it all in
+        the entry logs and the storage database, then let go of everything this object holds.
 
-        Idempotent. Once closed, this log's files hold everything durable and nothing writes them,
-        so opening it again (a new ManagedLedger) can trust what it finds on disk.
+        Idempotent. Once closed, the storage database has this log as it is, so opening it again (a
+        new ManagedLedger: the broker reloading an unloaded topic) reads it from there.
         """
         await self._close(persist=True, flush=True)
 
     async def _close(self, *, persist: bool, flush: bool) -> None:
-        if self._state != "open":
+        if self._closed is not None:
             await asyncio.shield(self._closed)
             return
         self._state = "closing"
+        self._closed = self._loop.create_future()
         try:
-            barrier: asyncio.Future[None] = self._loop.create_future()
-            self._journal.submit(BarrierOp(barrier))
-            await barrier
-            if flush and (self._sealing or self._ctx.write_cache.holds_any(self._list.ids)):
-                await self._ctx.write_path.flush()
             await self._persistence.close(persist=persist)
+            barrier: asyncio.Future[None] = self._loop.create_future()
+            self._ctx.journal.submit(BarrierOp(barrier))
+            await barrier  # every append and operation of this log is in the write cache now
+            write_path = self._ctx.write_path
+            if flush and self.last_generation > write_path.flushed_generation:
+                await write_path.flush()
         finally:
             self._state = "closed"
+            self._release()
             self._closed.set_result(None)
             self._ctx.on_closed(self)
 
-    async def remove_files(self) -> None:
-        """Close without writing cursors, then delete the directory (Storage.delete_ledger)."""
+    def _release(self) -> None:
+        """Drop what the shared tail cache holds of this log: the newest entries, back to back."""
+        pop = self._ctx.tail_cache.pop
+        for state in self._list.states[-2:]:
+            entry_id = state.entries - 1
+            while entry_id >= 0 and pop(Position(state.ledger_id, entry_id)) is not None:
+                entry_id -= 1
+        self._cursors.clear()
+        self._reads = ReadPath(self, self._ctx)  # drops the index hint
+
+    async def delete(self) -> list[int]:
+        """Close without persisting cursors (Storage.delete_ledger); returns the ledger ids."""
         await self._close(persist=False, flush=False)
-        await self._persistence.wait_idle()  # no cursor file write may still be running in there
-        await delete_ledgers(self._ctx, list(self._list.ids), [], [self._dir])
+        return list(self._list.ids)

@@ -15,7 +15,7 @@ which is the number that has to stay small anyway.
 JSON form (what to_json returns and from_json reads): a list of [ledger_id, first_entry_id,
 last_entry_id] triples, sorted, e.g. [[7, 0, 99], [7, 120, 120], [9, 0, 3]].
 
-Compact form, for cursor files (split_compact / join_compact): scattered acks make many short
+Compact form, for persisted cursor state (split_compact / join_compact): scattered acks make many short
 ranges, about 20 bytes of JSON each. For a ledger where a bitmap is smaller, its ranges are written
 as [ledger_id, first_entry_id, "<base64 bitmap>"] instead: bit i (byte i // 8, bit i % 8, least
 significant first) set means entry first_entry_id + i is acknowledged. Two thousand acks scattered

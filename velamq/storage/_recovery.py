@@ -1,28 +1,29 @@
-"""Recovery at start: replay the journal from the last checkpoint into the ledger files (ME-6).
+"""Recovery at start: entry logs back to what the index committed, then journal replay (ME-6).
 
-Runs once, in a storage thread, before the journal and flusher threads start:
+Runs once, in a storage thread, before the journal, flusher and collector threads start. Nothing in
+it is per topic: its work depends on the number of entry logs and on the journal's length.
 
-    1. read the checkpoint; delete segments wholly before it (a trim that was cut short)
-    2. pass 1 over the records from the checkpoint on: which ledgers do they belong to?
-    3. scan the ledger directories (this also yields every topic and the highest ledger id), and
-       find those ledgers' files
-    4. pass 2: for each record, in journal order, append it to its ledger's file unless the file
-       has it already. The first time a ledger is touched its file is scanned, and a torn tail
-       (a flush cut short by the crash) is truncated, so the file holds a prefix of the ledger and
-       the journal supplies the rest. A record of a ledger whose file is gone (deleted or trimmed
-       after the append) is skipped.
-    5. fsync the ledger files written, write a checkpoint at the start of a fresh segment, delete
-       every older segment.
+    1. entry logs against the `logs` table: a log file without a row is removed (a flush that
+       created it, or a compaction that wrote it, crashed before committing); a log longer than its
+       committed length is cut back to it (a flush crashed between writing and committing); temp
+       files are removed
+    2. read the checkpoint from the database; delete segments wholly before it (a trim cut short)
+    3. replay the records from the checkpoint on, in journal order, into write cache halves that go
+       through the flusher's own code (_log_writer): metadata operations are applied again (they
+       are idempotent), an entry is written unless the index has it already (its ledger's `entries`
+       says so; a group split across two halves may have been flushed in part) or its ledger is
+       gone (deleted after the append: the record is skipped)
+    4. the last half commits a checkpoint at the start of a fresh segment; older segments go
 
 Damage in the journal: a record that does not verify ends its segment. In the newest segment that
 is a torn tail (the crash hit a group commit in flight, none of whose appends was acknowledged
 under "fsync"): it is truncated and logged. In an older segment it is corruption: logged as an
-error, and replay continues with the next segment. A ledger whose next record is then missing
-(the record after the gap would leave a hole in its dense entry ids) keeps what it had and its
-later records are dropped, with an error naming the ledger: a hole is never created.
+error, and replay continues with the next segment. A ledger whose next record is then missing (the
+record after the gap would leave a hole in its dense entry ids) keeps what it had and its later
+records are dropped, with an error naming the ledger: a hole is never created.
 
-A crash during recovery is safe: until step 5's checkpoint is written, the next start replays
-the same records again, and records already in a file are recognized by entry id and skipped.
+A crash during recovery is safe: each replayed half moves the checkpoint only with its own index
+rows, and the next start goes on from there.
 """
 
 from __future__ import annotations
@@ -30,115 +31,119 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from velamq.storage import _layout
+from velamq.storage import _meta_ops as ops
 from velamq.storage._journal_file import (
-    CHECKPOINT_FILE,
+    RECORD_HEADER_BYTES,
     SEGMENT_HEADER_BYTES,
     JournalLocation,
     JournalRecord,
     SegmentReader,
-    decode_checkpoint,
-    encode_checkpoint,
     list_segments,
     segment_name,
 )
-from velamq.storage._ledger_file import (
-    RECORD_HEADER,
-    read_index,
-    recover,
-    write_all,
-)
+from velamq.storage._log_writer import LogWriter
+from velamq.storage._storage_db import StorageDb
+from velamq.storage._write_cache import WriteBuffer
 
 log = logging.getLogger("velamq.storage")
 
-# Records replay holds before writing them to their ledger files.
-replay_pending_bytes_max = 8 * 1024 * 1024
+# Bytes replay gathers in one half before it flushes it.
+replay_pending_bytes_max = 16 * 1024 * 1024
 
 
 @dataclass(slots=True)
 class JournalRecovery:
-    """What recovery found; the directory scan rides along so the Storage scans only once."""
+    """What recovery found and did."""
 
     next_seq: int  # the segment the journal starts with
-    dirs: dict[str, Path]  # every managed ledger directory, by topic name
-    ledger_id_max: int
-    records_replayed: int = 0  # written to ledger files
-    records_present: int = 0  # already in their ledger files
+    log_id_next: int  # the next entry log id
+    records_replayed: int = 0  # entries written to the entry logs
+    records_present: int = 0  # already indexed
     records_orphaned: int = 0  # their ledger is gone
-    records_dropped: int = 0  # after a hole, or after a seal: not written (logged as errors)
-    torn_tails: int = 0  # ledger files and journal segments whose torn tail was truncated
+    records_dropped: int = 0  # after a hole: not written (logged as errors)
+    metadata_replayed: int = 0  # metadata operations applied again
+    torn_tails: int = 0  # journal segments whose torn tail was truncated
     corrupt_segments: int = 0
+    logs_removed: int = 0  # entry log files nothing committed
+    log_bytes_truncated: int = 0  # uncommitted bytes cut off the end of entry logs
 
 
-@dataclass(eq=False, slots=True)
-class _Target:
-    path: Path
-    entries: int  # entries in the file so far (or in the sealed ledger)
-    sealed: bool
-    fd: int = -1
-    pending: list[bytes] = field(default_factory=list)
-    pending_bytes: int = 0
-    broken: bool = False
+def check_logs(logs_dir: Path, db: StorageDb) -> tuple[int, int, int]:
+    """Step 1: (logs removed, bytes truncated, next log id)."""
+    logs_dir.mkdir(parents=True, exist_ok=True)
+    rows = {row.log_id: row for row in db.logs()}
+    removed = truncated = 0
+    highest = max(rows, default=0)
+    for name in sorted(os.listdir(logs_dir)):
+        path = logs_dir / name
+        log_id = _layout.parse_log_id(name)
+        if name.endswith(_layout.TMP_SUFFIX):
+            path.unlink()
+            continue
+        if log_id is None:
+            continue  # not ours; the checker reports it
+        highest = max(highest, log_id)
+        row = rows.get(log_id)
+        if row is None:
+            log.warning("entry log %s: no index row (a flush or compaction cut short); removed", path)
+            path.unlink()
+            removed += 1
+            continue
+        size = path.stat().st_size
+        if size > row.total_bytes:
+            log.warning("entry log %s: %d uncommitted bytes at its end, cut off", path, size - row.total_bytes)
+            with open(path, "r+b") as f:
+                f.truncate(row.total_bytes)
+                os.fsync(f.fileno())
+            truncated += size - row.total_bytes
+        elif size < row.total_bytes:
+            log.error("entry log %s is %d bytes, the index says %d: damaged", path, size, row.total_bytes)
+    for log_id in rows:
+        if not (logs_dir / _layout.log_file_name(log_id)).exists():
+            log.error("entry log %d is in the index but its file is missing", log_id)
+    if removed:
+        _layout.fsync_dir(logs_dir)
+    return removed, truncated, highest + 1
 
 
-def recover_journal(data_dir: Path, journal_dir: Path, *, sync: bool, now_ms: int) -> JournalRecovery:
+def recover_journal(journal_dir: Path, writer: LogWriter) -> JournalRecovery:
+    """Steps 2 to 4 (step 1 has run: the writer's database and logs agree)."""
+    db = writer.db
     journal_dir.mkdir(parents=True, exist_ok=True)
     segments = list_segments(journal_dir)
-    checkpoint = _read_checkpoint(journal_dir)
-    if checkpoint is None:
+    meta = db.meta()
+    if "checkpoint_seq" in meta:
+        checkpoint = JournalLocation(meta["checkpoint_seq"], meta["checkpoint_offset"])
+    else:
         checkpoint = JournalLocation(segments[0] if segments else 1, SEGMENT_HEADER_BYTES)
     for seq in [s for s in segments if s < checkpoint.seq]:
         (journal_dir / segment_name(seq)).unlink()
     segments = [s for s in segments if s >= checkpoint.seq]
-
-    wanted: set[int] = set()
-    for record in _records(journal_dir, segments, checkpoint, repair=False, found=None):
-        wanted.add(record.ledger_id)
-    dirs, ledger_id_max, paths = _layout.scan_ledger_dirs(data_dir, frozenset(wanted))
-    found = JournalRecovery(max([checkpoint.seq, *segments]) + 1, dirs, ledger_id_max)
-
-    targets: dict[int, _Target | None] = {}
-    pending_bytes = 0
-    try:
-        for record in _records(journal_dir, segments, checkpoint, repair=True, found=found):
-            if record.ledger_id not in targets:
-                targets[record.ledger_id] = _open_target(record.ledger_id, paths, sync, now_ms, found)
-            target = targets[record.ledger_id]
-            if target is None:
-                found.records_orphaned += 1
-                continue
-            pending_bytes += _replay(record, target, found)
-            if pending_bytes > replay_pending_bytes_max:
-                for t in targets.values():
-                    if t is not None:
-                        _write_pending(t)
-                pending_bytes = 0
-        for t in targets.values():
-            if t is not None:
-                _write_pending(t)
-                if sync and t.fd >= 0:
-                    _layout.sync_fd(t.fd)
-    finally:
-        for t in targets.values():
-            if t is not None and t.fd >= 0:
-                os.close(t.fd)
-                t.fd = -1
-
+    found = JournalRecovery(max([checkpoint.seq, *segments]) + 1, 0)
+    replay = _Replay(db, found)
+    buffer = WriteBuffer(1)
+    for record in _records(journal_dir, segments, checkpoint, found):
+        replay.add(record, buffer)
+        if buffer.size_bytes >= replay_pending_bytes_max:
+            end = JournalLocation(record.location.seq, record.location.offset + RECORD_HEADER_BYTES + len(record.data))
+            writer.flush(buffer, end)
+            buffer = WriteBuffer(buffer.generation + 1)
     fresh = JournalLocation(found.next_seq, SEGMENT_HEADER_BYTES)
-    _layout.write_atomic(journal_dir / CHECKPOINT_FILE, encode_checkpoint(fresh), sync=sync)
+    writer.flush(buffer, fresh)
     for seq in list_segments(journal_dir):
         if seq < fresh.seq:
             (journal_dir / segment_name(seq)).unlink()
-    if sync:
-        _layout.fsync_dir(journal_dir)
-    if found.records_replayed or found.torn_tails or found.corrupt_segments:
+    _layout.fsync_dir(journal_dir)
+    if found.records_replayed or found.metadata_replayed or found.torn_tails or found.corrupt_segments:
         log.info(
-            "journal recovery: %d entries replayed into ledger files, %d already there, %d of deleted ledgers, "
-            "%d dropped, %d torn tails truncated, %d corrupt segments",
+            "journal recovery: %d entries and %d metadata operations replayed, %d entries already indexed, "
+            "%d of deleted ledgers, %d dropped, %d torn tails truncated, %d corrupt segments",
             found.records_replayed,
+            found.metadata_replayed,
             found.records_present,
             found.records_orphaned,
             found.records_dropped,
@@ -148,36 +153,68 @@ def recover_journal(data_dir: Path, journal_dir: Path, *, sync: bool, now_ms: in
     return found
 
 
-def _read_checkpoint(journal_dir: Path) -> JournalLocation | None:
-    path = journal_dir / CHECKPOINT_FILE
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    checkpoint = decode_checkpoint(raw)
-    if checkpoint is None:
-        # Written atomically, so never torn by a crash: this is damage. Replaying from the oldest
-        # segment is safe (records already in files are skipped), just slower.
-        log.error("journal checkpoint %s does not verify; replaying every segment", path)
-    return checkpoint
+class _Replay:
+    """Decides, record by record, what goes into the replay halves."""
+
+    def __init__(self, db: StorageDb, found: JournalRecovery) -> None:
+        self._db = db
+        self._found = found
+        self._next: dict[int, int | None] = {}  # ledger id -> next entry id to write (None: gone)
+        self._broken: set[int] = set()
+
+    def _expected(self, ledger_id: int) -> int | None:
+        if ledger_id not in self._next:
+            self._next[ledger_id] = self._db.ledger_entries(ledger_id)
+        return self._next[ledger_id]
+
+    def add(self, record: JournalRecord, buffer: WriteBuffer) -> None:
+        found = self._found
+        op = ops.from_record(record.ledger_id, record.entry_id, record.data)
+        if op is not None:
+            found.metadata_replayed += 1
+            if op.kind == ops.LEDGER_CREATE and self._expected(op.subject) is None:
+                self._next[op.subject] = 0
+            for ledger_id in ops.deleted_ledgers([op]):
+                self._next[ledger_id] = None
+                segment = buffer.segments.pop(ledger_id, None)
+                if segment is not None:  # replayed for nothing: deleted later on
+                    found.records_replayed -= len(segment.datas)
+                    found.records_orphaned += len(segment.datas)
+            buffer.add_metadata(op)
+            return
+        ledger_id, entry_id = record.ledger_id, record.entry_id
+        expected = self._expected(ledger_id)
+        if expected is None:
+            found.records_orphaned += 1
+        elif entry_id < expected:
+            found.records_present += 1
+        elif ledger_id in self._broken or entry_id > expected:
+            if ledger_id not in self._broken:
+                log.error(
+                    "journal replay: ledger %d entry %d is journaled but the ledger has %d entries; "
+                    "it and the ledger's later records are dropped",
+                    ledger_id,
+                    entry_id,
+                    expected,
+                )
+                self._broken.add(ledger_id)
+            found.records_dropped += 1
+        else:
+            buffer.add(ledger_id, entry_id, record.data, record.data_crc)
+            self._next[ledger_id] = expected + 1
+            found.records_replayed += 1
 
 
 def _records(
-    journal_dir: Path,
-    segments: list[int],
-    checkpoint: JournalLocation,
-    *,
-    repair: bool,
-    found: JournalRecovery | None,
+    journal_dir: Path, segments: list[int], checkpoint: JournalLocation, found: JournalRecovery
 ) -> Iterator[JournalRecord]:
     for i, seq in enumerate(segments):
         path = journal_dir / segment_name(seq)
         reader = SegmentReader(path, seq, checkpoint.offset if seq == checkpoint.seq else SEGMENT_HEADER_BYTES)
         yield from reader.records()
-        if not repair or found is None or not (reader.torn or not reader.header_ok):
+        if not (reader.torn or not reader.header_ok):
             continue
-        newest = i == len(segments) - 1
-        if newest:
+        if i == len(segments) - 1:
             log.warning(
                 "journal segment %s: torn or corrupt tail, truncating %d bytes at offset %d",
                 path,
@@ -195,54 +232,3 @@ def _records(
                 reader.file_bytes - reader.valid_end,
             )
             found.corrupt_segments += 1
-
-
-def _open_target(
-    ledger_id: int, paths: dict[int, Path], sync: bool, now_ms: int, found: JournalRecovery
-) -> _Target | None:
-    path = paths.get(ledger_id)
-    if path is None:
-        return None
-    index = read_index(path.with_name(_layout.index_file_name(ledger_id)), ledger_id)
-    if index is not None:
-        return _Target(path, index.entries, sealed=True)
-    result = recover(path, ledger_id, now_ms, sync=sync)
-    if result.valid_bytes < result.file_bytes:
-        found.torn_tails += 1
-    target = _Target(path, len(result.offsets), sealed=False)
-    target.fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-    return target
-
-
-def _replay(record: JournalRecord, target: _Target, found: JournalRecovery) -> int:
-    """Queue the record for its file if it is the file's next entry; returns the bytes queued."""
-    if record.entry_id < target.entries:
-        found.records_present += 1
-        return 0
-    if target.broken:
-        found.records_dropped += 1
-        return 0
-    if target.sealed or record.entry_id > target.entries:
-        what = "after its seal" if target.sealed else f"but the ledger has {target.entries} entries"
-        log.error(
-            "journal replay: %s entry %d is journaled %s; it and the ledger's later records are dropped",
-            target.path,
-            record.entry_id,
-            what,
-        )
-        target.broken = True
-        found.records_dropped += 1
-        return 0
-    target.pending.append(RECORD_HEADER.pack(len(record.data), record.data_crc))
-    target.pending.append(record.data)
-    target.pending_bytes += len(record.data)
-    target.entries += 1
-    found.records_replayed += 1
-    return len(record.data)
-
-
-def _write_pending(target: _Target) -> None:
-    if target.pending:
-        write_all(target.fd, target.pending)
-        target.pending = []
-        target.pending_bytes = 0

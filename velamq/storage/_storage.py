@@ -1,55 +1,63 @@
 """Storage: the broker's one entry point to durable logs.
 
 It owns what all managed ledgers share: the data directory (locked against a second broker), the
-ledger id counter, the journal thread (group commit across all topics), the write cache and the
-flusher thread, the tail, read and index caches, the publish buffer, and a small pool of I/O
-threads. The memory budget (StorageConfig.budget, ME-1) sizes all of them; `memory_budget` shows
-the split so the broker can size what it owns. Managed ledgers are opened by topic name, at most
-one object per name.
+storage database (entry index and metadata, _storage_db), the journal thread (group commit across
+all topics), the write cache and the flusher thread (shared entry logs), the garbage collector
+thread, the tail, read and index caches, the publish buffer, and a small pool of I/O threads. The
+memory budget (StorageConfig.budget, ME-1) sizes all of them; `memory_budget` shows the split so
+the broker can size what it owns. Managed ledgers are opened by topic name, at most one object per
+name, lazily: nothing is read per topic at start, and an unopened topic costs no memory.
 
-Start: lock the directory, replay the journal into the ledger files (_recovery), then start the
-journal and flusher threads. Close: close every managed ledger, flush the write cache, stop the
-threads; a clean close leaves nothing in the journal to replay.
+Start: lock the directory, migrate a format 1 directory (_migrate_v1), bring the entry logs back to
+what the index committed and replay the journal (_recovery), then start the threads. Close: close
+every managed ledger, flush the write cache, stop the threads; a clean close leaves nothing in the
+journal to replay.
 
 Ledger ids come from one counter for the whole data directory, so they increase across topics and
 are never reused, even after a topic is deleted and created again: a client holding an old message
-id can never confuse it with a new entry, and the caches can key entries by position alone. The
-counter is persisted by the journal thread before the file of each new ledger is created; on start
-the highest id on disk guards it as well.
+id can never confuse it with a new entry, and the caches can key entries by position alone. A
+ledger's creation is journaled before its first entry, and each flush raises the counter in the
+database to past the ledgers it created, so after a crash the counter is past every ledger that
+ever held a durable entry.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 from velamq._clock import Clock, system_clock
 from velamq._errors import StorageError
-from velamq.storage import _layout
+from velamq.storage import _layout, _meta_ops
 from velamq.storage._caches import ByteLRU
-from velamq.storage._config import (
-    Counters,
-    MemoryBudget,
-    StorageConfig,
-    cache_entry_overhead_bytes,
-    io_threads,
-)
-from velamq.storage._flusher import DeleteJob, Flusher
+from velamq.storage._config import Counters, MemoryBudget, StorageConfig, cache_entry_overhead_bytes, io_threads
+from velamq.storage._db_reader import DbReader
+from velamq.storage._entry_log import Run
+from velamq.storage._flusher import Flusher
+from velamq.storage._gc import GarbageCollector, GcResult
+from velamq.storage._gc_schedule import GcSchedule
 from velamq.storage._journal import Journal
 from velamq.storage._journal_file import JOURNAL_DIR
+from velamq.storage._log_writer import LogIds, LogWriter
 from velamq.storage._managed_ledger import ManagedLedger, StorageContext
+from velamq.storage._meta_ops import MetaOp
+from velamq.storage._migrate_v1 import migrate_if_format_1
 from velamq.storage._position import Position
 from velamq.storage._publish_buffer import PublishBuffer
-from velamq.storage._read_path import Offsets, offsets_size
-from velamq.storage._recovery import JournalRecovery, recover_journal
+from velamq.storage._read_path import run_size
+from velamq.storage._recovery import JournalRecovery, check_logs, recover_journal
+from velamq.storage._storage_db import StorageDb, StoredLedger, ThreadDbs
 from velamq.storage._storage_metrics import storage_metrics
 from velamq.storage._write_cache import WriteCache
 from velamq.storage._write_path import WritePath
 
 log = logging.getLogger("velamq.storage")
+
+_T = TypeVar("_T")
 
 
 def _entry_size(data: bytes) -> int:
@@ -58,36 +66,44 @@ def _entry_size(data: bytes) -> int:
 
 class Storage:
     """The broker's one entry point to durable logs: one per data directory, used from one event
-    loop. `start` locks the directory and replays the journal; `open_ledger` hands out managed
-    ledgers by topic name (recovered from disk on first use, at most one object per name);
-    `delete_ledger` removes one with its cursors; `close` closes them all, flushes and stops the
-    storage threads. It owns what the managed ledgers share: the journal, the write cache and its
-    flusher, the caches, the publish buffer and the ledger id counter."""
+    loop. `start` locks the directory and recovers; `open_ledger` hands out managed ledgers by topic
+    name (read from the storage database on first use, at most one object per name);
+    `delete_ledger` removes one with its cursors; `collect_garbage` returns the space of deleted
+    entries; `close` closes everything, flushes and stops the storage threads."""
 
     def __init__(self, config: StorageConfig, clock: Clock = system_clock) -> None:
         self.config = config
         self.clock = clock
         self._data_dir = Path(config.data_dir)
         self._journal_dir = self._data_dir / JOURNAL_DIR
+        self._logs_dir = self._data_dir / _layout.LOGS_DIR
+        self._db_path = self._data_dir / _layout.DB_FILE
         budget = config.budget
         self.memory_budget: MemoryBudget = budget
         self.publish_buffer = PublishBuffer(budget.publish_buffer_bytes)
         self.tail_cache: ByteLRU[Position, bytes] = ByteLRU("tail", budget.tail_cache_bytes, _entry_size)
         self.read_cache: ByteLRU[Position, bytes] = ByteLRU("read", budget.read_cache_bytes, _entry_size)
-        self.index_cache: ByteLRU[int, Offsets] = ByteLRU("index", budget.index_cache_bytes, offsets_size)
+        self.index_cache: ByteLRU[tuple[int, int], Run] = ByteLRU("index", budget.index_cache_bytes, run_size)
         self.write_cache = WriteCache(budget.write_cache_bytes, clock)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._io: ThreadPoolExecutor | None = None
+        self._dbs: ThreadDbs | None = None
         self._journal: Journal | None = None
         self._flusher: Flusher | None = None
+        self._gc: GarbageCollector | None = None
+        self._gc_schedule: GcSchedule | None = None
+        self._reader: DbReader | None = None
         self._write_path: WritePath | None = None
         self._ctx: StorageContext | None = None
         self._lock_fd = -1
         self._ledger_id_next = 1
-        self._dirs: dict[str, Path] = {}  # every managed ledger on disk, by name
+        self._ml_id_next = 1
         self._open: dict[str, ManagedLedger] = {}
+        self._open_peak = 0  # the most topics open at once since the dict was last rebuilt
         self._opening: dict[str, asyncio.Task[ManagedLedger]] = {}
         self._deleting: dict[str, asyncio.Future[None]] = {}
+        self._deleted: dict[str, MetaOp] = {}  # deleted, not yet flushed: the database still has them
+        self._deleted_names: dict[int, str] = {}  # ml id -> name, of those
         self._counters = Counters()
         self.recovery: JournalRecovery | None = None
         self._state = "new"
@@ -98,66 +114,17 @@ class Storage:
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._io = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="velamq-storage-io")
-        write_path = WritePath(
-            self.config, loop, self.write_cache, self.tail_cache, self.publish_buffer, self._counters, self.clock
-        )
-        journal: Journal | None = None
         try:
             self._lock_fd = await loop.run_in_executor(self._io, _lock, self._data_dir)
             try:
-                self.recovery = await loop.run_in_executor(
-                    self._io,
-                    functools.partial(
-                        recover_journal,
-                        self._data_dir,
-                        self._journal_dir,
-                        sync=self.config.sync,
-                        now_ms=self.clock.now_ms(),
-                    ),
-                )
-                self._counters.torn_tails_truncated_total += self.recovery.torn_tails
-                self._dirs = self.recovery.dirs
-                counter = await loop.run_in_executor(self._io, _layout.read_ledger_id_next, self._data_dir)
-                self._ledger_id_next = max(counter, self.recovery.ledger_id_max + 1)
-                journal = Journal(
-                    self._data_dir,
-                    self._journal_dir,
-                    self.recovery.next_seq,
-                    policy=self.config.sync_policy,
-                    sync_interval_ms=self.config.sync_interval_ms,
-                    segment_bytes=self.config.journal_segment_bytes,
-                    deliver=write_path.on_group,
-                    loop=loop,
-                    clock=self.clock,
-                )
-                await loop.run_in_executor(self._io, journal.open)
+                writer, log_ids = await loop.run_in_executor(self._io, self._recover)
             except BaseException:
                 await loop.run_in_executor(self._io, _layout.unlock_data_dir, self._lock_fd)
                 raise
         except BaseException:
             self._io.shutdown(wait=False)
             raise
-        flusher = Flusher(self._journal_dir, sync=self.config.sync, on_flushed=write_path.on_flushed, loop=loop)
-        journal.start()
-        flusher.start()
-        write_path.start(journal, flusher)
-        self._journal, self._flusher, self._write_path = journal, flusher, write_path
-        self._ctx = StorageContext(
-            self.config,
-            self.clock,
-            journal,
-            flusher,
-            write_path,
-            self.write_cache,
-            self.tail_cache,
-            self.read_cache,
-            self.index_cache,
-            self.publish_buffer,
-            self._io,
-            self._allocate_ledger_id,
-            self._counters,
-            self._on_closed,
-        )
+        self._start_threads(loop, writer, log_ids)
         self._state = "started"
         log.info(
             "storage started in %s (sync_policy=%s, memory budget %d MiB)",
@@ -165,6 +132,95 @@ class Storage:
             self.config.sync_policy,
             self.memory_budget.total_bytes >> 20,
         )
+
+    def _recover(self) -> tuple[LogWriter, LogIds]:
+        """Blocking: migration, entry logs against the index, journal replay."""
+        config = self.config
+        migrate_if_format_1(self._data_dir, sync=config.sync, log_bytes_max=config.entry_log_bytes_max)
+        db = StorageDb(self._db_path, sync=config.sync, create=True)
+        try:
+            removed, truncated, log_id_next = check_logs(self._logs_dir, db)
+            log_ids = LogIds(log_id_next)
+            writer = LogWriter(
+                self._logs_dir,
+                db,
+                log_ids,
+                sync=config.sync,
+                log_bytes_max=config.entry_log_bytes_max,
+                now_ms=self.clock.now_ms,
+            )
+            writer.open()
+            self.recovery = recover_journal(self._journal_dir, writer)
+        except BaseException:
+            db.close()
+            raise
+        self.recovery.logs_removed, self.recovery.log_bytes_truncated = removed, truncated
+        self.recovery.log_id_next = log_id_next
+        meta = db.meta()
+        self._ledger_id_next = max(1, meta.get("ledger_id_next", 1))
+        self._ml_id_next = max(1, meta.get("ml_id_next", 1))
+        return writer, log_ids
+
+    def _start_threads(self, loop: asyncio.AbstractEventLoop, writer: LogWriter, log_ids: LogIds) -> None:
+        config = self.config
+        assert self.recovery is not None and self._io is not None
+        write_path = WritePath(
+            config,
+            loop,
+            self.write_cache,
+            self.tail_cache,
+            self.publish_buffer,
+            self._counters,
+            self.clock,
+            self._on_metadata_flushed,
+        )
+        journal = Journal(
+            self._journal_dir,
+            self.recovery.next_seq,
+            policy=config.sync_policy,
+            sync_interval_ms=config.sync_interval_ms,
+            segment_bytes=config.journal_segment_bytes,
+            deliver=write_path.on_group,
+            loop=loop,
+            clock=self.clock,
+        )
+        journal.open()
+        flusher = Flusher(writer, self._journal_dir, sync=config.sync, on_flushed=write_path.on_flushed, loop=loop)
+        gc = GarbageCollector(
+            self._db_path,
+            self._logs_dir,
+            log_ids,
+            sync=config.sync,
+            log_bytes_max=config.entry_log_bytes_max,
+            bytes_per_s=config.gc_bytes_per_s,
+            now_ms=self.clock.now_ms,
+            loop=loop,
+        )
+        journal.start()
+        flusher.start()
+        gc.start()
+        write_path.start(journal, flusher)
+        self._journal, self._flusher, self._gc, self._write_path = journal, flusher, gc, write_path
+        self._dbs = ThreadDbs(self._db_path, sync=config.sync)
+        self._reader = DbReader(self._dbs, self._io, loop)
+        self._ctx = StorageContext(
+            config,
+            self.clock,
+            journal,
+            write_path,
+            self.write_cache,
+            self.tail_cache,
+            self.read_cache,
+            self.index_cache,
+            self.publish_buffer,
+            self._io,
+            self._dbs,
+            self._logs_dir,
+            self._allocate_ledger_id,
+            self._counters,
+            self._on_closed,
+        )
+        self._gc_schedule = GcSchedule(config, self.clock, gc, flusher, self._reader, self.flush, loop)
 
     async def close(self) -> None:
         """Close every managed ledger (appends complete, cursors are written), flush, stop threads."""
@@ -181,12 +237,16 @@ class Storage:
         for ml, result in zip(ledgers, results, strict=True):
             if isinstance(result, BaseException):
                 log.error("closing managed ledger %s: %s", ml.name, result)
-        assert self._loop is not None and self._io is not None
+        assert self._loop is not None and self._io is not None and self._dbs is not None
         assert self._journal is not None and self._flusher is not None and self._write_path is not None
+        assert self._gc is not None and self._gc_schedule is not None
+        self._gc_schedule.stop()
         await self._write_path.drain()
         self._write_path.stop_timer()
         await self._loop.run_in_executor(self._io, self._journal.stop)
         await self._loop.run_in_executor(self._io, self._flusher.stop)
+        await self._loop.run_in_executor(self._io, self._gc.stop)
+        await self._loop.run_in_executor(self._io, self._dbs.close_all)
         await self._loop.run_in_executor(self._io, _layout.unlock_data_dir, self._lock_fd)
         self._io.shutdown(wait=False)  # idle by now; its threads end on their own
         self._state = "closed"
@@ -201,10 +261,16 @@ class Storage:
             raise StorageError(f"storage in {self._data_dir} is {self._state}")
         return self._ctx
 
+    async def _in_io(self, fn: Callable[[StorageDb], _T]) -> _T:
+        """Run a query with an I/O thread's own connection."""
+        assert self._reader is not None
+        return await self._reader.run(fn)
+
     # -- managed ledgers -----------------------------------------------------------------------
 
     async def open_ledger(self, name: str) -> ManagedLedger:
-        """The managed ledger of that name: created if absent, recovered if on disk, shared if open."""
+        """The managed ledger of that name: created if absent, read from the database if stored,
+        shared if open."""
         ctx = self._check_started()
         while True:
             deleting = self._deleting.get(name)
@@ -219,7 +285,7 @@ class Storage:
             return ml
         task = self._opening.get(name)
         if task is None:
-            # A task of its own, so a cancelled caller never leaves a recovery half done.
+            # A task of its own, so a cancelled caller never leaves an open half done.
             assert self._loop is not None
             task = self._loop.create_task(self._open_ledger(name, ctx))
             task.add_done_callback(_retrieve_exception)
@@ -227,22 +293,43 @@ class Storage:
         return await asyncio.shield(task)
 
     async def _open_ledger(self, name: str, ctx: StorageContext) -> ManagedLedger:
-        assert self._loop is not None
         try:
-            directory = self._dirs.get(name)
-            if directory is None:
-                directory = await self._loop.run_in_executor(
-                    ctx.io, functools.partial(_layout.create_ledger_dir, self._data_dir, name, sync=ctx.config.sync)
-                )
-                self._dirs[name] = directory
-            ml = await ManagedLedger.open(name, directory, ctx)
+            stored: StoredLedger | None = None
+            if name not in self._deleted:
+                assert self._reader is not None
+                stored = await self._reader.load(name)
+            self._check_started()
+            if stored is None:
+                ml_id = self._ml_id_next
+                self._ml_id_next += 1
+                ctx.journal.submit(_meta_ops.ml_create(ml_id, name))
+                ml = ManagedLedger.create(name, ml_id, ctx)
+            else:
+                ml = ManagedLedger.restore(name, stored, ctx)
             self._open[name] = ml
             return ml
         finally:
             del self._opening[name]
 
+    async def ledger_exists(self, name: str) -> bool:
+        """Whether a managed ledger of that name exists (open, or in the storage database)."""
+        self._check_started()
+        if name in self._open:
+            return True
+        if name in self._deleted:
+            return False
+        return await self._in_io(lambda db: db.find_ml(name)) is not None
+
+    async def ledger_names(self, after: str = "", limit: int = 1000) -> list[str]:
+        """Names of managed ledgers in name order, the first `limit` after `after` (a page)."""
+        self._check_started()
+        stored = await self._in_io(lambda db: db.ml_names(after, limit))
+        names = {n for _, n in stored} | {n for n in self._open if n > after}
+        return sorted(n for n in names if n not in self._deleted or n in self._open)[:limit]
+
     async def delete_ledger(self, name: str) -> None:
-        """Close the managed ledger if open and remove all its files, cursors included."""
+        """Close the managed ledger if open and delete it with its cursors; returns once the
+        deletion is durable (the flush then finishes it, and the collector reclaims its bytes)."""
         ctx = self._check_started()
         assert self._loop is not None
         while name in self._deleting:
@@ -256,28 +343,46 @@ class Storage:
         done: asyncio.Future[None] = self._loop.create_future()
         self._deleting[name] = done
         try:
-            directory = self._dirs.pop(name, None)
             ml = self._open.get(name)
             if ml is not None:
-                await ml.remove_files()
-            elif directory is not None:
-                deleted: asyncio.Future[None] = self._loop.create_future()
-                ctx.flusher.submit(DeleteJob([], [], [directory], ctx.write_cache.active.generation, deleted))
-                await deleted
+                ml_id, ledger_ids = ml.ml_id, await ml.delete()
+            elif name in self._deleted:
+                return
+            else:
+                found = await self._in_io(lambda db: _ml_and_ledgers(db, name))
+                if found is None:
+                    return
+                ml_id, ledger_ids = found
+            for ledger_id in ledger_ids:
+                ctx.write_cache.drop_ledger(ledger_id)
+            op = _meta_ops.ml_delete(ml_id, ledger_ids)
+            op.future = self._loop.create_future()
+            self._deleted[name] = op
+            self._deleted_names[ml_id] = name
+            ctx.journal.submit(op)
+            await op.future
         finally:
             del self._deleting[name]
             done.set_result(None)
 
+    def _on_metadata_flushed(self, metadata: list[MetaOp]) -> None:
+        """The storage database now has these operations: deleted names need no shadow any more."""
+        if not self._deleted:
+            return
+        for op in metadata:
+            if op.kind == _meta_ops.ML_DELETE:
+                name = self._deleted_names.pop(op.subject, None)
+                if name is not None and self._deleted.get(name) is op:
+                    del self._deleted[name]
+
     def _on_closed(self, ml: ManagedLedger) -> None:
         if self._open.get(ml.name) is ml:
             del self._open[ml.name]
-
-    def has_ledger(self, name: str) -> bool:
-        """Whether a managed ledger of that name exists (open or on disk); no I/O."""
-        return name in self._dirs or name in self._open
-
-    def ledger_names_on_disk(self) -> list[str]:
-        return sorted(self._dirs)
+            # A dict never shrinks by itself: after many topics unloaded, give its table back.
+            self._open_peak = max(self._open_peak, len(self._open) + 1)
+            if self._open_peak > 1024 and len(self._open) < self._open_peak // 4:
+                self._open = dict(self._open)
+                self._open_peak = len(self._open)
 
     @property
     def open_ledgers(self) -> dict[str, ManagedLedger]:
@@ -288,14 +393,26 @@ class Storage:
         return self._data_dir
 
     async def flush(self) -> None:
-        """Wait until every entry durable now is in its ledger file (tests, benchmarks, shutdown)."""
+        """Wait until every entry durable now is in the entry logs and the index (tests,
+        benchmarks, shutdown)."""
         if self._write_path is not None:
             await self._write_path.drain()
+
+    # -- garbage collection --------------------------------------------------------------------
+
+    async def collect_garbage(self, threshold: float | None = None) -> GcResult:
+        """Run a garbage collection pass now (a major one unless a threshold is given): delete
+        entry logs with nothing live left, compact those whose live share is below the threshold.
+        The active log is sealed first if it holds dead bytes, so its space can come back too."""
+        self._check_started()
+        assert self._gc_schedule is not None
+        return await self._gc_schedule.collect(self.config.gc_major_threshold if threshold is None else threshold)
 
     def metrics(self) -> dict[str, float]:
         return storage_metrics(
             journal=self._journal,
             flusher=self._flusher,
+            gc=self._gc,
             write_path=self._write_path,
             write_cache=self.write_cache,
             caches=(
@@ -305,9 +422,14 @@ class Storage:
             ),
             publish_buffer=self.publish_buffer,
             counters=self._counters,
-            open_ledgers=self._open.values(),
+            open_ledgers=len(self._open),
             budget=self.memory_budget,
         )
+
+
+def _ml_and_ledgers(db: StorageDb, name: str) -> tuple[int, list[int]] | None:
+    ml_id = db.find_ml(name)
+    return None if ml_id is None else (ml_id, db.ledger_ids_of(ml_id))
 
 
 def _lock(data_dir: Path) -> int:

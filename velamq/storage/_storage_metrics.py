@@ -4,8 +4,13 @@ Names ending in _total are counters, the rest gauges (the admin tier exports the
 
     velamq_storage_journal_*         appends, bytes, group commits, fsyncs, fsync latency (sum,
                                      max), entries per fsync (average and last group)
-    velamq_storage_flush_*           write cache flushes to ledger files: count, seconds, bytes,
-                                     fsyncs, index files, checkpoints, journal segments trimmed
+    velamq_storage_flush_*           write cache flushes to entry logs: count, seconds, bytes,
+                                     entries, index runs, logs written, fsyncs, checkpoints,
+                                     journal segments trimmed
+    velamq_storage_gc_*              garbage collection: passes, logs deleted and compacted, bytes
+                                     reclaimed and copied, seconds, errors
+    velamq_storage_entry_log*        entry logs as the last collection pass found them: count,
+                                     bytes, live bytes
     velamq_storage_write_cache_*     bytes, entries, hits, misses, swaps, parked groups
     velamq_storage_tail_cache_*      hits, misses, inserts, evictions, bytes (and entries not
     velamq_storage_read_cache_*      cached because their topic had no active cursor); the read
@@ -24,8 +29,8 @@ from typing import Protocol
 
 from velamq.storage._config import Counters, MemoryBudget
 from velamq.storage._flusher import Flusher
+from velamq.storage._gc import GarbageCollector
 from velamq.storage._journal import Journal
-from velamq.storage._managed_ledger import ManagedLedger
 from velamq.storage._publish_buffer import PublishBuffer
 from velamq.storage._write_cache import WriteCache
 from velamq.storage._write_path import WritePath
@@ -39,17 +44,17 @@ def storage_metrics(
     *,
     journal: Journal | None,
     flusher: Flusher | None,
+    gc: GarbageCollector | None,
     write_path: WritePath | None,
     write_cache: WriteCache,
     caches: Iterable[tuple[str, _Cache]],
     publish_buffer: PublishBuffer,
     counters: Counters,
-    open_ledgers: Iterable[ManagedLedger],
+    open_ledgers: int,
     budget: MemoryBudget,
 ) -> dict[str, float]:
     p = "velamq_storage_"
     out: dict[str, float] = {}
-    ledgers = list(open_ledgers)
     j_appends = journal.appends_total if journal else 0
     j_fsyncs = journal.fsyncs_total if journal else 0
     f_fsyncs = flusher.fsyncs_total if flusher else 0
@@ -74,12 +79,25 @@ def storage_metrics(
             p + "flush_seconds_total": flusher.flush_seconds_total,
             p + "flush_bytes_total": flusher.flush_bytes_total,
             p + "flush_entries_total": flusher.flush_entries_total,
-            p + "flush_files_total": flusher.flush_files_total,
+            p + "flush_runs_total": flusher.flush_runs_total,
+            p + "flush_logs_total": flusher.flush_logs_total,
             p + "flush_fsyncs_total": f_fsyncs,
-            p + "flush_indexes_written_total": flusher.indexes_written_total,
             p + "flush_checkpoints_total": flusher.checkpoints_total,
             p + "flush_journal_segments_deleted_total": flusher.journal_segments_deleted_total,
-            p + "flush_missing_files_total": flusher.missing_files_total,
+        }
+    if gc is not None:
+        logs = gc.last_logs
+        out |= {
+            p + "gc_runs_total": gc.runs_total,
+            p + "gc_logs_deleted_total": gc.logs_deleted_total,
+            p + "gc_logs_compacted_total": gc.logs_compacted_total,
+            p + "gc_bytes_reclaimed_total": gc.bytes_reclaimed_total,
+            p + "gc_bytes_copied_total": gc.bytes_copied_total,
+            p + "gc_seconds_total": gc.seconds_total,
+            p + "gc_errors_total": gc.errors_total,
+            p + "entry_logs": len(logs),
+            p + "entry_log_bytes": sum(row.total_bytes for row in logs),
+            p + "entry_log_live_bytes": sum(row.live_bytes for row in logs),
         }
     out |= write_cache.metrics()
     if write_path is not None:
@@ -108,8 +126,8 @@ def storage_metrics(
         + (flusher.flush_bytes_total if flusher else 0),
         p + "group_commits_total": journal.groups_total if journal else 0,
         p + "entries_per_fsync": j_appends / j_fsyncs if j_fsyncs else float(j_appends),
-        p + "open_ledgers": len(ledgers),
-        p + "pending_appends": sum(ml.pending_appends for ml in ledgers),
+        p + "open_ledgers": open_ledgers,
+        p + "pending_appends": counters.pending_appends,
         p + "ledgers_rolled_total": counters.ledgers_rolled_total,
         p + "ledgers_trimmed_total": counters.ledgers_trimmed_total,
         p + "read_entries_cache_total": counters.read_entries_cache_total,

@@ -1,15 +1,16 @@
-"""The double-buffered write cache (ME-4): durable entries on their way to the ledger files.
+"""The double-buffered write cache (ME-4): durable entries on their way to the entry logs.
 
 Two halves: `active` takes every entry the journal has made durable, `flushing` (when there is
-one) is being written to the ledger files by the flusher thread. When the active half is full
+one) is being written to the entry logs by the flusher thread. When the active half is full
 (write_cache_bytes / 2) or old (flush_interval_ms) and no flush is running, the halves swap: the
 active one is frozen and handed to the flusher, a new empty one takes appends. Reads look in the
-active half, then in the flushing one; an entry in neither is in its ledger file.
+active half, then in the flushing one; an entry in neither is in an entry log and the index.
 
-Within a half, each ledger's entries form one contiguous run (a Segment), so a flush writes each
-ledger's entries together, with one writev, to its own file. A half also remembers the journal
-location its newest entry reached (the checkpoint the flush may write once done) and the ledgers
-sealed since the last swap (whose index files the flush writes once their entries are in).
+Within a half, each ledger's entries form one contiguous run (a Segment), and the flush writes
+them sorted by (ledger, entry), so a ledger's entries of one half lie together in one entry log.
+A half also carries the metadata operations that became durable with its entries (_meta_ops, in
+journal order; the flush applies them to the storage database) and the journal location its newest
+complete group reached (the checkpoint the flush may write once done).
 
 Lives on the event loop. A frozen half is never changed again: the flusher thread reads it while
 the loop still serves reads from it, and the loop drops it when the flusher reports it flushed.
@@ -19,12 +20,12 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from velamq._clock import Clock
 from velamq.storage._config import write_cache_entry_overhead_bytes
 from velamq.storage._journal import LedgerHandle
 from velamq.storage._journal_file import JournalLocation
+from velamq.storage._meta_ops import MetaOp
 from velamq.storage._position import Position
 
 
@@ -32,9 +33,9 @@ from velamq.storage._position import Position
 class Segment:
     """One ledger's consecutive entries in one half of the write cache."""
 
-    handle: LedgerHandle
+    ledger_id: int
     first_entry_id: int
-    file_offset: int  # where the record of first_entry_id goes in the ledger file
+    handle: LedgerHandle | None = None  # None in recovery's halves
     datas: list[bytes] = field(default_factory=list)
     crcs: array[int] = field(default_factory=lambda: array("I"))
 
@@ -43,26 +44,14 @@ class Segment:
         return self.first_entry_id + len(self.datas)
 
 
-@dataclass(frozen=True, slots=True)
-class SealInfo:
-    """A rolled-over ledger whose index file is to be written once its entries are flushed."""
-
-    handle: LedgerHandle
-    index_path: Path
-    offsets: array[int]
-    file_bytes: int
-    created_ms: int
-    closed_ms: int
-
-
 @dataclass(eq=False, slots=True)
 class WriteBuffer:
     generation: int
     segments: dict[int, Segment] = field(default_factory=dict)  # by ledger id
+    metadata: list[MetaOp] = field(default_factory=list)  # in journal order
     size_bytes: int = 0  # data plus per-entry overhead
     entries: int = 0
     journal_end: JournalLocation | None = None
-    seals: list[SealInfo] = field(default_factory=list)
     started_s: float = 0.0  # the clock's monotonic time of its first entry
 
     def get(self, ledger_id: int, entry_id: int) -> bytes | None:
@@ -73,6 +62,28 @@ class WriteBuffer:
         if 0 <= i < len(segment.datas):
             return segment.datas[i]
         return None
+
+    def add(self, ledger_id: int, entry_id: int, data: bytes, crc: int, handle: LedgerHandle | None = None) -> bool:
+        """Add an entry; False if it does not continue its ledger's run (a bug upstream)."""
+        segment = self.segments.get(ledger_id)
+        if segment is None:
+            segment = self.segments[ledger_id] = Segment(ledger_id, entry_id, handle)
+        elif segment.end_entry_id != entry_id:
+            return False
+        segment.datas.append(data)
+        segment.crcs.append(crc)
+        self.entries += 1
+        self.size_bytes += len(data) + write_cache_entry_overhead_bytes
+        return True
+
+    def add_metadata(self, op: MetaOp) -> None:
+        op.generation = self.generation
+        self.metadata.append(op)
+        self.size_bytes += op.size_bytes + write_cache_entry_overhead_bytes
+
+    @property
+    def empty(self) -> bool:
+        return not self.entries and not self.metadata
 
 
 class WriteCache:
@@ -86,6 +97,7 @@ class WriteCache:
         self.half_bytes_max = max(1, bytes_max // 2)
         self.active = WriteBuffer(1)
         self.flushing: WriteBuffer | None = None
+        self.flushed_generation = 0  # every half up to this one is in the entry logs
         self.hits_total = 0
         self.misses_total = 0
         self.swaps_total = 0
@@ -102,19 +114,15 @@ class WriteCache:
     def add(self, handle: LedgerHandle, entry_id: int, data: bytes, crc: int) -> bool:
         """Add a durable entry; False if it does not continue its ledger's run (a bug upstream)."""
         active = self.active
-        segment = active.segments.get(handle.ledger_id)
-        if segment is None:
-            file_offset = handle.owner.file_offset(handle.ledger_id, entry_id)
-            segment = active.segments[handle.ledger_id] = Segment(handle, entry_id, file_offset)
-        elif segment.end_entry_id != entry_id:
-            return False
-        segment.datas.append(data)
-        segment.crcs.append(crc)
-        if not active.entries:
+        if active.empty:
             active.started_s = self._clock.monotonic_s()
-        active.entries += 1
-        active.size_bytes += len(data) + write_cache_entry_overhead_bytes
-        return True
+        return active.add(handle.ledger_id, entry_id, data, crc, handle)
+
+    def add_metadata(self, op: MetaOp) -> None:
+        active = self.active
+        if active.empty:
+            active.started_s = self._clock.monotonic_s()
+        active.add_metadata(op)
 
     def get(self, pos: Position) -> bytes | None:
         ledger_id, entry_id = pos
@@ -128,31 +136,21 @@ class WriteCache:
         return data
 
     def first_cached(self, ledger_id: int) -> int | None:
-        """The lowest entry id of that ledger held in either half (entries below it are in the file)."""
+        """The lowest entry id of that ledger held in either half (entries below it are in the logs)."""
         flushing = self.flushing.segments.get(ledger_id) if self.flushing is not None else None
         if flushing is not None:
             return flushing.first_entry_id
         active = self.active.segments.get(ledger_id)
         return active.first_entry_id if active is not None else None
 
-    def holds_any(self, ledger_ids: list[int]) -> bool:
-        for buffer in (self.active, self.flushing):
-            if buffer is not None and any(i in buffer.segments for i in ledger_ids):
-                return True
-        return False
-
-    def add_seal(self, seal: SealInfo) -> None:
-        self.active.seals.append(seal)
-
     def drop_ledger(self, ledger_id: int) -> None:
-        """Forget a deleted ledger's entries in the active half (the flusher skips them anyway)."""
+        """Forget a deleted ledger's entries in the active half (the flush skips them anyway)."""
         active = self.active
         segment = active.segments.pop(ledger_id, None)
         if segment is not None:
             active.entries -= len(segment.datas)
             overhead = write_cache_entry_overhead_bytes * len(segment.datas)
             active.size_bytes -= sum(len(d) for d in segment.datas) + overhead
-        active.seals = [s for s in active.seals if s.handle.ledger_id != ledger_id]
 
     def swap(self) -> WriteBuffer:
         """Freeze the active half for the flusher and start a new one. No flush may be running."""
@@ -167,6 +165,7 @@ class WriteCache:
     def flushed(self, buffer: WriteBuffer) -> None:
         if self.flushing is buffer:
             self.flushing = None
+        self.flushed_generation = max(self.flushed_generation, buffer.generation)
 
     def note_bytes(self) -> None:
         total = self.size_bytes

@@ -7,8 +7,11 @@
                                                                ledgers learn what is durable; the
                                                                appends resolve (publish buffer -size)
     active half full or old ──swap──▶ flusher thread ──done──▶ WritePath.on_flushed (loop)
-                                      (ledger files, indexes,   (drop the half, swap again if due,
+                                      (entry logs, index and    (drop the half, swap again if due,
                                        checkpoint, trim)         apply parked groups)
+
+A group's metadata operations (_meta_ops) go to the half that takes the group's first entry (or
+the active one), so an operation is never flushed after an entry that depends on it.
 
 Backpressure: a group's appends are applied only while the active half has room (a group may be
 split across the two halves). When the active half is full and the other is still being flushed,
@@ -27,13 +30,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 
 from velamq._clock import Clock
 from velamq._errors import StorageError
 from velamq.storage._caches import ByteLRU
 from velamq.storage._config import Counters, StorageConfig
 from velamq.storage._flusher import Flusher, FlushJob, FlushResult
-from velamq.storage._journal import Journal, JournalGroup, LedgerHandle
+from velamq.storage._journal import AppendOp, Journal, JournalGroup, LedgerHandle
+from velamq.storage._journal_file import RECORD_HEADER_BYTES
+from velamq.storage._meta_ops import MetaOp
 from velamq.storage._position import Position
 from velamq.storage._publish_buffer import PublishBuffer
 from velamq.storage._write_cache import WriteCache
@@ -55,7 +61,9 @@ class WritePath:
         publish_buffer: PublishBuffer,
         counters: Counters,
         clock: Clock,
+        on_metadata_flushed: Callable[[list[MetaOp]], None],
     ) -> None:
+        self._on_metadata_flushed = on_metadata_flushed
         self._clock = clock
         self._config = config
         self._loop = loop
@@ -96,6 +104,8 @@ class WritePath:
         """Apply parked groups, in order, as far as the write cache has room."""
         while self._parked:
             group = self._parked[0]
+            if group.metadata:
+                self._apply_metadata(group)
             while group.applied < len(group.appends):
                 if not self._make_room():
                     return
@@ -111,6 +121,18 @@ class WritePath:
             self._swap()
             return True
         return False
+
+    def _apply_metadata(self, group: JournalGroup) -> None:
+        """The group's metadata operations go to the active half (the one its first entry goes to)."""
+        add = self.write_cache.add_metadata
+        generation = self.write_cache.active.generation
+        for op in group.metadata:
+            add(op)
+            if op.owner is not None:
+                op.owner.last_generation = generation
+            if op.future is not None and not op.future.done():
+                op.future.set_result(None)
+        group.metadata = []
 
     def _apply_appends(self, group: JournalGroup) -> None:
         """Apply the group's next appends until the active half is full (a group may span halves)."""
@@ -132,14 +154,14 @@ class WritePath:
             data = op.data
             data_bytes += len(data)
             if not cache.add(handle, entry_id, data, op.crc):
-                log.error("write cache: %s entry %d does not follow its run; not cached", handle.path, entry_id)
+                log.error("write cache: ledger %d entry %d does not follow its run", handle.ledger_id, entry_id)
             run = durable.get(handle)
             if run is None:
-                durable[handle] = [entry_id, 1, 8 + len(data)]
+                durable[handle] = [entry_id, 1, RECORD_HEADER_BYTES + len(data)]
             else:
                 run[0] = entry_id
                 run[1] += 1
-                run[2] += 8 + len(data)
+                run[2] += RECORD_HEADER_BYTES + len(data)
             if handle.owner.tail_active:
                 tail.put(Position(handle.ledger_id, entry_id), data)
             else:
@@ -148,8 +170,11 @@ class WritePath:
         self._parked_bytes -= data_bytes
         self._counters.tail_cache_skipped_inactive_total += skipped_inactive
         cache.note_bytes()
+        generation = active.generation
         for handle, (last, count, size) in durable.items():
             handle.owner.on_durable(handle.ledger_id, last, count, size)
+            handle.owner.last_generation = generation
+        self._counters.pending_appends -= end - start
         for i in range(start, end):
             op = appends[i]
             release(len(op.data))
@@ -161,9 +186,13 @@ class WritePath:
         self.write_cache.active.journal_end = group.end
         release = self._publish.release
         for op, error in group.failed:
-            release(len(op.data))
-            op.handle.owner.on_write_failed(op.handle.ledger_id, error)
-            if not op.future.done():
+            if type(op) is AppendOp:
+                release(len(op.data))
+                self._counters.pending_appends -= 1
+                op.handle.owner.on_write_failed(op.handle.ledger_id, error)
+            elif type(op) is MetaOp and op.owner is not None:
+                op.owner.on_write_failed(op.subject, error)
+            if op.future is not None and not op.future.done():
                 op.future.set_exception(error)
         for future, reply_error in group.replies:
             if future.done():
@@ -193,8 +222,8 @@ class WritePath:
                 self.failure = result.error
                 log.error("storage: flush failed, appends refused until restart: %s", result.error)
             self._fail_parked(result.error)
-        for seal in result.sealed:
-            seal.handle.owner.on_sealed(seal.handle.ledger_id)
+        elif result.buffer.metadata:
+            self._on_metadata_flushed(result.buffer.metadata)
         generation = result.buffer.generation
         waiters, self._flush_waiters = self._flush_waiters, []
         for wanted, future in waiters:
@@ -205,27 +234,32 @@ class WritePath:
                 self._flush_waiters.append((wanted, future))
         if self.failure is not None:
             return
-        active = cache.active
-        if (active.entries or active.seals) and (not cache.has_room or self._swap_requested):
+        if not cache.active.empty and (not cache.has_room or self._swap_requested):
             self._swap()
         self._drain()
 
     def _fail_parked(self, error: StorageError) -> None:
         while self._parked:
             group = self._parked.popleft()
-            unapplied = group.appends[group.applied :]
+            failed: list[tuple[AppendOp | MetaOp, StorageError]] = [(op, error) for op in group.metadata]
+            failed += [(op, error) for op in group.appends[group.applied :]]
+            group.metadata = []
             group.appends = group.appends[: group.applied]
-            group.failed = [(op, error) for op in unapplied] + group.failed
+            group.failed = failed + group.failed
             self._finish(group)
         self._parked_bytes = 0
 
+    @property
+    def flushed_generation(self) -> int:
+        return self.write_cache.flushed_generation
+
     async def flush(self) -> None:
-        """Wait until everything now in the write cache is in the ledger files."""
+        """Wait until everything now in the write cache is in the entry logs and the index."""
         cache = self.write_cache
         if self.failure is not None:
             return
         active = cache.active
-        if active.entries or active.seals:
+        if not active.empty:
             wanted = active.generation
             if cache.flushing is None:
                 self._swap()
@@ -243,7 +277,7 @@ class WritePath:
         """Flush until nothing is parked and both halves are empty (Storage.close)."""
         cache = self.write_cache
         while self.failure is None and (
-            self._parked or cache.flushing is not None or cache.active.entries or cache.active.seals
+            self._parked or cache.flushing is not None or not cache.active.empty
         ):
             self._drain()
             await self.flush()
@@ -251,7 +285,7 @@ class WritePath:
     # -- the age trigger -----------------------------------------------------------------------
 
     async def _age_timer(self) -> None:
-        """Every flush_interval_ms by the clock: swap a half that is old enough, or holds seals."""
+        """Every flush_interval_ms by the clock: swap a half that is old enough."""
         interval_s = self._config.flush_interval_ms / 1000
         while True:
             await self._clock.sleep(interval_s)
@@ -261,7 +295,8 @@ class WritePath:
             if (
                 self.failure is None
                 and cache.flushing is None
-                and (active.seals or (active.entries and age_s >= interval_s * 0.9))
+                and not active.empty
+                and age_s >= interval_s * 0.9
             ):
                 self._swap()
 

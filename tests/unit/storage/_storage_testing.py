@@ -44,8 +44,11 @@ def payload(i: int, size: int = 0) -> bytes:
 
 
 def snapshot(data_dir: Path, to: Path) -> Path:
-    """A copy of a data dir as it is on disk right now: what a crash (page cache intact) would leave."""
-    shutil.copytree(data_dir, to, ignore=shutil.ignore_patterns("LOCK"))
+    """A copy of a data dir as it is on disk right now: what a crash (page cache intact) would leave.
+
+    Taken between storage's own writes (a test hook, or an idle storage): SQLite's WAL is copied
+    with the database, its shared-memory index is not (SQLite rebuilds it from the WAL)."""
+    shutil.copytree(data_dir, to, ignore=shutil.ignore_patterns("LOCK", "*-shm"))
     return to
 
 

@@ -103,7 +103,7 @@ def test_a_slow_flush_parks_groups_and_holds_their_receipts(tmp_path: Path) -> N
             flusher = storage._flusher
             assert flusher is not None
             release = threading.Event()
-            flusher.step_hook = lambda step: release.wait(10) if step == "ledgers-written" else None
+            flusher.step_hook = lambda step: release.wait(10) if step == "logs-written" else None
             tasks = []
             for i in range(60):  # 60 x 5 kB = 300 kB: three times the whole write cache
                 tasks.append(asyncio.ensure_future(ml.append(payload(i, 5000))))

@@ -26,7 +26,7 @@ from velamq.storage._journal_file import (
     record_header,
     segment_name,
 )
-from velamq.storage._ledger_file import crc_of
+from velamq.storage._layout import crc_of
 
 TOPICS = [f"{TOPIC}-{k}" for k in range(3)]
 
@@ -88,6 +88,7 @@ def test_sync_policies(tmp_path: Path, policy: str) -> None:
     async def main() -> None:
         async with started(tmp_path, sync_policy=policy, sync_interval_ms=50) as storage:
             ml = await storage.open_ledger(TOPIC)
+            await ml.open_cursor("sub", "earliest")  # durable: so is the topic's creation before it
             base = storage.metrics()["velamq_storage_journal_fsyncs_total"]
 
             def fsyncs_now() -> float:
@@ -196,7 +197,7 @@ def test_replay_keeps_exactly_the_records_before_a_torn_tail(sizes: list[int], d
         run(check())
 
 
-FLUSH_STEPS = ["ledgers-written", "ledgers-synced", "indexes-written", "checkpoint-written", "journal-trimmed"]
+FLUSH_STEPS = ["logs-written", "logs-synced", "index-committed", "journal-trimmed"]
 
 
 def test_a_crash_at_every_step_of_the_flush_cycle_loses_nothing(tmp_path: Path) -> None:
@@ -211,14 +212,14 @@ def test_a_crash_at_every_step_of_the_flush_cycle_loses_nothing(tmp_path: Path) 
             flusher = storage._flusher
             assert flusher is not None
             for round_ in range(3):
-                sizes_before = {log.name: log.stat().st_size for log in (data_dir / "ledgers").glob("*/*.log")}
+                sizes_before = {log.name: log.stat().st_size for log in (data_dir / "logs").glob("*.log")}
 
                 def hook(step: str, round_: int = round_, sizes_before: dict[str, int] = sizes_before) -> None:
                     crash = tmp_path / f"crash-{round_}-{step}"
                     snapshot(data_dir, crash)
                     crashes.append((step, crash))
-                    if step == "ledgers-written":  # a flush torn mid-write: cut what it wrote short
-                        for log in (crash / "ledgers").glob("*/*.log"):
+                    if step == "logs-written":  # a flush torn mid-write: cut what it wrote short
+                        for log in (crash / "logs").glob("*.log"):
                             grown = log.stat().st_size - sizes_before.get(log.name, 32)
                             if grown > 0:
                                 with open(log, "r+b") as f:
@@ -302,7 +303,7 @@ def test_recovery_skips_records_of_deleted_topics_and_is_idempotent(tmp_path: Pa
 
     async def check(d: Path, replayed: int) -> None:
         async with started(d) as storage:
-            assert storage.ledger_names_on_disk() == [TOPICS[0]]
+            assert await storage.ledger_names() == [TOPICS[0]]
             assert [x for _, x in await read_everything(storage, TOPICS[0])] == [payload(i) for i in range(10)]
             assert storage.recovery is not None
             assert storage.recovery.records_orphaned == replayed and storage.recovery.records_replayed == replayed
@@ -322,7 +323,7 @@ def test_a_flush_blocked_mid_way_still_serves_reads_from_the_flushing_half(tmp_p
             entered, release = threading.Event(), threading.Event()
 
             def hook(step: str) -> None:
-                if step == "ledgers-written":
+                if step == "logs-written":
                     entered.set()
                     release.wait(10)
 
@@ -347,12 +348,12 @@ def test_journal_file_is_the_only_copy_until_the_flush(tmp_path: Path) -> None:
         async with started(tmp_path, flush_interval_ms=NEVER_MS, sync_policy="fsync") as storage:
             ml = await storage.open_ledger(TOPIC)
             pos = await ml.append(b"payload")
-            (log,) = (tmp_path / "ledgers").glob("*/*.log")
-            assert os.path.getsize(log) == 32  # header only
+            assert list((tmp_path / "logs").iterdir()) == []
             (segment,) = (tmp_path / "journal").glob("*.wal")
             assert b"payload" in segment.read_bytes()
             await storage.flush()
-            assert os.path.getsize(log) == 32 + 8 + 7
+            (log,) = (tmp_path / "logs").iterdir()
+            assert os.path.getsize(log) == 32 + 28 + 7
             assert pos.entry_id == 0
 
     run(main())

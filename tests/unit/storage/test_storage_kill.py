@@ -1,7 +1,10 @@
-"""kill -9 during appends: every append that resolved is there after recovery (ME-6).
+"""kill -9 during appends, flushes and garbage collection: every append that resolved is there
+after recovery, and every deletion that resolved stays done (ME-6).
 
 With a small write cache and small journal segments the child flushes, checkpoints and trims the
-journal many times a second, so the kill lands anywhere in that cycle as well.
+journal many times a second, so the kill lands anywhere in that cycle as well. In the "gc" variant
+the child also creates, fills and deletes topics and runs the garbage collector in a loop over
+small entry logs, so the kill lands in compactions too.
 """
 
 from __future__ import annotations
@@ -29,14 +32,31 @@ from pathlib import Path
 from velamq.storage import Storage, StorageConfig
 
 async def main():
-    small = sys.argv[2] == "small"
+    small = sys.argv[2] in ("small", "gc")
     kwargs = dict(write_cache_bytes=256 * 1024, journal_segment_bytes=64 * 1024) if small else {}
+    if sys.argv[2] == "gc":
+        kwargs["entry_log_bytes_max"] = 64 * 1024
     config = StorageConfig(Path(sys.argv[1]), sync_policy="fsync", ledger_entries_max=300, **kwargs)
     storage = Storage(config)
     await storage.start()
     topics = [await storage.open_ledger(f"persistent://public/default/kill-{k}") for k in range(2)]
     sys.stdout.write("ready\n")
     sys.stdout.flush()
+
+    async def churn():
+        n = 0
+        while True:
+            name = f"persistent://public/default/tmp-{sys.argv[3]}-{n}"
+            ml = await storage.open_ledger(name)
+            for i in range(20):
+                await ml.append(b"t" * 2000)
+            await storage.flush()  # in the entry logs, next to the kept topics' entries
+            await storage.delete_ledger(name)
+            sys.stdout.write(f"deleted {name}\n")
+            sys.stdout.flush()
+            if n % 3 == 0:
+                await storage.collect_garbage(0.9)
+            n += 1
 
     async def produce(topic, producer):
         i = 0
@@ -47,18 +67,21 @@ async def main():
             sys.stdout.flush()
             i += 1
 
-    await asyncio.gather(*(produce(t, p) for t in range(2) for p in range(4)))
+    extra = [churn()] if sys.argv[2] == "gc" else []
+    await asyncio.gather(*(produce(t, p) for t in range(2) for p in range(4)), *extra)
 
 asyncio.run(main())
 """
 
 
-def run_child_and_kill(data_dir: Path, delay_s: float, variant: str) -> list[tuple[int, Position, bytes]]:
+def run_child_and_kill(
+    data_dir: Path, delay_s: float, variant: str, round_: int = 0
+) -> tuple[list[tuple[int, Position, bytes]], list[str]]:
     env = dict(os.environ, PYTHONPATH=str(Path(velamq.__file__).resolve().parent.parent))
     stderr_path = data_dir.parent / "child-stderr.txt"
     with open(stderr_path, "wb") as stderr:
         child = subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(data_dir), variant],
+            [sys.executable, "-c", CHILD, str(data_dir), variant, str(round_)],
             stdout=subprocess.PIPE,
             stderr=stderr,
             env=env,
@@ -91,23 +114,32 @@ def run_child_and_kill(data_dir: Path, delay_s: float, variant: str) -> list[tup
     assert lines[0] == b"ready", stderr_path.read_text()
     lines = lines[1:-1]  # drop "ready" and the unterminated last line, if any
     out = []
+    deleted = []
     for line in lines:
+        if line.startswith(b"deleted "):
+            deleted.append(line.split(b" ", 1)[1].decode())
+            continue
         topic, ledger_id, entry_id, data = line.split(b" ", 3)
         out.append((int(topic), Position(int(ledger_id), int(entry_id)), data))
-    return out
+    return out, deleted
 
 
-@pytest.mark.parametrize("variant", ["default", "small"])
+@pytest.mark.parametrize("variant", ["default", "small", "gc"])
 def test_sigkill_never_loses_a_resolved_append(tmp_path: Path, variant: str) -> None:
     data_dir = tmp_path / "data"
     rng = random.Random(os.getpid())
     confirmed: list[tuple[int, Position, bytes]] = []
-    for _ in range(3):  # each child recovers what the previous one left, then is killed too
-        printed = run_child_and_kill(data_dir, rng.uniform(0.1, 0.6), variant)
+    deleted: list[str] = []
+    for round_ in range(3):  # each child recovers what the previous one left, then is killed too
+        printed, gone = run_child_and_kill(data_dir, rng.uniform(0.1, 0.6) * (2 if variant == "gc" else 1), variant,
+                                           round_)
         assert printed, "the child resolved no append before it was killed"
+        if variant == "gc":
+            assert gone, "the child deleted no topic before it was killed"
         confirmed += printed
+        deleted += gone
 
-        async def check(confirmed: list[tuple[int, Position, bytes]]) -> None:
+        async def check(confirmed: list[tuple[int, Position, bytes]], deleted: list[str]) -> None:
             async with started(data_dir, sync_policy="fsync", ledger_entries_max=300) as storage:
                 for topic in range(2):
                     ml = await storage.open_ledger(f"persistent://public/default/kill-{topic}")
@@ -120,5 +152,8 @@ def test_sigkill_never_loses_a_resolved_append(tmp_path: Path, variant: str) -> 
                     for info in ml.ledgers():
                         ids = [e.position.entry_id for e in entries if e.position.ledger_id == info.ledger_id]
                         assert ids == list(range(info.entries))
+                names = await storage.ledger_names(limit=100_000)
+                assert not set(deleted) & set(names)  # a deletion that resolved stays done
+                await storage.collect_garbage()  # and the collector finds a consistent index
 
-        run(check(confirmed))
+        run(check(confirmed, deleted))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import struct
 from pathlib import Path
 
 import pytest
@@ -27,9 +28,9 @@ def test_entry_ids_are_dense_from_zero_and_roll_over_by_entries(tmp_path: Path) 
             assert [p.entry_id for p in positions] == [0, 1, 2, 3, 0, 1, 2, 3, 0, 1]
             assert positions == sorted(positions)
             assert [(info.ledger_id, info.entries, info.size_bytes) for info in ml.ledgers()] == [
-                (ids[0], 4, sum(8 + len(payload(i)) for i in range(4))),
-                (ids[1], 4, sum(8 + len(payload(i)) for i in range(4, 8))),
-                (ids[2], 2, sum(8 + len(payload(i)) for i in range(8, 10))),
+                (ids[0], 4, sum(28 + len(payload(i)) for i in range(4))),
+                (ids[1], 4, sum(28 + len(payload(i)) for i in range(4, 8))),
+                (ids[2], 2, sum(28 + len(payload(i)) for i in range(8, 10))),
             ]
             infos = ml.ledgers()
             assert all(info.created_ms > 0 for info in infos)
@@ -57,7 +58,7 @@ def test_rolls_over_by_bytes(tmp_path: Path) -> None:
         async with started(tmp_path, ledger_bytes_max=1000) as storage:
             ml = await storage.open_ledger(TOPIC)
             positions = [await ml.append(payload(i, 300)) for i in range(7)]
-            # 308 bytes per record: the fourth record starts past 900 < 1000, so 4 fit; then 3.
+            # 328 bytes per record: the fourth starts at 984 < 1000, so 4 fit; then 3.
             assert [p.entry_id for p in positions] == [0, 1, 2, 3, 0, 1, 2]
             assert len(ml.ledgers()) == 2
 
@@ -177,7 +178,7 @@ def test_group_commit_many_concurrent_appends_few_fsyncs(tmp_path: Path) -> None
             for k in range(4):
                 mine = [p for i, p in enumerate(results) if i % 4 == k]
                 assert [p.entry_id for p in mine] == list(range(n // 4))
-            assert metrics["velamq_storage_bytes_written_total"] >= sum(8 + len(payload(i)) for i in range(n))
+            assert metrics["velamq_storage_bytes_written_total"] >= sum(28 + len(payload(i)) for i in range(n))
             assert metrics["velamq_storage_open_ledgers"] == 4
 
     run(main())
@@ -193,14 +194,16 @@ def test_append_resolves_only_when_durable(tmp_path: Path) -> None:
             assert await ml.read_entries(Position(ml.current_ledger_id, 0), 1) == []
             pos = await task
             assert ml.last_confirmed == pos
-            # Durable in the journal (a 24-byte segment header, a 28-byte record header) ...
+            # Durable in the journal: the last record (after the records that created the topic's
+            # log and its ledger) is a 28-byte record header and the entry ...
             (segment,) = (tmp_path / "journal").glob("*.wal")
-            assert segment.read_bytes()[24 + 28 :] == b"one"
-            # ... and in its ledger file (a 32-byte file header, an 8-byte record header) once flushed.
-            path = next((tmp_path / "ledgers").iterdir()) / f"{pos.ledger_id:020d}.log"
-            assert os.path.getsize(path) == 32
+            assert segment.read_bytes()[-3:] == b"one"
+            assert struct.unpack_from("<IIQQ", segment.read_bytes(), os.path.getsize(segment) - 31)[2:] == pos
+            # ... and in a shared entry log (a 32-byte header, the same record) once flushed.
+            assert list((tmp_path / "logs").iterdir()) == []
             await storage.flush()
-            assert os.path.getsize(path) == 32 + 8 + 3
+            (log,) = (tmp_path / "logs").iterdir()
+            assert os.path.getsize(log) == 32 + 28 + 3 and log.read_bytes()[-3:] == b"one"
 
     run(main())
 
@@ -222,9 +225,12 @@ def test_open_ledger_returns_the_same_object_and_names_survive(tmp_path: Path) -
             assert len({ml.current_ledger_id for ml in first}) == len(names)  # unique ids
             for ml in first:
                 await ml.append(ml.name.encode())
-            assert storage.ledger_names_on_disk() == sorted(names)
+            assert await storage.ledger_names() == sorted(names)
         async with started(tmp_path) as storage:
-            assert storage.ledger_names_on_disk() == sorted(names)
+            assert await storage.ledger_names() == sorted(names)
+            assert await storage.ledger_names(after=sorted(names)[1], limit=2) == sorted(names)[2:4]
+            assert all([await storage.ledger_exists(n) for n in names])
+            assert not await storage.ledger_exists(TOPIC + "-not")
             for n in names:
                 ml = await storage.open_ledger(n)
                 assert [e.data for e in await ml.read_entries(Position(0, 0), 5)] == [n.encode()]
@@ -232,20 +238,19 @@ def test_open_ledger_returns_the_same_object_and_names_survive(tmp_path: Path) -
     run(main())
 
 
-def test_delete_ledger_removes_files_and_ids_are_never_reused(tmp_path: Path) -> None:
+def test_delete_ledger_removes_it_and_ids_are_never_reused(tmp_path: Path) -> None:
     async def main() -> None:
         async with started(tmp_path) as storage:
             ml = await storage.open_ledger(TOPIC)
             old = await ml.append(b"old")
             await ml.open_cursor("sub", "earliest")
             await storage.delete_ledger(TOPIC)
-            assert storage.ledger_names_on_disk() == []
-            assert list((tmp_path / "ledgers").iterdir()) == []
+            assert await storage.ledger_names() == [] and not await storage.ledger_exists(TOPIC)
             with pytest.raises(LedgerClosedError):
                 await ml.append(b"x")
             await storage.delete_ledger("persistent://public/default/never-existed")
         async with started(tmp_path) as storage:
-            assert storage.ledger_names_on_disk() == []
+            assert await storage.ledger_names() == [] and not await storage.ledger_exists(TOPIC)
             ml = await storage.open_ledger(TOPIC)
             assert ml.last_confirmed is None and ml.cursors == {}
             assert (await ml.append(b"new")).ledger_id > old.ledger_id
