@@ -19,7 +19,8 @@ module keeps discovery (PARTITIONED_METADATA, LOOKUP, GET_TOPICS_OF_NAMESPACE, G
 GET_OR_CREATE_SCHEMA) and turns a handler's refusal (BrokerRequestError) into the reply the client
 expects.
 
-Writes, water marks and read pauses are _transport_flow.py's (TransportFlow): every frame produced
+The handshake deadline and the keep-alive are _liveness.py's (Liveness). Writes, water marks and
+read pauses are _transport_flow.py's (TransportFlow): every frame produced
 during one loop iteration goes out in one write, dispatch stops while the connection is not
 writable, and reading stops while the publish buffer is full or partial frames are over their
 bound. Requests that need the metadata store or storage run as tasks; SEND is handled inline so
@@ -45,6 +46,7 @@ from velamq.broker._consumer import ServerConsumer
 from velamq.broker._consumer_commands import ConsumerCommands
 from velamq.broker._context import BrokerContext
 from velamq.broker._errors import BrokerRequestError
+from velamq.broker._liveness import Liveness
 from velamq.broker._producer import ServerProducer
 from velamq.broker._producer_commands import ProducerCommands
 from velamq.broker._schemas import protocol_schema
@@ -89,9 +91,10 @@ class ServerConnection(asyncio.Protocol):
         self._producers = ProducerCommands(self, broker)
         self._consumers = ConsumerCommands(self, broker)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._received_since_ping = True
-        self._ping_outstanding = False
-        self._timer: asyncio.Task[None] | None = None
+        self._liveness = Liveness(
+            self, broker.clock, config.handshake_timeout_s, config.keepalive_interval_s,
+            self._send_ping, broker.log_limit,
+        )
         self._handlers: dict[int, Callable[[Frame], None]] = {
             T.PING: self._on_ping,
             T.PONG: lambda f: None,
@@ -128,10 +131,10 @@ class ServerConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.remote_address = f"{peer[0]}:{peer[1]}" if peer else "?"
         self._broker.connection_opened(self)
-        self._timer = asyncio.get_running_loop().create_task(self._handshake_deadline())
+        self._liveness.start()
 
     def data_received(self, data: bytes) -> None:
-        self._received_since_ping = True
+        self._liveness.received_since_ping = True
         if self._handshake is not None:
             data = self._first_frame(data)
             if not data:
@@ -184,9 +187,7 @@ class ServerConnection(asyncio.Protocol):
         """Detach everything and drop every reference this connection holds, so that it and its
         buffers are freed at once (by reference counting, not by a later garbage collection)."""
         self.state = State.CLOSED
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._liveness.stop()
         self._producers.detach_all()
         self._consumers.detach_all()
         for task in list(self._tasks):
@@ -245,42 +246,6 @@ class ServerConnection(asyncio.Protocol):
 
     def pause_reading_until_room(self, buffer: PublishBuffer) -> None:
         self._flow.pause_until_room(buffer)
-
-    # ---- handshake deadline and keep-alive ---------------------------------------------------------
-
-    async def _handshake_deadline(self) -> None:
-        """Close a connection that has not sent CONNECT in time; CONNECT replaces this timer with
-        the keep-alive loop."""
-        await self._broker.clock.sleep(self._broker.config.handshake_timeout_s)
-        if self.state is State.AWAIT_CONNECT:
-            self._broker.log_limit.info(
-                "handshake-timeout", "closing connection %s: no CONNECT within %.0f s",
-                self.remote_address, self._broker.config.handshake_timeout_s,
-            )
-            self.close()
-
-    async def _keepalive_loop(self) -> None:
-        interval = self._broker.config.keepalive_interval_s
-        while self.state is not State.CLOSED:
-            await self._broker.clock.sleep(interval)
-            self._keepalive_tick()
-
-    def _keepalive_tick(self) -> None:
-        """Every interval: a client that sent nothing since the last PING and did not answer it is gone."""
-        if self.state is State.CLOSED:
-            return
-        if self._received_since_ping:
-            self._received_since_ping = False
-            self._ping_outstanding = False
-        elif self._ping_outstanding:
-            self._broker.log_limit.info(
-                "keepalive", "closing connection %s: no answer to keep-alive", self.remote_address
-            )
-            self.close()
-            return
-        if self.state is State.CONNECTED and self.protocol_version >= 1:
-            self._ping_outstanding = True
-            self.send_command(pb.BaseCommand(type=T.PING, ping=pb.CommandPing()))
 
     # ---- dispatch ----------------------------------------------------------------------------
 
@@ -342,15 +307,16 @@ class ServerConnection(asyncio.Protocol):
             raise ProtocolError(f"connect.{bad} is not valid UTF-8")
         self.protocol_version = min(connect.protocol_version, _limits.protocol_version_max)
         self.state = State.CONNECTED
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = asyncio.get_running_loop().create_task(self._keepalive_loop())
+        self._liveness.connected()
         reply = pb.BaseCommand(type=T.CONNECTED)
         reply.connected.server_version = self._broker.server_version
         reply.connected.protocol_version = self.protocol_version
         reply.connected.max_message_size = self._broker.config.max_message_bytes
         reply.connected.feature_flags.supports_auth_refresh = False
         self.send_command(reply)
+
+    def _send_ping(self) -> None:
+        self.send_command(pb.BaseCommand(type=T.PING, ping=pb.CommandPing()))
 
     def _on_ping(self, frame: Frame) -> None:
         self.send_command(pb.BaseCommand(type=T.PONG, pong=pb.CommandPong()))
