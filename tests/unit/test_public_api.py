@@ -22,11 +22,12 @@ PUBLIC_API: dict[str, list[str]] = {
     ],
     "velamq.client": [
         "AdminClient", "AdminError", "AdminReply", "AlreadyClosedError", "AsyncClient", "AuthenticationError",
-        "AuthorizationError", "BlockingConsumer", "BlockingOrderedConsumer", "BlockingProducer", "BlockingReader",
+        "AuthorizationError", "BatchReceivePolicy", "BlockingConsumer", "BlockingOrderedConsumer", "BlockingProducer", "BlockingReader",
         "BrokerError", "ChecksumError", "Client", "ClientConfig", "ConnectError", "Consumer", "ConsumerAssignError",
         "ConsumerBusyError", "ConsumerConfig", "ConsumerNotFoundError", "DeadLetterPolicy",
         "IncompatibleSchemaError", "InvalidConfigurationError", "InvalidTopicError", "KeySharedPolicy",
-        "MemoryBufferIsFullError", "Message", "MessageId", "MessageRouter", "MessageTooBigError", "NotAllowedError",
+        "MemoryBufferIsFullError", "Message", "MessageId", "MessageRouter", "MessageTooBigError", "Messages",
+        "NotAllowedError",
         "OperationTimeoutError", "OrderedConsumer", "OrderedConsumerMetrics", "OrderedPartitionMetrics", "Producer",
         "ProducerBlockedQuotaExceededError", "ProducerBusyError", "ProducerConfig", "ProducerFencedError",
         "ProducerInterceptor", "ProducerMessage", "ProducerQueueIsFullError", "Reader", "SendTimeoutError",
@@ -36,9 +37,10 @@ PUBLIC_API: dict[str, list[str]] = {
     ],
     "velamq.protocol": [
         "AssembledMessage", "ChunkAssembler", "ChunkOutcome", "EvictedMessage", "Frame", "FrameDecoder", "I64_MAX",
-        "build_batch", "build_entry", "chunk_uuid", "codec_from_name", "compress", "crc32c", "decompress",
-        "encode_command", "encode_payload_command", "entry_messages", "parse_batch", "parse_entry_metadata", "pb",
-        "signed64", "split_chunks", "split_entry", "unsigned64", "verify_entry", "with_checksum",
+        "MessageColumns", "build_batch", "build_entry", "chunk_uuid", "codec_from_name", "compress", "crc32c",
+        "decode_batch", "decompress", "encode_batch", "encode_command", "encode_payload_command", "entry_messages",
+        "parse_batch", "parse_entry_metadata", "pb", "signed64", "single_columns", "split_chunks", "split_entry",
+        "unsigned64", "varint", "verify_entry", "with_checksum",
     ],
     "velamq.spark": [
         "VelamqDataLossError", "VelamqDataSource", "VelamqOptionError", "VelamqSchemaError", "register",

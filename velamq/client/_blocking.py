@@ -1,6 +1,8 @@
 """The blocking facade (PR-10): the same client, producers, consumers and readers with plain
 methods, for code that is not asyncio. The AsyncClient runs on its own event-loop thread; every
-call is submitted to that loop and waited for.
+call is submitted to that loop and waited for, except receiving and acknowledging: consumers and
+readers receive from a local prefetch and hand acknowledgements over without waiting
+(_blocking_consumer.py).
 
     with Client("pulsar://localhost:6650") as client:
         producer = client.create_producer("t")
@@ -19,16 +21,15 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from velamq.client._blocking_consumer import BlockingConsumer, BlockingReader
 from velamq.client._client import AsyncClient
 from velamq.client._config import ClientConfig
-from velamq.client._consumer import Consumer
 from velamq.client._errors import AlreadyClosedError
-from velamq.client._message import Message, MessageId
+from velamq.client._message import MessageId
 from velamq.client._producer import Producer
-from velamq.client._reader import Reader
 
 R = TypeVar("R")
 SendCallback = Callable[[MessageId | None, BaseException | None], None]
@@ -168,108 +169,6 @@ class BlockingProducer:
         self._client._run(self.async_producer.close())
 
     def __enter__(self) -> BlockingProducer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class BlockingConsumer:
-    """A Consumer for the blocking Client: receive, acknowledge, seek and close as plain calls."""
-
-    def __init__(self, client: Client, consumer: Consumer) -> None:
-        self._client = client
-        self.async_consumer = consumer
-
-    @property
-    def topic(self) -> str:
-        return self.async_consumer.topic
-
-    @property
-    def subscription_name(self) -> str:
-        return self.async_consumer.subscription
-
-    def receive(self, timeout_ms: int | None = None) -> Message:
-        return self._client._run(self.async_consumer.receive(timeout_ms))
-
-    def batch_receive(self, max_messages: int = 100, timeout_ms: int = 100) -> list[Message]:
-        return self._client._run(self.async_consumer.batch_receive(max_messages, timeout_ms))
-
-    def acknowledge(self, target: Message | MessageId) -> None:
-        self._client._run(self.async_consumer.acknowledge(target))
-
-    def acknowledge_cumulative(self, target: Message | MessageId) -> None:
-        self._client._run(self.async_consumer.acknowledge_cumulative(target))
-
-    def negative_acknowledge(self, target: Message | MessageId) -> None:
-        self._client._run(self.async_consumer.negative_acknowledge(target))
-
-    def redeliver_unacknowledged_messages(self) -> None:
-        self._client._run(self.async_consumer.redeliver_unacknowledged_messages())
-
-    def seek(self, target: Any) -> None:
-        self._client._run(self.async_consumer.seek(target))
-
-    def get_last_message_id(self) -> MessageId:
-        return self._client._run(self.async_consumer.get_last_message_id())
-
-    def is_connected(self) -> bool:
-        return self.async_consumer.is_connected()
-
-    def unsubscribe(self) -> None:
-        self._client._run(self.async_consumer.unsubscribe())
-
-    def close(self) -> None:
-        self._client._run(self.async_consumer.close())
-
-    def __iter__(self) -> Iterator[Message]:
-        while True:
-            try:
-                yield self.receive()
-            except AlreadyClosedError:
-                return
-
-    def __enter__(self) -> BlockingConsumer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class BlockingReader:
-    """A Reader for the blocking Client."""
-
-    def __init__(self, client: Client, reader: Reader) -> None:
-        self._client = client
-        self.async_reader = reader
-
-    @property
-    def topic(self) -> str:
-        return self.async_reader.topic
-
-    def read_next(self, timeout_ms: int | None = None) -> Message:
-        return self._client._run(self.async_reader.read_next(timeout_ms))
-
-    def has_message_available(self) -> bool:
-        return self._client._run(self.async_reader.has_message_available())
-
-    def seek(self, target: Any) -> None:
-        self._client._run(self.async_reader.seek(target))
-
-    def is_connected(self) -> bool:
-        return self.async_reader.is_connected()
-
-    def close(self) -> None:
-        self._client._run(self.async_reader.close())
-
-    def __iter__(self) -> Iterator[Message]:
-        while True:
-            try:
-                yield self.read_next()
-            except AlreadyClosedError:
-                return
-
-    def __enter__(self) -> BlockingReader:
         return self
 
     def __exit__(self, *exc: object) -> None:

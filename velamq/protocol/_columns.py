@@ -1,0 +1,413 @@
+"""Batches at once: a stored entry decoded into columns, and columns encoded into a batch payload.
+
+The per-message codec (_batch.py) makes a protobuf object per message; at 100-byte messages that
+object costs more than everything else a consumer does. Here a batch payload
+
+    [u32 single_metadata_size][SingleMessageMetadata][payload]  x N      (see _batch.py)
+
+is walked once, reading the few SingleMessageMetadata fields by hand, and comes out as columns:
+value offsets into the one payload buffer, keys, properties, event times, sequence ids and batch
+indexes, as plain lists (no pyarrow, no numpy: the protocol tier has neither). A column nobody set
+is None, so a batch without keys or properties costs nothing for them. The Arrow form is built
+from these lists by the client (velamq.client.arrow).
+
+Fields are read in the protobuf wire format as upb writes them; a metadata with a field this
+walk does not know (or a length that does not fit in one byte where the fast path expects one)
+is parsed by protobuf instead, so the result is always what parse_batch gives.
+
+encode_batch is the reverse: values (and optional keys, properties, event times, ordering keys)
+and their sequence ids become the uncompressed batch payload, byte for byte what build_batch
+makes from the same messages (fields in field-number order, as protobuf serializes them).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from velamq._errors import ProtocolError, VelamqError
+from velamq.protocol import _pulsar_api_pb2 as pb
+
+_U32 = struct.Struct(">I")
+_pack_u32 = _U32.pack
+Properties = list[tuple[str, str]]
+
+# SingleMessageMetadata tags (field number << 3 | wire type).
+_T_PROPERTIES = 0x0A
+_T_KEY = 0x12
+_T_PAYLOAD_SIZE = 0x18
+_T_COMPACTED_OUT = 0x20
+_T_EVENT_TIME = 0x28
+_T_ORDERING_KEY = 0x3A
+_T_SEQUENCE_ID = 0x40
+
+
+@dataclass(slots=True)
+class MessageColumns:
+    """The messages of one entry, one list per field (position j is the j-th message kept).
+
+    payload        the uncompressed batch payload (or the lone message's payload); values are
+                   payload[value_starts[j]:value_ends[j]]
+    batch_size     messages in the entry (num_messages_in_batch); 0 for an unbatched message
+    batch_indexes  each message's index in the batch; None when every index 0..batch_size-1 is
+                   there in order
+    keys, properties, event_times, ordering_keys
+                   None when no message has one; otherwise one item per message (None / None /
+                   0 / None where a message has none)
+    sequence_ids() read on demand (a second walk): each message's own, or -1 where its metadata
+                   has none (then it is the entry's sequence id + batch index)
+    """
+
+    payload: bytes
+    value_starts: list[int]
+    value_ends: list[int]
+    batch_size: int = 0
+    batch_indexes: list[int] | None = None
+    keys: list[str | None] | None = None
+    properties: list[Properties | None] | None = None
+    event_times: list[int] | None = None
+    ordering_keys: list[bytes | None] | None = None
+    _sequence_ids: list[int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.value_starts)
+
+    def value(self, j: int) -> bytes:
+        return self.payload[self.value_starts[j] : self.value_ends[j]]
+
+    def values(self) -> list[bytes]:
+        p = self.payload
+        return [p[a:b] for a, b in zip(self.value_starts, self.value_ends, strict=True)]
+
+    def joined_values(self) -> tuple[bytes, list[int]]:
+        """All values end to end and the len+1 offsets into them (Arrow's binary layout)."""
+        offsets = [0]
+        total = 0
+        for a, b in zip(self.value_starts, self.value_ends, strict=True):
+            total += b - a
+            offsets.append(total)
+        p = memoryview(self.payload)
+        return b"".join([p[a:b] for a, b in zip(self.value_starts, self.value_ends, strict=True)]), offsets
+
+    @property
+    def value_bytes(self) -> int:
+        return sum(self.value_ends) - sum(self.value_starts)
+
+    def index(self, j: int) -> int:
+        return self.batch_indexes[j] if self.batch_indexes is not None else j
+
+    def sequence_ids(self) -> list[int]:
+        if self._sequence_ids is None:
+            every = batch_sequence_ids(self.payload, self.batch_size)
+            self._sequence_ids = every if self.batch_indexes is None else [every[i] for i in self.batch_indexes]
+        return self._sequence_ids
+
+    def sequence_id(self, j: int, entry_sequence_id: int) -> int:
+        own = self.sequence_ids()[j]
+        return own if own >= 0 else entry_sequence_id + self.index(j)
+
+    def drop_before(self, j: int) -> None:
+        """Keep messages j.. only (a reader's start position falls inside the batch)."""
+        if j <= 0:
+            return
+        if self.batch_indexes is None:
+            self.batch_indexes = list(range(len(self.value_starts)))
+        for name in ("value_starts", "value_ends", "batch_indexes", "keys", "properties", "event_times",
+                     "ordering_keys", "_sequence_ids"):
+            column = getattr(self, name)
+            if column is not None:
+                setattr(self, name, column[j:])
+
+
+def _varint_at(p: bytes, q: int) -> tuple[int, int]:
+    """(value, position after it) of the varint at p[q]."""
+    value = shift = 0
+    while True:
+        b = p[q]
+        q += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, q
+        shift += 7
+        if shift > 63:
+            raise ProtocolError("varint longer than 10 bytes in single-message metadata")
+
+
+def _properties_at(p: bytes, q: int, end: int) -> tuple[str, str] | None:
+    """The KeyValue at p[q:end], or None when it is not in the one-byte-lengths form."""
+    if p[q] != 0x0A:
+        return None
+    kl = p[q + 1]
+    k0 = q + 2
+    if kl >= 0x80 or k0 + kl + 2 > end or p[k0 + kl] != 0x12:
+        return None
+    vl = p[k0 + kl + 1]
+    v0 = k0 + kl + 2
+    if vl >= 0x80 or v0 + vl != end:
+        return None
+    return p[k0 : k0 + kl].decode(), p[v0 : v0 + vl].decode()
+
+
+class _Slow(VelamqError):
+    """This metadata needs protobuf (a field or form the hand-written walk does not read)."""
+
+
+_Meta = tuple[int, str | None, "Properties | None", int, int, "bytes | None", bool]
+
+
+def _parse_meta(p: bytes, m: int, e: int) -> _Meta:
+    """(payload_size, key, properties, event_time, sequence_id or -1, ordering_key, compacted_out)
+    of the SingleMessageMetadata at p[m:e]."""
+    key: str | None = None
+    plist: Properties | None = None
+    ps = -1
+    et = 0
+    seq = -1
+    okey: bytes | None = None
+    compacted = False
+    q = m
+    try:
+        while q < e:
+            t = p[q]
+            if t == _T_PAYLOAD_SIZE:
+                ps, q = _varint_at(p, q + 1)
+            elif t == _T_SEQUENCE_ID:
+                seq, q = _varint_at(p, q + 1)
+            elif t == _T_KEY:
+                n = p[q + 1]
+                if n >= 0x80:
+                    raise _Slow
+                key = p[q + 2 : q + 2 + n].decode()
+                q += 2 + n
+            elif t == _T_EVENT_TIME:
+                et, q = _varint_at(p, q + 1)
+            elif t == _T_PROPERTIES:
+                n = p[q + 1]
+                if n >= 0x80:
+                    raise _Slow
+                kv = _properties_at(p, q + 2, q + 2 + n)
+                if kv is None:
+                    raise _Slow
+                if plist is None:
+                    plist = []
+                plist.append(kv)
+                q += 2 + n
+            elif t == _T_ORDERING_KEY:
+                n = p[q + 1]
+                if n >= 0x80:
+                    raise _Slow
+                okey = p[q + 2 : q + 2 + n]
+                q += 2 + n
+            elif t == _T_COMPACTED_OUT:
+                compacted = p[q + 1] != 0
+                q += 2
+            else:
+                raise _Slow
+        if q != e or ps < 0:
+            raise _Slow
+    except (_Slow, IndexError, UnicodeDecodeError):
+        return _parse_single(p[m:e])
+    return ps, key, plist, et, seq, okey, compacted
+
+
+def decode_batch(payload: bytes, count: int, skip: set[int] | frozenset[int] | None = None) -> MessageColumns:
+    """The messages of an uncompressed batch payload of `count` messages, as columns. Indexes in
+    `skip` (acknowledged already) and messages compaction left out are not kept.
+
+    The common metadata, [key] payload_size [sequence_id] (what every client writes for a message
+    without properties, event time or ordering key), is read inline; anything else goes through
+    _parse_meta. Sequence ids are not read here: MessageColumns.sequence_ids() walks again when
+    someone asks."""
+    p = payload
+    size = len(p)
+    starts: list[int] = []
+    ends: list[int] = []
+    keys: list[str | None] = []
+    rare: dict[int, _Meta] = {}
+    dropped: list[int] = []
+    add_start, add_end, add_key = starts.append, ends.append, keys.append
+    any_key = False
+    o = 0
+    try:
+        for i in range(count):
+            m = o + 4
+            if m > size:
+                raise ProtocolError("truncated batch: missing single-message metadata size")
+            e = m + ((p[o] << 24) | (p[o + 1] << 16) | (p[o + 2] << 8) | p[o + 3])
+            if e > size:
+                raise ProtocolError("truncated batch: single-message metadata")
+            key: str | None = None
+            q = m
+            t = p[q]
+            if t == _T_KEY and (n := p[q + 1]) < 0x80:
+                try:
+                    key = p[q + 2 : q + 2 + n].decode()
+                except UnicodeDecodeError:
+                    t = -1
+                q += 2 + n
+                t = p[q] if t != -1 and q < e else -1
+            ps = -1
+            if t == _T_PAYLOAD_SIZE:
+                v = p[q + 1]
+                if v < 0x80:
+                    ps = v
+                    q += 2
+                elif (w := p[q + 2]) < 0x80:
+                    ps = (v & 0x7F) | (w << 7)
+                    q += 3
+            if ps < 0 or q > e or (q != e and p[q] != _T_SEQUENCE_ID):
+                meta = _parse_meta(p, m, e)
+                ps, key = meta[0], meta[1]
+                if meta[6] or (skip is not None and i in skip):
+                    o = e + ps
+                    dropped.append(i)
+                    continue
+                if meta[2] is not None or meta[3] or meta[5] is not None:
+                    rare[len(starts)] = meta
+            elif skip is not None and i in skip:
+                o = e + ps
+                dropped.append(i)
+                continue
+            o = e + ps
+            add_start(e)
+            add_end(o)
+            add_key(key)
+            if key is not None:
+                any_key = True
+        if o > size:
+            raise ProtocolError("truncated batch: payload")
+    except IndexError:
+        raise ProtocolError("truncated batch") from None
+    columns = MessageColumns(p, starts, ends, count, keys=keys if any_key else None)
+    if dropped:
+        gone = set(dropped)
+        columns.batch_indexes = [i for i in range(count) if i not in gone]
+    if rare:
+        n = len(starts)
+        if any(meta[2] is not None for meta in rare.values()):
+            columns.properties = [rare[j][2] if j in rare else None for j in range(n)]
+        if any(meta[3] for meta in rare.values()):
+            columns.event_times = [rare[j][3] if j in rare else 0 for j in range(n)]
+        if any(meta[5] is not None for meta in rare.values()):
+            columns.ordering_keys = [rare[j][5] if j in rare else None for j in range(n)]
+    return columns
+
+
+def _parse_single(meta: bytes) -> _Meta:
+    single = pb.SingleMessageMetadata()
+    try:
+        single.ParseFromString(meta)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise ProtocolError(f"undecodable single-message metadata: {exc}") from None
+    if not single.HasField("payload_size") or single.payload_size < 0:
+        raise ProtocolError("single-message metadata without a valid payload_size")
+    return (single.payload_size, single.partition_key if single.HasField("partition_key") else None,
+            [(kv.key, kv.value) for kv in single.properties] or None,
+            single.event_time,
+            single.sequence_id if single.HasField("sequence_id") else -1,
+            single.ordering_key if single.HasField("ordering_key") else None,
+            single.compacted_out)
+
+
+def batch_sequence_ids(payload: bytes, count: int) -> list[int]:
+    """Every message's sequence id from its metadata (-1 where it has none), by batch index."""
+    out: list[int] = []
+    o = 0
+    for _ in range(count):
+        m = o + 4
+        e = m + _U32.unpack_from(payload, o)[0]
+        meta = _parse_meta(payload, m, e)
+        out.append(meta[4])
+        o = e + meta[0]
+    return out
+
+
+def single_columns(metadata: pb.MessageMetadata, payload: bytes) -> MessageColumns:
+    """An unbatched message (its fields are in the entry's MessageMetadata) as columns of one."""
+    return MessageColumns(
+        payload, [0], [len(payload)], 0, None,
+        [metadata.partition_key] if metadata.HasField("partition_key") else None,
+        [[(kv.key, kv.value) for kv in metadata.properties]] if metadata.properties else None,
+        [metadata.event_time] if metadata.event_time else None,
+        [metadata.ordering_key] if metadata.HasField("ordering_key") else None,
+        [metadata.sequence_id])
+
+
+# ---- encoding -----------------------------------------------------------------------------------
+
+_VARINT1 = [bytes((v,)) for v in range(128)]
+
+
+def varint(v: int) -> bytes:
+    """Protobuf's base-128 varint of a non-negative int (negative ints as their uint64)."""
+    if v < 0x80:
+        if v >= 0:
+            return _VARINT1[v]
+        v &= (1 << 64) - 1
+    if v < 0x4000:
+        return bytes(((v & 0x7F) | 0x80, v >> 7))
+    if v < 0x200000:
+        return bytes(((v & 0x7F) | 0x80, ((v >> 7) & 0x7F) | 0x80, v >> 14))
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def _len_field(tag: bytes, data: bytes) -> bytes:
+    return tag + varint(len(data)) + data
+
+
+def _properties_bytes(properties: Mapping[str, str] | Sequence[tuple[str, str]]) -> bytes:
+    items = properties.items() if isinstance(properties, Mapping) else properties
+    out = []
+    for k, v in items:
+        kv = _len_field(b"\x0a", k.encode()) + _len_field(b"\x12", v.encode())
+        out.append(_len_field(b"\x0a", kv))
+    return b"".join(out)
+
+
+def encode_batch(values: Sequence[bytes], sequence_ids: Sequence[int] | int, *,
+                 keys: Sequence[str | None] | None = None,
+                 properties: Sequence[Mapping[str, str] | Sequence[tuple[str, str]] | None] | None = None,
+                 event_times: Sequence[int | None] | None = None,
+                 ordering_keys: Sequence[bytes | None] | None = None) -> bytes:
+    """The uncompressed batch payload of these messages: what build_batch makes of them.
+
+    sequence_ids: one per message, or the first of consecutive ids. keys, properties, event times
+    and ordering keys: None, or one per message (None / empty / 0 for a message without)."""
+    n = len(values)
+    first = sequence_ids if isinstance(sequence_ids, int) else None
+    plain = keys is None and properties is None and event_times is None and ordering_keys is None
+    parts: list[bytes] = []
+    append = parts.append
+    pack = _pack_u32
+    for j in range(n):
+        value = values[j]
+        seq = first + j if first is not None else sequence_ids[j]  # type: ignore[index]
+        if plain:
+            meta = b"\x18" + varint(len(value)) + b"\x40" + varint(seq)
+        else:
+            head = b""
+            if properties is not None and properties[j]:
+                head = _properties_bytes(properties[j])  # type: ignore[arg-type]
+            key = keys[j] if keys is not None else None
+            if key:
+                head += _len_field(b"\x12", key.encode())
+            meta = head + b"\x18" + varint(len(value))
+            et = event_times[j] if event_times is not None else None
+            if et:
+                meta += b"\x28" + varint(et)
+            okey = ordering_keys[j] if ordering_keys is not None else None
+            if okey is not None:
+                meta += _len_field(b"\x3a", okey)
+            meta += b"\x40" + varint(seq)
+        append(pack(len(meta)))
+        append(meta)
+        append(value)
+    return b"".join(parts)
