@@ -22,7 +22,8 @@ PUBLIC_API: dict[str, list[str]] = {
     ],
     "velamq.client": [
         "AdminClient", "AdminError", "AdminReply", "AlreadyClosedError", "AsyncClient", "AuthenticationError",
-        "AuthorizationError", "BatchReceivePolicy", "BlockingConsumer", "BlockingOrderedConsumer", "BlockingProducer", "BlockingReader",
+        "AuthorizationError", "BatchReceivePolicy", "BlockingConsumer", "BlockingOrderedConsumer", "BlockingProducer",
+        "BlockingReader",
         "BrokerError", "ChecksumError", "Client", "ClientConfig", "ConnectError", "Consumer", "ConsumerAssignError",
         "ConsumerBusyError", "ConsumerConfig", "ConsumerNotFoundError", "DeadLetterPolicy",
         "IncompatibleSchemaError", "InvalidConfigurationError", "InvalidTopicError", "KeySharedPolicy",
