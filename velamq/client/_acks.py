@@ -84,6 +84,11 @@ class BatchAcks:
             return True, []
         return False, encode_ack_set(entry.size, remaining) if encode else []
 
+    def done(self, key: EntryKey, entry: EntryAcks) -> None:
+        """Every index of the entry is acknowledged."""
+        if self._unacked.get(key) is entry:
+            del self._unacked[key]
+
     def ack_up_to(self, key: EntryKey, index: int) -> tuple[bool, list[int]]:
         """Cumulative inside an entry: indexes 0..index are done."""
         entry = self._unacked.get(key)

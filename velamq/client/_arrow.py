@@ -63,7 +63,8 @@ def _fixed(type_: Any, code: str, values: Sequence[int] | array.array[int], n: i
     return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(buffer)])
 
 
-_INDEX_FIELD = [b"\x20" + varint(i) for i in range(1 << 12)]
+_INDEX_FIELD = [b"\x20" + varint(i) for i in range(1 << 14)]
+_INDEX_FIELD_LEN = [len(f) for f in _INDEX_FIELD]
 
 
 def _id_prefix(batch: Any) -> bytes:
@@ -74,21 +75,28 @@ def _id_prefix(batch: Any) -> bytes:
     return out
 
 
-def _ids(ranges: list[Range]) -> tuple[list[bytes], list[int]]:
-    out: list[bytes] = []
+def _ids(ranges: list[Range]) -> tuple[bytes, list[int]]:
+    """The serialized MessageIdData of every message, end to end, and their lengths. Within a batch
+    entry only the batch index differs: prefix + index field + suffix, joined in one call."""
+    parts: list[bytes] = []
+    lengths: list[int] = []
     for batch, first, end in ranges:
-        if batch.first_chunk is not None or not batch.batch_size:
-            out.extend(batch.message_id(j).serialize() for j in range(first, end))
+        indexes = batch.columns.batch_indexes
+        if batch.first_chunk is not None or not batch.batch_size or \
+                (indexes is None and end > len(_INDEX_FIELD)) or (indexes is not None and max(indexes) >= 1 << 14):
+            ids = [batch.message_id(j).serialize() for j in range(first, end)]
+            parts.extend(ids)
+            lengths.extend(map(len, ids))
             continue
         prefix, suffix = _id_prefix(batch), b"\x30" + varint(batch.batch_size)
-        indexes = batch.columns.batch_indexes
-        index_field = _INDEX_FIELD
-        if indexes is None and end <= len(index_field):
-            out.extend([prefix + f + suffix for f in index_field[first:end]])
+        if indexes is None:
+            fields, field_lengths = _INDEX_FIELD[first:end], _INDEX_FIELD_LEN[first:end]
         else:
-            span = range(first, end) if indexes is None else indexes[first:end]
-            out.extend([prefix + b"\x20" + varint(i) + suffix for i in span])
-    return out, [len(b) for b in out]
+            fields = [_INDEX_FIELD[i] for i in indexes[first:end]]
+            field_lengths = [_INDEX_FIELD_LEN[i] for i in indexes[first:end]]
+        parts.append(prefix + (suffix + prefix).join(fields) + suffix)
+        lengths.extend(map(operator.add, field_lengths, itertools.repeat(len(prefix) + len(suffix))))
+    return b"".join(parts), lengths
 
 
 def ranges_to_arrow(ranges: list[Range], include_properties: bool = True, schema: Any = None) -> Any:
@@ -97,51 +105,43 @@ def ranges_to_arrow(ranges: list[Range], include_properties: bool = True, schema
     schema = schema if schema is not None else message_schema(include_properties)
     include_properties = "properties" in schema.names
     n = sum(end - first for _, first, end in ranges)
-    values: list[Any] = []
+    any_key = any(b.columns.keys is not None for b, _, _ in ranges)
+    any_event = any(b.columns.event_times is not None for b, _, _ in ranges)
+    any_props = include_properties and any(b.columns.properties is not None for b, _, _ in ranges)
+    values: list[bytes] = []
     lengths: list[int] = []
     keys: list[str | None] = []
     partitions = array.array("i")
     publish = array.array("q")
     event_us: list[int | None] = []
     properties: list[list[tuple[str, str]]] = []
-    topics: list[str] = []
-    any_key = any_event = any_props = False
     no_publish_time = False
     for batch, first, end in ranges:
         c = batch.columns
         k = end - first
-        p = memoryview(c.payload)
+        p = c.payload
         starts, ends = c.value_starts[first:end], c.value_ends[first:end]
-        values.extend([p[a:b] for a, b in zip(starts, ends, strict=True)])
+        values.extend([p[a:b] for a, b in zip(starts, ends, strict=True)])  # bytes slices: faster than views
         lengths.extend(map(operator.sub, ends, starts))
-        if c.keys is not None:
-            any_key = True
-            keys.extend(c.keys[first:end])
-        else:
-            keys.extend(itertools.repeat(None, k))
-        if c.event_times is not None:
-            any_event = True
-            event_us.extend([t * 1000 if t else None for t in c.event_times[first:end]])
-        else:
-            event_us.extend(itertools.repeat(None, k))
-        if include_properties:
-            if c.properties is not None:
-                any_props = True
-                properties.extend([p_ or [] for p_ in c.properties[first:end]])
-            else:
-                properties.extend([] for _ in range(k))
-        topics.append(batch.topic)
-        partitions.extend(itertools.repeat(batch.partition, k))
-        publish.extend(itertools.repeat(batch.publish_time * 1000, k))
+        if any_key:
+            keys.extend(c.keys[first:end] if c.keys is not None else itertools.repeat(None, k))
+        if any_event:
+            event_us.extend([t * 1000 if t else None for t in c.event_times[first:end]] if c.event_times is not None
+                            else itertools.repeat(None, k))
+        if any_props:
+            properties.extend([p_ or [] for p_ in c.properties[first:end]] if c.properties is not None
+                              else itertools.repeat([], k))
+        partitions += array.array("i", (batch.partition,)) * k  # repetition is a memcpy
+        publish += array.array("q", (batch.publish_time * 1000,)) * k
         no_publish_time = no_publish_time or not batch.publish_time
     ids, id_lengths = _ids(ranges)
     ts = schema.field("publishTime").type
     columns = [
         pa_.array(keys, pa_.string()) if any_key else pa_.nulls(n, pa_.string()),
         _binary(pa_.binary(), b"".join(values), lengths, n),
-        _topics(ranges, topics, n),
+        _topics(ranges, n),
         _fixed(pa_.int32(), "i", partitions, n),
-        _binary(pa_.binary(), b"".join(ids), id_lengths, n),
+        _binary(pa_.binary(), ids, id_lengths, n),
         (pa_.array([t or None for t in publish], pa_.int64()).cast(ts) if no_publish_time
          else _fixed(ts, "q", publish, n)),
         pa_.array(event_us, pa_.int64()).cast(ts) if any_event else pa_.nulls(n, ts),
@@ -151,16 +151,16 @@ def ranges_to_arrow(ranges: list[Range], include_properties: bool = True, schema
         if any_props:
             columns.append(pa_.array(properties, map_type))
         else:
-            columns.append(pa_.MapArray.from_arrays(_fixed(pa_.int32(), "i", array.array("i", bytes(4 * (n + 1))),
-                                                           n + 1),
-                                                    pa_.array([], pa_.string()), pa_.array([], pa_.string()),
+            offsets = _fixed(pa_.int32(), "i", array.array("i", bytes(4 * (n + 1))), n + 1)
+            columns.append(pa_.MapArray.from_arrays(offsets, pa_.array([], pa_.string()), pa_.array([], pa_.string()),
                                                     type=map_type))
     return pa_.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def _topics(ranges: list[Range], topics: list[str], n: int) -> Any:
-    if len(set(topics)) <= 1:
-        name = (topics[0] if topics else "").encode()
+def _topics(ranges: list[Range], n: int) -> Any:
+    names = {batch.topic for batch, _, _ in ranges}
+    if len(names) <= 1:
+        name = (names.pop() if names else "").encode()
         return _binary(pa.string(), name * n, itertools.repeat(len(name), n), n)
     return pa.array([batch.topic for batch, first, end in ranges for _ in range(first, end)], pa.string())
 

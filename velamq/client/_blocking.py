@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from velamq.client._blocking_consumer import BlockingConsumer, BlockingReader
@@ -158,6 +158,10 @@ class BlockingProducer:
 
         self._client._run(admit())
         return result
+
+    def send_many(self, values: Any, **kwargs: Any) -> Sequence[MessageId]:
+        """Producer.send_many: many messages at once; waits for every receipt."""
+        return self._client._run(self.async_producer.send_many(values, **kwargs))
 
     def flush(self) -> None:
         self._client._run(self.async_producer.flush())

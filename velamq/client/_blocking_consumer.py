@@ -38,14 +38,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("velamq.client")
 R = TypeVar("R")
+handover_delay_ms_max = 10  # acknowledgements reach the loop at most this late (or ack_grouping_time_ms)
 Target = Message | MessageId | Messages
 
 
 class AckHandover:
-    """Acknowledgements from the application's threads to the loop, without waiting."""
+    """Acknowledgements from the application's threads to the loop, without waiting. The first one
+    after a drain wakes the loop, which drains `delay_s` later (acks wait for the group anyway), so
+    a thread acknowledging in a loop wakes it a hundred times a second at most, not per message."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, delay_s: float) -> None:
         self._loop = loop
+        self._delay_s = delay_s
         self._items: deque[tuple[Callable[[Any], None], Any]] = deque()
         self._scheduled = False
 
@@ -53,7 +57,13 @@ class AckHandover:
         self._items.append((operation, target))
         if not self._scheduled:
             self._scheduled = True
-            self._loop.call_soon_threadsafe(self.drain)
+            self._loop.call_soon_threadsafe(self._arm)
+
+    def _arm(self) -> None:
+        if self._delay_s > 0:
+            self._loop.call_later(self._delay_s, self.drain)
+        else:
+            self.drain()
 
     def drain(self) -> None:
         """On the loop: apply every queued acknowledgement, in order."""
@@ -70,9 +80,10 @@ class AckHandover:
 class Prefetch:
     """Messages taken in bulk from a Consumer's receiver queue, handed out in the caller's thread."""
 
-    def __init__(self, client: Client, consumer: Consumer) -> None:
+    def __init__(self, client: Client, consumer: Consumer, acks: AckHandover) -> None:
         self._client = client
         self._consumer = consumer
+        self._acks = acks
         self._lock = threading.Lock()
         self._ranges: deque[list[Any]] = deque()  # [batch, next position, end]
         self.batch_messages = max(1, consumer.config.receiver_queue_size // 2)
@@ -142,6 +153,7 @@ class Prefetch:
         """On the loop: wait for the first message, then take what is queued (not yet handed out:
         the reader's resume position moves only as the application takes them)."""
         consumer = self._consumer
+        self._acks.drain()  # on the loop anyway: hand the acknowledgements over now
         loop = asyncio.get_running_loop()
         deadline = None if timeout_ms is None else loop.time() + timeout_ms / 1000
         while True:
@@ -166,8 +178,9 @@ class _BlockingReceiver:
     def __init__(self, client: Client, consumer: Consumer) -> None:
         self._client = client
         self._consumer = consumer
-        self._prefetch = Prefetch(client, consumer)
-        self._acks = AckHandover(client._thread.loop)
+        grouping_ms = consumer.config.ack_grouping_time_ms
+        self._acks = AckHandover(client._thread.loop, min(grouping_ms, handover_delay_ms_max) / 1000)
+        self._prefetch = Prefetch(client, consumer, self._acks)
 
     def _run_after_acks(self, coroutine: Coroutine[Any, Any, R]) -> R:
         async def after() -> R:
@@ -244,6 +257,15 @@ class BlockingConsumer(_BlockingReceiver):
             consumer._own_child(target._batch)
 
     def acknowledge(self, target: Target | list[Message | MessageId]) -> None:
+        if type(target) is Message:  # the per-message path, kept short
+            owner = target._batch.owner
+            consumer = self._consumer
+            if consumer._closed:
+                raise AlreadyClosedError(f"{consumer.topic}: consumer is closed")
+            if owner is not None and consumer._children.get(owner.topic) is not owner:
+                raise ValueError(f"message of {owner.topic} does not belong to this consumer")
+            self._acks.put(consumer.acknowledge_now, target)
+            return
         targets = target if isinstance(target, list) else [target]
         for t in targets:
             self._check(t)

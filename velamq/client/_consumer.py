@@ -161,7 +161,7 @@ class Consumer:
                         raise AlreadyClosedError(f"{self.topic}: consumer is closed")
                     return await self._receive()
                 batch, j = item
-                if batch.owner.take(batch, j, j + 1):
+                if batch.owner.take_one(batch, j):
                     return message_at(batch, j)
         try:
             return await asyncio.wait_for(self._receive(), timeout_ms / 1000)
@@ -281,9 +281,12 @@ class Consumer:
 
     def acknowledge_now(self, target: MessageOrId | Messages | Iterable[MessageOrId]) -> None:
         """acknowledge() without the coroutine: it never waits (the ack leaves with the group)."""
-        if type(target) is Message:
+        if type(target) is Message and target._batch.owner is not None:
             batch = target._batch
-            self._own_child(batch).acknowledge_range(batch, target._j, target._j + 1)
+            owner: TopicConsumer = batch.owner
+            if self._children.get(owner.topic) is not owner:
+                raise ValueError(f"message of {owner.topic} does not belong to this consumer")
+            owner.acknowledge_one(batch, target._j)
         elif isinstance(target, Messages):
             for batch, first, end in target.ranges:
                 self._own_child(batch).acknowledge_range(batch, first, end)

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from velamq._clock import Clock
-from velamq.client._acks import AckGroupingTracker, BatchAcks, EntryAcks, EntryKey
+from velamq.client._acks import AckGroupingTracker, BatchAcks, EntryAcks, EntryKey, encode_ack_set
 from velamq.client._config import ConsumerConfig
 from velamq.client._message import Message, MessageId, ReceivedBatch
 from velamq.client._redelivery import AckTimeouts, NegativeAcks
@@ -77,6 +77,10 @@ class ConsumerAcks:
 
     def register_batch(self, key: EntryKey, batch_size: int, unacked: Iterable[int]) -> EntryAcks:
         return self.batches.register(key, batch_size, unacked)
+
+    @property
+    def ack_timeouts_enabled(self) -> bool:
+        return self._ack_timeouts.timeout_ms > 0
 
     @property
     def tracks_ids(self) -> bool:
@@ -130,6 +134,22 @@ class ConsumerAcks:
                 self.grouped.add_individual(message_id, ack_set)
             return
         self.grouped.add_individual(message_id)
+
+    def acknowledge_one(self, batch: ReceivedBatch, j: int) -> None:
+        """acknowledge_range(batch, j, j + 1), for the per-message path, kept short."""
+        entry = batch.acks
+        if entry is None or batch.first_chunk is not None or self._ack_timeouts.timeout_ms or len(self._nacks) or \
+                self._dead_letter_candidates:
+            self.acknowledge_range(batch, j, j + 1)
+            return
+        indexes = batch.columns.batch_indexes
+        remaining = entry.remaining
+        remaining.discard(j if indexes is None else indexes[j])
+        if not remaining:
+            self.batches.done((batch.ledger_id, batch.entry_id), entry)
+            self.grouped.add_entry(batch.ledger_id, batch.entry_id)
+        elif self.config.batch_index_ack_enabled:
+            self.grouped.add_entry(batch.ledger_id, batch.entry_id, encode_ack_set(entry.size, remaining))
 
     def acknowledge_range(self, batch: ReceivedBatch, first: int, end: int) -> None:
         """acknowledge() of messages first..end-1 of a received batch, without a MessageId each."""

@@ -84,6 +84,7 @@ class TopicConsumer(ConnectionHandler):
         self.queue = queue
         self.consumer_id = consumer_id
         self.receiver_queue_size = max(1, receiver_queue_size)
+        self._flow_threshold = max(1, self.receiver_queue_size // 2)
         self.durable = durable
         self.owner = owner
         self.state = State.CONNECTING
@@ -220,7 +221,7 @@ class TopicConsumer(ConnectionHandler):
         """Messages the application took or the client dropped: their permits, granted again in
         one FLOW once half the receiver queue's worth has come back."""
         self._available_permits += count
-        if self._available_permits >= max(1, self.receiver_queue_size // 2):
+        if self._available_permits >= self._flow_threshold:
             permits, self._available_permits = self._available_permits, 0
             self._send_flow(permits)
 
@@ -256,6 +257,18 @@ class TopicConsumer(ConnectionHandler):
                 self.acks.on_taken(batch.message_id(j))
         return True
 
+    def take_one(self, batch: ReceivedBatch, j: int) -> bool:
+        """take(batch, j, j + 1), for receive(): the per-message path, kept short."""
+        if batch.generation != self.generation or self.state is State.CLOSED:
+            return False
+        self._available_permits += 1
+        if self._available_permits >= self._flow_threshold:
+            self.permits_back(0)
+        self._last_taken = (batch, j)
+        if self.acks.ack_timeouts_enabled:
+            self.acks.on_taken(batch.message_id(j))
+        return True
+
     @property
     def last_dequeued(self) -> MessageId | None:
         if self._last_taken is None:
@@ -272,6 +285,11 @@ class TopicConsumer(ConnectionHandler):
     def acknowledge_range(self, batch: ReceivedBatch, first: int, end: int) -> None:
         self._check_open()
         self.acks.acknowledge_range(batch, first, end)
+
+    def acknowledge_one(self, batch: ReceivedBatch, j: int) -> None:
+        if self.state is State.CLOSED:
+            raise AlreadyClosedError(f"{self.topic}: consumer is closed")
+        self.acks.acknowledge_one(batch, j)
 
     def acknowledge_cumulative(self, message_id: MessageId) -> None:
         self._check_open()
