@@ -31,7 +31,8 @@ PUBLIC_API: dict[str, list[str]] = {
         "NotAllowedError",
         "OperationTimeoutError", "OrderedConsumer", "OrderedConsumerMetrics", "OrderedPartitionMetrics", "Producer",
         "ProducerBlockedQuotaExceededError", "ProducerBusyError", "ProducerConfig", "ProducerFencedError",
-        "ProducerInterceptor", "ProducerMessage", "ProducerQueueIsFullError", "Reader", "SendTimeoutError",
+        "ProducerInterceptor", "ProducerMessage", "ProducerQueueIsFullError", "Reader", "ReceivedBatch",
+        "SendTimeoutError",
         "ServiceNotReadyError", "SubscriptionNotFoundError", "TooManyRequestsError", "TopicNotFoundError",
         "TopicTerminatedError", "boost_hash", "error_from_server", "java_string_hash", "murmur3_32_hash",
         "sign_safe_mod",
@@ -44,8 +45,8 @@ PUBLIC_API: dict[str, list[str]] = {
         "unsigned64", "varint", "verify_entry", "with_checksum",
     ],
     "velamq.spark": [
-        "VelamqDataLossError", "VelamqDataSource", "VelamqOptionError", "VelamqSchemaError", "register",
-        "source_schema",
+        "VelamqDataLossError", "VelamqDataSource", "VelamqOptionError", "VelamqSchemaError", "VelamqSparkSetupError",
+        "check_workers", "register", "source_schema",
     ],
     "velamq.storage": [
         "CursorOwner", "Entry", "LedgerInfo", "ManagedCursor", "ManagedLedger", "MemoryBudget", "Position",

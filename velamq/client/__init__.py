@@ -60,7 +60,7 @@ from velamq.client._errors import (
     error_from_server,
 )
 from velamq.client._interceptors import ProducerInterceptor
-from velamq.client._message import Message, MessageId, ProducerMessage
+from velamq.client._message import Message, MessageId, ProducerMessage, ReceivedBatch
 from velamq.client._messages import Messages
 from velamq.client._ordered_consumer import BlockingOrderedConsumer, OrderedConsumer
 from velamq.client._ordered_metrics import OrderedConsumerMetrics, OrderedPartitionMetrics
@@ -116,6 +116,7 @@ __all__ = [
     "ProducerMessage",
     "ProducerQueueIsFullError",
     "Reader",
+    "ReceivedBatch",
     "SendTimeoutError",
     "ServiceNotReadyError",
     "SubscriptionNotFoundError",

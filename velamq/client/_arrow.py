@@ -99,7 +99,8 @@ def _ids(ranges: list[Range]) -> tuple[bytes, list[int]]:
     return b"".join(parts), lengths
 
 
-def ranges_to_arrow(ranges: list[Range], include_properties: bool = True, schema: Any = None) -> Any:
+def ranges_to_arrow(ranges: list[Range], include_properties: bool = True, schema: Any = None,
+                    topic: str | None = None) -> Any:
     """Received messages (ranges of batches) as one pyarrow.RecordBatch."""
     pa_ = require_pyarrow()
     schema = schema if schema is not None else message_schema(include_properties)
@@ -139,7 +140,7 @@ def ranges_to_arrow(ranges: list[Range], include_properties: bool = True, schema
     columns = [
         pa_.array(keys, pa_.string()) if any_key else pa_.nulls(n, pa_.string()),
         _binary(pa_.binary(), b"".join(values), lengths, n),
-        _topics(ranges, n),
+        _topics(ranges, n) if topic is None else _repeat_string(topic, n),
         _fixed(pa_.int32(), "i", partitions, n),
         _binary(pa_.binary(), ids, id_lengths, n),
         (pa_.array([t or None for t in publish], pa_.int64()).cast(ts) if no_publish_time
@@ -157,11 +158,15 @@ def ranges_to_arrow(ranges: list[Range], include_properties: bool = True, schema
     return pa_.RecordBatch.from_arrays(columns, schema=schema)
 
 
+def _repeat_string(text: str, n: int) -> Any:
+    data = text.encode()
+    return _binary(pa.string(), data * n, itertools.repeat(len(data), n), n)
+
+
 def _topics(ranges: list[Range], n: int) -> Any:
     names = {batch.topic for batch, _, _ in ranges}
     if len(names) <= 1:
-        name = (names.pop() if names else "").encode()
-        return _binary(pa.string(), name * n, itertools.repeat(len(name), n), n)
+        return _repeat_string(names.pop() if names else "", n)
     return pa.array([batch.topic for batch, first, end in ranges for _ in range(first, end)], pa.string())
 
 

@@ -82,10 +82,11 @@ class Messages(Sequence[Message]):
     def value_bytes(self) -> int:
         return sum(range_bytes(b, f, e) for b, f, e in self.ranges)
 
-    def to_arrow(self, include_properties: bool = True, schema: Any = None) -> Any:
+    def to_arrow(self, include_properties: bool = True, schema: Any = None, topic: str | None = None) -> Any:
         """A pyarrow.RecordBatch with the Spark source's columns (key, value, topic, partition,
         messageId, publishTime, eventTime[, properties]); needs pyarrow (pip install 'velamq[arrow]').
-        `schema` may give the same columns with other nullability (Spark's own conversion)."""
+        `schema` may give the same columns with other nullability (Spark's own conversion);
+        `topic` names every row's topic (a partitioned topic's own name instead of its partition's)."""
         from velamq.client._arrow import ranges_to_arrow
 
-        return ranges_to_arrow(self.ranges, include_properties, schema)
+        return ranges_to_arrow(self.ranges, include_properties, schema, topic)

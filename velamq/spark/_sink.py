@@ -1,5 +1,8 @@
 """The sink, batch and streaming: Arrow batches in, messages out, idempotently (SP-4).
 
+Each Arrow batch is sent in bulk (Producer.send_many_async per target partition, with the rows'
+own sequence ids), so the producer batches it from columns without an object per row.
+
 Each Spark task writes its rows with its own producer name and explicit sequence ids:
 
     producer name   velamq-spark-<queryId>-<task partition>   streaming: the query id survives restarts
@@ -35,7 +38,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 from velamq.client import AdminError, AsyncClient, Producer, ProducerBusyError, boost_hash, sign_safe_mod
 from velamq.spark._admin import ConnectorAdmin, parse_topic
 from velamq.spark._options import SinkOptions
-from velamq.spark._schema import sink_rows
+from velamq.spark._schema import SinkColumns, sink_columns
 
 log = logging.getLogger("velamq.spark")
 
@@ -45,7 +48,7 @@ producer_settings: dict[str, Any] = {
     "batching_enabled": True,
     "batching_max_messages": 1000,
     "batching_max_publish_delay_ms": 10,
-    "max_pending_messages": 2000,
+    "max_pending_messages": 20_000,
     "block_if_queue_full": True,
 }
 
@@ -90,6 +93,11 @@ class _Target:
     def __init__(self, producers: list[Producer]) -> None:
         self.producers = producers
         self.last_sequence_ids = [p.last_sequence_id for p in producers]
+        self.partition_of_key: dict[str, int] = {}  # keys repeat: hash each once per task
+
+
+def _pick(column: list[Any] | None, rows: list[int]) -> list[Any] | None:
+    return None if column is None else [column[j] for j in rows]
 
 
 class _Writer:
@@ -107,30 +115,65 @@ class _Writer:
         async with AsyncClient(self.options.service_url) as client:
             # Spark feeds the batches synchronously; the loop waits meanwhile, which only delays sends.
             for batch in batches:
-                for out in sink_rows(batch):
-                    rows += 1
-                    if rows > rows_per_task_max:
-                        raise RuntimeError(f"a task may write at most {rows_per_task_max} rows per batch")
-                    topic = self.options.topic or out.topic
-                    if not topic:
-                        raise ValueError("a row has no topic: set the 'topic' option or fill the 'topic' column")
+                columns = sink_columns(batch)
+                n = len(columns)
+                if rows + n > rows_per_task_max:
+                    raise RuntimeError(f"a task may write at most {rows_per_task_max} rows per batch")
+                for topic, indexes in self._by_topic(columns):
                     target = self.targets.get(topic) or await self._open(client, topic)
-                    n = len(target.producers)
-                    index = sign_safe_mod(boost_hash(out.key), n) if out.key else (rows - 1 + self.partition_id) % n
-                    sequence_id = self.sequence_base | rows
-                    if sequence_id <= target.last_sequence_ids[index]:
-                        skipped += 1
-                        continue
-                    pending.append(await target.producers[index].send_async(
-                        out.value, key=out.key, properties=out.properties, event_time=out.event_time_ms,
-                        sequence_id=sequence_id))
-                    sent += 1
+                    for index, chosen in self._route(target, columns, indexes, rows).items():
+                        # Rows the broker already has for this producer (an earlier attempt) are skipped.
+                        last = target.last_sequence_ids[index]
+                        kept = [j for j in chosen if self.sequence_base | (rows + j + 1) > last]
+                        skipped += len(chosen) - len(kept)
+                        if not kept:
+                            continue
+                        pending.append(await target.producers[index].send_many_async(
+                            [columns.values[j] for j in kept], keys=_pick(columns.keys, kept),
+                            properties=_pick(columns.properties, kept), event_times=_pick(columns.event_times_ms, kept),
+                            sequence_ids=[self.sequence_base | (rows + j + 1) for j in kept]))
+                        sent += len(kept)
+                rows += n
                 while pending and pending[0].done():
                     pending.popleft().result()  # raises a failed send
             await asyncio.gather(*pending)
         if skipped:
             log.info("%s: skipped %d rows already stored by an earlier attempt", self.producer_name, skipped)
         return SinkCommit(self.partition_id, rows, sent, skipped)
+
+    def _by_topic(self, columns: SinkColumns) -> list[tuple[str, range | list[int]]]:
+        """The rows of a batch by target topic: the option, else each row's topic column."""
+        everything = range(len(columns))
+        if self.options.topic:
+            return [(self.options.topic, everything)]
+        topics = columns.topics or [None] * len(columns)
+        groups: dict[str, list[int]] = {}
+        for j, topic in enumerate(topics):
+            if not topic:
+                raise ValueError("a row has no topic: set the 'topic' option or fill the 'topic' column")
+            groups.setdefault(topic, []).append(j)
+        return list(groups.items())
+
+    def _route(self, target: _Target, columns: SinkColumns, indexes: range | list[int],
+               rows_before: int) -> dict[int, list[int]]:
+        """The rows for each partition of a target: a keyed row by its key's hash (as a producer with
+        default settings routes it), an unkeyed one by its index within the task."""
+        n = len(target.producers)
+        if n == 1:
+            return {0: list(indexes)}
+        keys = columns.keys
+        cache = target.partition_of_key
+        out: dict[int, list[int]] = {}
+        for j in indexes:
+            key = keys[j] if keys is not None else None
+            if key:
+                index = cache.get(key)
+                if index is None:
+                    index = cache[key] = sign_safe_mod(boost_hash(key), n)
+            else:
+                index = (rows_before + j + self.partition_id) % n
+            out.setdefault(index, []).append(j)
+        return out
 
     async def _open(self, client: AsyncClient, topic: str) -> _Target:
         name = str(parse_topic(topic))
