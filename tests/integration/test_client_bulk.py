@@ -264,3 +264,12 @@ def test_blocking_client_bulk_and_handed_over_acks(broker: BrokerProcess, topic:
         consumer.acknowledge(rest)
         consumer.close()  # the handed-over acks go first
         wait_for_backlog(broker.admin_url, topic, "s", 0)
+
+
+def test_the_bulk_example_of_the_docs_runs(broker: BrokerProcess) -> None:
+    import runpy
+    from pathlib import Path
+
+    example = Path(__file__).parents[2] / "examples" / "bulk_client.py"
+    main = runpy.run_path(str(example))["main"]
+    assert main(["--service-url", broker.service_url, "-n", "5000"]) == 0

@@ -109,6 +109,11 @@ class BatchContainer(Generic[T]):
         """How many of the messages sizes[start:] this batch takes before it is full (at least
         one): the rule of has_space_for() and is_full applied message by message."""
         n, used = len(self._values), self._payload_bytes
+        if start >= len(sizes) or (n and (n >= self.max_messages or used + sizes[start] > self.max_bytes)):
+            return 0
+        cap = min(len(sizes) - start, self.max_messages - n) if n < self.max_messages else 1
+        if used + sum(sizes[start : start + cap]) < self.max_bytes:
+            return cap  # the common case, summed in C: the count decides
         k = start
         while k < len(sizes):
             size = sizes[k]

@@ -313,8 +313,8 @@ class PartitionProducer(ConnectionHandler):
                 self._next_sequence_id += take
                 seqs: Sequence[int] = range(first, first + take)
             else:
-                seqs = sequence_ids[span]
-                self._next_sequence_id = max(self._next_sequence_id, max(seqs) + 1)
+                seqs = sequence_ids[span]  # growing, as ids must
+                self._next_sequence_id = max(self._next_sequence_id, seqs[-1] + 1)
             was_empty = len(batch) == 0
             full = batch.add_columns(values[span], seqs, BulkPart(bulk, offset + k, take), size,
                                      keys=keys[span] if keys is not None else None,

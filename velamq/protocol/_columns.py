@@ -272,28 +272,26 @@ def decode_batch(payload: bytes, count: int, skip: set[int] | frozenset[int] | N
     rare: dict[int, _Meta] = {}
     dropped: list[int] = []
     add_start, add_end, add_key = starts.append, ends.append, keys.append
-    any_key = False
+    from_bytes = int.from_bytes
     o = 0
+    # The hot loop: tags as literals (0x12 key, 0x18 payload size, 0x40 sequence id), no bounds
+    # checks of its own (an index past the payload is a truncated batch: IndexError below).
     try:
         for i in range(count):
             m = o + 4
-            if m > size:
-                raise ProtocolError("truncated batch: missing single-message metadata size")
-            e = m + ((p[o] << 24) | (p[o + 1] << 16) | (p[o + 2] << 8) | p[o + 3])
-            if e > size:
-                raise ProtocolError("truncated batch: single-message metadata")
+            e = m + from_bytes(p[o:m])
             key: str | None = None
             q = m
             t = p[q]
-            if t == _T_KEY and (n := p[q + 1]) < 0x80:
+            if t == 0x12 and (n := p[q + 1]) < 0x80:
                 try:
                     key = p[q + 2 : q + 2 + n].decode()
+                    q += 2 + n
+                    t = p[q] if q < e else -1
                 except UnicodeDecodeError:
                     t = -1
-                q += 2 + n
-                t = p[q] if t != -1 and q < e else -1
             ps = -1
-            if t == _T_PAYLOAD_SIZE:
+            if t == 0x18:
                 v = p[q + 1]
                 if v < 0x80:
                     ps = v
@@ -301,16 +299,16 @@ def decode_batch(payload: bytes, count: int, skip: set[int] | frozenset[int] | N
                 elif (w := p[q + 2]) < 0x80:
                     ps = (v & 0x7F) | (w << 7)
                     q += 3
-            if ps < 0 or q > e or (q != e and p[q] != _T_SEQUENCE_ID):
+            if ps < 0 or q > e or (q != e and p[q] != 0x40):
                 meta = _parse_meta(p, m, e)
                 ps, key = meta[0], meta[1]
-                if meta[6] or (skip is not None and i in skip):
+                if meta[6] or (skip and i in skip):
                     o = e + ps
                     dropped.append(i)
                     continue
                 if meta[2] is not None or meta[3] or meta[5] is not None:
                     rare[len(starts)] = meta
-            elif skip is not None and i in skip:
+            elif skip and i in skip:
                 o = e + ps
                 dropped.append(i)
                 continue
@@ -318,12 +316,11 @@ def decode_batch(payload: bytes, count: int, skip: set[int] | frozenset[int] | N
             add_start(e)
             add_end(o)
             add_key(key)
-            if key is not None:
-                any_key = True
         if o > size:
             raise ProtocolError("truncated batch: payload")
     except IndexError:
         raise ProtocolError("truncated batch") from None
+    any_key = keys.count(None) != len(keys)
     columns = MessageColumns(p, starts, ends, count, keys=keys if any_key else None)
     if dropped:
         gone = set(dropped)
@@ -415,6 +412,43 @@ def _properties_bytes(properties: Mapping[str, str] | Sequence[tuple[str, str]])
     return b"".join(out)
 
 
+class _SequenceVarints:
+    """varint() of growing sequence ids, cheaply: the low 14 bits from a table of 2-byte
+    continuation groups, the rest (the same for 16 384 ids in a row) encoded once and kept."""
+
+    __slots__ = ("_high", "_tail")
+
+    def __init__(self) -> None:
+        self._high = -1
+        self._tail = b""
+
+    def __call__(self, v: int) -> bytes:
+        if v < 0x4000 or v >= 1 << 63:
+            return varint(v)
+        high = v >> 14
+        if high != self._high:
+            self._high, self._tail = high, varint(high)
+        return _low14()[v & 0x3FFF] + self._tail
+
+
+_LOW14: list[bytes] = []
+_SMALL14: list[bytes] = []
+
+
+def _low14() -> list[bytes]:
+    """The 14 low bits of a varint that goes on, as 2 bytes (built on first use: 16 384 entries)."""
+    if not _LOW14:
+        _LOW14.extend(bytes(((v & 0x7F) | 0x80, (v >> 7) | 0x80)) for v in range(0x4000))
+    return _LOW14
+
+
+def _small14() -> list[bytes]:
+    """varint(v) for v < 16 384 (payload sizes, key lengths): a table, built on first use."""
+    if not _SMALL14:
+        _SMALL14.extend(varint(v) for v in range(0x4000))
+    return _SMALL14
+
+
 def encode_batch(values: Sequence[bytes], sequence_ids: Sequence[int] | int, *,
                  keys: Sequence[str | None] | None = None,
                  properties: Sequence[Mapping[str, str] | Sequence[tuple[str, str]] | None] | None = None,
@@ -425,16 +459,24 @@ def encode_batch(values: Sequence[bytes], sequence_ids: Sequence[int] | int, *,
     sequence_ids: one per message, or the first of consecutive ids. keys, properties, event times
     and ordering keys: None, or one per message (None / empty / 0 for a message without)."""
     n = len(values)
-    first = sequence_ids if isinstance(sequence_ids, int) else None
-    plain = keys is None and properties is None and event_times is None and ordering_keys is None
+    seqs: Sequence[int] = range(sequence_ids, sequence_ids + n) if isinstance(sequence_ids, int) else sequence_ids
+    plain = properties is None and event_times is None and ordering_keys is None
+    small, seq_varint = _small14(), _SequenceVarints()
     parts: list[bytes] = []
     append = parts.append
     pack = _pack_u32
     for j in range(n):
         value = values[j]
-        seq = first + j if first is not None else sequence_ids[j]  # type: ignore[index]
-        if plain:
-            meta = b"\x18" + varint(len(value)) + b"\x40" + varint(seq)
+        size = len(value)
+        tail = b"\x18" + (small[size] if size < 0x4000 else varint(size))
+        if plain:  # the common metadata, [key] payload_size sequence_id, without a call per field
+            key = keys[j] if keys is not None else None
+            if key:
+                kb = key.encode()
+                kl = len(kb)
+                meta = b"\x12" + (small[kl] if kl < 0x4000 else varint(kl)) + kb + tail + b"\x40" + seq_varint(seqs[j])
+            else:
+                meta = tail + b"\x40" + seq_varint(seqs[j])
         else:
             head = b""
             if properties is not None and properties[j]:
@@ -442,14 +484,14 @@ def encode_batch(values: Sequence[bytes], sequence_ids: Sequence[int] | int, *,
             key = keys[j] if keys is not None else None
             if key:
                 head += _len_field(b"\x12", key.encode())
-            meta = head + b"\x18" + varint(len(value))
+            meta = head + tail
             et = event_times[j] if event_times is not None else None
             if et:
                 meta += b"\x28" + varint(et)
             okey = ordering_keys[j] if ordering_keys is not None else None
             if okey is not None:
                 meta += _len_field(b"\x3a", okey)
-            meta += b"\x40" + varint(seq)
+            meta += b"\x40" + seq_varint(seqs[j])
         append(pack(len(meta)))
         append(meta)
         append(value)

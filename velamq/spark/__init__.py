@@ -9,8 +9,9 @@
 Installing the package registers the source with Spark (the top-level module `pyspark_velamq`
 exposes it as `DefaultSource`); `register(spark)` does it by hand, e.g. where the package was
 shipped with --py-files instead of installed, and checks that Spark's Python workers can import
-velamq (they run PYSPARK_PYTHON, not the driver's interpreter: see check_workers). The connector uses only velamq.client's public API
-and Pulsar's admin REST paths, so the same job runs against Apache Pulsar (SP-5). See docs/spark.md.
+velamq (they run PYSPARK_PYTHON, not the driver's interpreter: see check_workers). The connector
+uses only velamq.client's public API and Pulsar's admin REST paths, so the same job runs against
+Apache Pulsar (SP-5). See docs/spark.md.
 """
 
 from __future__ import annotations

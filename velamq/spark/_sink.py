@@ -26,6 +26,7 @@ partition on every attempt. Broker deduplication then covers what a reconnect re
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import logging
 from collections.abc import Iterator
@@ -96,7 +97,7 @@ class _Target:
         self.partition_of_key: dict[str, int] = {}  # keys repeat: hash each once per task
 
 
-def _pick(column: list[Any] | None, rows: list[int]) -> list[Any] | None:
+def _pick(column: list[Any] | None, rows: range | list[int]) -> list[Any] | None:
     return None if column is None else [column[j] for j in rows]
 
 
@@ -122,16 +123,23 @@ class _Writer:
                 for topic, indexes in self._by_topic(columns):
                     target = self.targets.get(topic) or await self._open(client, topic)
                     for index, chosen in self._route(target, columns, indexes, rows).items():
-                        # Rows the broker already has for this producer (an earlier attempt) are skipped.
+                        # Rows the broker already has for this producer (an earlier attempt) are
+                        # skipped; sequence ids grow with the row, so they are a prefix.
+                        base = self.sequence_base + rows + 1  # row j's id: base + j (j < 2**32)
                         last = target.last_sequence_ids[index]
-                        kept = [j for j in chosen if self.sequence_base | (rows + j + 1) > last]
-                        skipped += len(chosen) - len(kept)
+                        cut = bisect.bisect_right(chosen, last - base) if base + chosen[0] <= last else 0
+                        kept = chosen[cut:]
+                        skipped += cut
                         if not kept:
                             continue
+                        whole = isinstance(kept, range) and len(kept) == n
                         pending.append(await target.producers[index].send_many_async(
-                            [columns.values[j] for j in kept], keys=_pick(columns.keys, kept),
-                            properties=_pick(columns.properties, kept), event_times=_pick(columns.event_times_ms, kept),
-                            sequence_ids=[self.sequence_base | (rows + j + 1) for j in kept]))
+                            columns.values if whole else [columns.values[j] for j in kept],
+                            keys=columns.keys if whole else _pick(columns.keys, kept),
+                            properties=columns.properties if whole else _pick(columns.properties, kept),
+                            event_times=columns.event_times_ms if whole else _pick(columns.event_times_ms, kept),
+                            sequence_ids=range(base + kept[0], base + kept[-1] + 1) if isinstance(kept, range)
+                            else [base + j for j in kept]))
                         sent += len(kept)
                 rows += n
                 while pending and pending[0].done():
@@ -155,15 +163,15 @@ class _Writer:
         return list(groups.items())
 
     def _route(self, target: _Target, columns: SinkColumns, indexes: range | list[int],
-               rows_before: int) -> dict[int, list[int]]:
+               rows_before: int) -> dict[int, range | list[int]]:
         """The rows for each partition of a target: a keyed row by its key's hash (as a producer with
         default settings routes it), an unkeyed one by its index within the task."""
         n = len(target.producers)
         if n == 1:
-            return {0: list(indexes)}
+            return {0: indexes}
         keys = columns.keys
         cache = target.partition_of_key
-        out: dict[int, list[int]] = {}
+        out: dict[int, range | list[int]] = {}
         for j in indexes:
             key = keys[j] if keys is not None else None
             if key:
@@ -172,7 +180,7 @@ class _Writer:
                     index = cache[key] = sign_safe_mod(boost_hash(key), n)
             else:
                 index = (rows_before + j + self.partition_id) % n
-            out.setdefault(index, []).append(j)
+            out.setdefault(index, []).append(j)  # type: ignore[union-attr]
         return out
 
     async def _open(self, client: AsyncClient, topic: str) -> _Target:
