@@ -412,25 +412,6 @@ def _properties_bytes(properties: Mapping[str, str] | Sequence[tuple[str, str]])
     return b"".join(out)
 
 
-class _SequenceVarints:
-    """varint() of growing sequence ids, cheaply: the low 14 bits from a table of 2-byte
-    continuation groups, the rest (the same for 16 384 ids in a row) encoded once and kept."""
-
-    __slots__ = ("_high", "_tail")
-
-    def __init__(self) -> None:
-        self._high = -1
-        self._tail = b""
-
-    def __call__(self, v: int) -> bytes:
-        if v < 0x4000 or v >= 1 << 63:
-            return varint(v)
-        high = v >> 14
-        if high != self._high:
-            self._high, self._tail = high, varint(high)
-        return _low14()[v & 0x3FFF] + self._tail
-
-
 _LOW14: list[bytes] = []
 _SMALL14: list[bytes] = []
 
@@ -449,6 +430,22 @@ def _small14() -> list[bytes]:
     return _SMALL14
 
 
+_U32_SMALL = [_pack_u32(v) for v in range(256)]
+# Keys repeat (a few thousand users, devices, ...): their metadata prefix, "0x12 <len> key 0x18",
+# kept for the next batch. Bounded: emptied when full.
+_key_prefixes: dict[str, bytes] = {}
+key_prefixes_max = 65_536
+
+
+def _key_prefix(key: str) -> bytes:
+    kb = key.encode()
+    prefix = b"\x12" + varint(len(kb)) + kb + b"\x18"
+    if len(_key_prefixes) >= key_prefixes_max:
+        _key_prefixes.clear()
+    _key_prefixes[key] = prefix
+    return prefix
+
+
 def encode_batch(values: Sequence[bytes], sequence_ids: Sequence[int] | int, *,
                  keys: Sequence[str | None] | None = None,
                  properties: Sequence[Mapping[str, str] | Sequence[tuple[str, str]] | None] | None = None,
@@ -461,37 +458,50 @@ def encode_batch(values: Sequence[bytes], sequence_ids: Sequence[int] | int, *,
     n = len(values)
     seqs: Sequence[int] = range(sequence_ids, sequence_ids + n) if isinstance(sequence_ids, int) else sequence_ids
     plain = properties is None and event_times is None and ordering_keys is None
-    small, seq_varint = _small14(), _SequenceVarints()
+    small, low, u32 = _small14(), _low14(), _U32_SMALL
+    key_prefix = _key_prefixes
+    high, high_bytes = -1, b""
     parts: list[bytes] = []
     append = parts.append
     pack = _pack_u32
     for j in range(n):
         value = values[j]
         size = len(value)
-        tail = b"\x18" + (small[size] if size < 0x4000 else varint(size))
-        if plain:  # the common metadata, [key] payload_size sequence_id, without a call per field
-            key = keys[j] if keys is not None else None
-            if key:
-                kb = key.encode()
-                kl = len(kb)
-                meta = b"\x12" + (small[kl] if kl < 0x4000 else varint(kl)) + kb + tail + b"\x40" + seq_varint(seqs[j])
+        if plain:  # the common metadata, [key] payload_size sequence_id, inline
+            v = seqs[j]
+            if 0x4000 <= v < 1 << 63:  # growing ids: the high part is the same for 16 384 of them
+                if v >> 14 != high:
+                    high = v >> 14
+                    high_bytes = varint(high)
+                sv = low[v & 0x3FFF] + high_bytes
             else:
-                meta = tail + b"\x40" + seq_varint(seqs[j])
-        else:
-            head = b""
-            if properties is not None and properties[j]:
-                head = _properties_bytes(properties[j])  # type: ignore[arg-type]
+                sv = varint(v)
             key = keys[j] if keys is not None else None
             if key:
-                head += _len_field(b"\x12", key.encode())
-            meta = head + tail
-            et = event_times[j] if event_times is not None else None
-            if et:
-                meta += b"\x28" + varint(et)
-            okey = ordering_keys[j] if ordering_keys is not None else None
-            if okey is not None:
-                meta += _len_field(b"\x3a", okey)
-            meta += b"\x40" + seq_varint(seqs[j])
+                prefix = key_prefix.get(key)
+                if prefix is None:
+                    prefix = _key_prefix(key)
+                meta = prefix + (small[size] if size < 0x4000 else varint(size)) + b"\x40" + sv
+            else:
+                meta = b"\x18" + (small[size] if size < 0x4000 else varint(size)) + b"\x40" + sv
+            ms = len(meta)
+            append(u32[ms] if ms < 256 else pack(ms))
+            append(meta)
+            append(value)
+            continue
+        # Properties, event time or ordering key: field by field, in field-number order.
+        meta = _properties_bytes(properties[j]) if properties is not None and properties[j] else b""  # type: ignore[arg-type]
+        key = keys[j] if keys is not None else None
+        if key:
+            meta += _len_field(b"\x12", key.encode())
+        meta += b"\x18" + varint(size)
+        et = event_times[j] if event_times is not None else None
+        if et:
+            meta += b"\x28" + varint(et)
+        okey = ordering_keys[j] if ordering_keys is not None else None
+        if okey is not None:
+            meta += _len_field(b"\x3a", okey)
+        meta += b"\x40" + varint(seqs[j])
         append(pack(len(meta)))
         append(meta)
         append(value)

@@ -157,10 +157,16 @@ class _RangeScan:
         count = 0
         deadline = time.monotonic() + poll_s
         while count < rows_max and not self.done:
-            wait_ms = int(max(0.0, deadline - time.monotonic()) * 1000)
-            messages = await self.reader.read_batch(rows_max - count, wait_ms if not out else 0)
+            # What is queued now; only when nothing is, wait (up to the poll) for one message. A
+            # batch receive that waited for a full batch would sit out the timeout at a range's end.
+            messages = await self.reader.read_batch(rows_max - count, 0)
             if not len(messages):
-                break
+                wait_ms = int((deadline - time.monotonic()) * 1000)
+                if out or wait_ms <= 0:
+                    break
+                messages = await self.reader.read_batch(1, wait_ms)
+                if not len(messages):
+                    break
             self.last_progress_s = time.monotonic()
             for batch, first, end in messages.ranges:
                 if not self.first_seen:
