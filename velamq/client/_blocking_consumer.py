@@ -21,15 +21,15 @@ flush) run the handover first, on the loop.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
-import threading
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from velamq.client._consumer import Consumer
 from velamq.client._errors import AlreadyClosedError, OperationTimeoutError
-from velamq.client._message import Message, MessageId, message_at
+from velamq.client._message import Message, MessageId, ReceivedBatch
 from velamq.client._messages import Messages, Range, range_bytes
 from velamq.client._reader import Reader
 
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("velamq.client")
 R = TypeVar("R")
+_new_message = object.__new__
 handover_delay_ms_max = 10  # acknowledgements reach the loop at most this late (or ack_grouping_time_ms)
 Target = Message | MessageId | Messages
 
@@ -78,14 +79,16 @@ class AckHandover:
 
 
 class Prefetch:
-    """Messages taken in bulk from a Consumer's receiver queue, handed out in the caller's thread."""
+    """Messages taken in bulk from a Consumer's receiver queue, handed out in the caller's thread.
+
+    They wait as (batch, position) pairs in a deque, whose popleft is atomic: any number of threads
+    may receive at once without a lock, and the pair becomes the owner's last-taken position as is."""
 
     def __init__(self, client: Client, consumer: Consumer, acks: AckHandover) -> None:
         self._client = client
         self._consumer = consumer
         self._acks = acks
-        self._lock = threading.Lock()
-        self._ranges: deque[list[Any]] = deque()  # [batch, next position, end]
+        self._items: deque[tuple[ReceivedBatch, int]] = deque()
         self.batch_messages = max(1, consumer.config.receiver_queue_size // 2)
 
     def _check_open(self) -> None:
@@ -93,61 +96,61 @@ class Prefetch:
             raise AlreadyClosedError(f"{self._consumer.topic}: consumer is closed")
 
     def pop(self) -> Message | None:
-        with self._lock:
-            ranges = self._ranges
-            while ranges:
-                r = ranges[0]
-                batch, j, end = r
-                if j + 1 >= end:
-                    ranges.popleft()
-                else:
-                    r[1] = j + 1
-                owner = batch.owner
-                if batch.generation == owner.generation:
-                    owner._last_taken = (batch, j)
-                    return message_at(batch, j)
-        return None
+        pop = self._items.popleft
+        while True:
+            try:
+                item = pop()
+            except IndexError:
+                return None
+            batch = item[0]
+            owner = batch.owner
+            if batch.generation == owner.generation:  # else stale: it comes again
+                owner._last_taken = item
+                message: Message = _new_message(Message)  # message_at(), inline: this is the hot path
+                message._batch = batch
+                message._j = item[1]
+                message._id = None
+                return message
 
     def pop_ranges(self, max_messages: int, max_bytes: int) -> list[Range]:
+        """Prefetched messages as ranges (for a batch receive after single receives)."""
         out: list[Range] = []
         used = 0
-        with self._lock:
-            ranges = self._ranges
-            while ranges and max_messages > 0 and (max_bytes <= 0 or used < max_bytes):
-                r = ranges[0]
-                batch, first, end = r
-                stop = min(end, first + max_messages)
-                if max_bytes > 0:
-                    k = first
-                    c = batch.columns
-                    while k < stop and (used == 0 or used + c.value_ends[k] - c.value_starts[k] <= max_bytes):
-                        used += c.value_ends[k] - c.value_starts[k]
-                        k += 1
-                    stop = k
-                if stop >= end:
-                    ranges.popleft()
-                else:
-                    r[1] = stop
-                owner = batch.owner
-                if batch.generation == owner.generation and stop > first:
-                    owner._last_taken = (batch, stop - 1)
-                    out.append((batch, first, stop))
-                    max_messages -= stop - first
+        pop = self._items.popleft
+        while max_messages > 0 and (max_bytes <= 0 or used < max_bytes):
+            try:
+                item = pop()
+            except IndexError:
+                break
+            batch, j = item
+            c = batch.columns
+            size = c.value_ends[j] - c.value_starts[j]
+            if max_bytes > 0 and used and used + size > max_bytes:
+                self._items.appendleft(item)
+                break
+            if batch.generation != batch.owner.generation:
+                continue
+            batch.owner._last_taken = item
+            used += size
+            max_messages -= 1
+            if out and out[-1][0] is batch and out[-1][2] == j:
+                out[-1] = (batch, out[-1][1], j + 1)
+            else:
+                out.append((batch, j, j + 1))
         return out
 
     def has_messages(self) -> bool:
-        with self._lock:
-            return any(r[0].generation == r[0].owner.generation for r in self._ranges)
+        return any(batch.generation == batch.owner.generation for batch, _ in list(self._items))
 
     def receive(self, timeout_ms: int | None) -> Message:
         while True:
-            self._check_open()
+            if self._consumer._closed:
+                raise AlreadyClosedError(f"{self._consumer.topic}: consumer is closed")
             message = self.pop()
             if message is not None:
                 return message
-            ranges = self._client._run(self._fetch(timeout_ms))
-            with self._lock:
-                self._ranges.extend([batch, first, end] for batch, first, end in ranges)
+            for batch, first, end in self._client._run(self._fetch(timeout_ms)):
+                self._items.extend(zip(itertools.repeat(batch, end - first), range(first, end), strict=True))
 
     async def _fetch(self, timeout_ms: int | None) -> list[Range]:
         """On the loop: wait for the first message, then take what is queued (not yet handed out:

@@ -153,16 +153,17 @@ class Consumer:
 
     async def receive(self, timeout_ms: int | None = None) -> Message:
         """The next message; OperationTimeoutError after timeout_ms (None: wait for ever)."""
+        while True:  # the common case inline: a message is queued
+            if self._closed:
+                raise AlreadyClosedError(f"{self.topic}: consumer is closed")
+            item = self.queue.pop()
+            if item is None:
+                break
+            batch, j = item
+            if batch.owner.take_one(batch, j):
+                return message_at(batch, j)
         if timeout_ms is None:
-            while True:  # the common case inline: a message is queued
-                item = self.queue.pop()
-                if item is None or self._closed:
-                    if self._closed:
-                        raise AlreadyClosedError(f"{self.topic}: consumer is closed")
-                    return await self._receive()
-                batch, j = item
-                if batch.owner.take_one(batch, j):
-                    return message_at(batch, j)
+            return await self._receive()
         try:
             return await asyncio.wait_for(self._receive(), timeout_ms / 1000)
         except TimeoutError:
