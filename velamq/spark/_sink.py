@@ -28,7 +28,9 @@ from __future__ import annotations
 import asyncio
 import bisect
 import collections
+import itertools
 import logging
+import operator
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -98,7 +100,11 @@ class _Target:
 
 
 def _pick(column: list[Any] | None, rows: range | list[int]) -> list[Any] | None:
-    return None if column is None else [column[j] for j in rows]
+    if column is None:
+        return None
+    if isinstance(rows, range) and rows.step == 1:
+        return column[rows.start : rows.stop]
+    return list(map(column.__getitem__, rows))
 
 
 class _Writer:
@@ -122,7 +128,8 @@ class _Writer:
                     raise RuntimeError(f"a task may write at most {rows_per_task_max} rows per batch")
                 for topic, indexes in self._by_topic(columns):
                     target = self.targets.get(topic) or await self._open(client, topic)
-                    for index, chosen in self._route(target, columns, indexes, rows).items():
+                    routed = self._route(len(target.producers), target.partition_of_key, columns, indexes, rows)
+                    for index, chosen in routed.items():
                         # Rows the broker already has for this producer (an earlier attempt) are
                         # skipped; sequence ids grow with the row, so they are a prefix.
                         base = self.sequence_base + rows + 1  # row j's id: base + j (j < 2**32)
@@ -134,12 +141,12 @@ class _Writer:
                             continue
                         whole = isinstance(kept, range) and len(kept) == n
                         pending.append(await target.producers[index].send_many_async(
-                            columns.values if whole else [columns.values[j] for j in kept],
+                            columns.values if whole else _pick(columns.values, kept),
                             keys=columns.keys if whole else _pick(columns.keys, kept),
                             properties=columns.properties if whole else _pick(columns.properties, kept),
                             event_times=columns.event_times_ms if whole else _pick(columns.event_times_ms, kept),
-                            sequence_ids=range(base + kept[0], base + kept[-1] + 1) if isinstance(kept, range)
-                            else [base + j for j in kept]))
+                            sequence_ids=range(base + kept.start, base + kept.stop, kept.step)
+                            if isinstance(kept, range) else [base + j for j in kept]))
                         sent += len(kept)
                 rows += n
                 while pending and pending[0].done():
@@ -162,26 +169,28 @@ class _Writer:
             groups.setdefault(topic, []).append(j)
         return list(groups.items())
 
-    def _route(self, target: _Target, columns: SinkColumns, indexes: range | list[int],
+    def _route(self, n: int, cache: dict[str, int], columns: SinkColumns, indexes: range | list[int],
                rows_before: int) -> dict[int, range | list[int]]:
-        """The rows for each partition of a target: a keyed row by its key's hash (as a producer with
-        default settings routes it), an unkeyed one by its index within the task."""
-        n = len(target.producers)
+        """The rows for each of a target's n partitions: a keyed row by its key's hash (as a producer
+        with default settings routes it; `cache` keeps each key's partition for the task), an
+        unkeyed one by its index within the task. Rows stay in order within each partition."""
         if n == 1:
             return {0: indexes}
-        keys = columns.keys
-        cache = target.partition_of_key
-        out: dict[int, range | list[int]] = {}
-        for j in indexes:
-            key = keys[j] if keys is not None else None
-            if key:
-                index = cache.get(key)
-                if index is None:
-                    index = cache[key] = sign_safe_mod(boost_hash(key), n)
-            else:
-                index = (rows_before + j + self.partition_id) % n
-            out.setdefault(index, []).append(j)  # type: ignore[union-attr]
-        return out
+        keys = None if columns.keys is None else _pick(columns.keys, indexes)
+        if keys is None or not any(keys):  # unkeyed: partition (row + task) % n, every n-th row
+            first = rows_before + self.partition_id
+            if isinstance(indexes, range) and indexes.step == 1:
+                return {(first + j) % n: range(j, indexes.stop, n) for j in indexes[:n]}
+            keys = [None] * len(indexes)
+        for key in set(keys).difference(cache):
+            if key:  # keys repeat: each hashed once per task
+                cache[key] = sign_safe_mod(boost_hash(key), n)
+        if all(keys):
+            parts = list(map(cache.__getitem__, keys))
+        else:
+            parts = [cache[k] if k else (rows_before + j + self.partition_id) % n for k, j in zip(keys, indexes,
+                                                                                                 strict=True)]
+        return {q: list(itertools.compress(indexes, map(operator.eq, parts, itertools.repeat(q)))) for q in set(parts)}
 
     async def _open(self, client: AsyncClient, topic: str) -> _Target:
         name = str(parse_topic(topic))
