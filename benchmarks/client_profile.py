@@ -3,6 +3,7 @@ profiler: `.venv/bin/pip install -e '.[dev]'` brings it) and the samples are sum
 
     .venv/bin/python benchmarks/client_profile.py                       # every path, ~2 min
     .venv/bin/python benchmarks/client_profile.py --paths async-receive blocking-receive
+    .venv/bin/python benchmarks/client_profile.py --paths async-receive --unbatched -n 50000
 
 Paths (100-byte messages, batches of 1000, one topic, a broker of its own):
 
@@ -39,8 +40,10 @@ PRODUCER = {"batching_enabled": True, "batching_max_messages": 1000, "batching_m
 
 async def _fill(url: str, topic: str, n: int, size: int) -> None:
     async with AsyncClient(url) as client:
-        producer = await client.create_producer(topic, **PRODUCER)
-        await producer.send_many([os.urandom(size)] * n)
+        batched = os.environ.get("PROFILE_UNBATCHED") != "1"
+        producer = await client.create_producer(topic, **{**PRODUCER, "batching_enabled": batched})
+        futures = await producer.send_many_async([os.urandom(size)] * n)
+        await futures
 
 
 async def _async_path(url: str, path: str, topic: str, n: int, size: int) -> float:
@@ -162,12 +165,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-n", type=int, default=300_000, help="messages per path")
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--unbatched", action="store_true", help="the topics to receive from are filled unbatched")
     ap.add_argument("--service-url")
     ap.add_argument("--run", choices=PATHS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.run:
         run_path(args.service_url, args.run, args.n, args.size)
         return 0
+    if args.unbatched:
+        os.environ["PROFILE_UNBATCHED"] = "1"  # for the children
     py_spy = shutil.which("py-spy", path=os.path.dirname(sys.executable)) or shutil.which("py-spy")
     if py_spy is None:
         print("py-spy is not installed: .venv/bin/pip install -e '.[dev]'", file=sys.stderr)
