@@ -91,6 +91,10 @@ def run_path(url: str, path: str, n: int, size: int) -> None:
     topic = f"profile-{path}-{os.getpid()}"
     if path not in ("single-send", "bulk-send"):
         asyncio.run(_fill(url, topic, n, size))
+    if path == "bulk-arrow":  # pyarrow's imports (some happen on first use) are not part of the path
+        from velamq.client import Messages
+
+        Messages([]).to_arrow()
     print("ready", flush=True)
     sys.stdin.readline()  # the profiler starts now
     if path == "blocking-receive":

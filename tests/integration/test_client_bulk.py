@@ -273,3 +273,12 @@ def test_the_bulk_example_of_the_docs_runs(broker: BrokerProcess) -> None:
     example = Path(__file__).parents[2] / "examples" / "bulk_client.py"
     main = runpy.run_path(str(example))["main"]
     assert main(["--service-url", broker.service_url, "-n", "5000"]) == 0
+
+
+def test_blocking_acks_reach_the_broker_when_only_the_client_is_closed(broker: BrokerProcess, topic: str) -> None:
+    with Client(broker.service_url) as client:
+        client.create_producer(topic, batching_enabled=True).send_many([b"x"] * 100)
+        consumer = client.subscribe(topic, "s", initial_position="earliest")
+        for _ in range(100):
+            consumer.acknowledge(consumer.receive(10_000))
+    wait_for_backlog(broker.admin_url, topic, "s", 0)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import weakref
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
@@ -79,6 +80,8 @@ class Client:
             self._thread.stop()
             raise
         self._closed = False
+        # Consumers and readers made here: their handed-over acknowledgements go before the close.
+        self._receivers: weakref.WeakSet[Any] = weakref.WeakSet()
 
     @property
     def async_client(self) -> AsyncClient:
@@ -95,10 +98,14 @@ class Client:
 
     def subscribe(self, topic: Any = None, subscription_name: str | None = None, *args: Any,
                   **options: Any) -> BlockingConsumer:
-        return BlockingConsumer(self, self._run(self._client.subscribe(topic, subscription_name, *args, **options)))
+        consumer = BlockingConsumer(self, self._run(self._client.subscribe(topic, subscription_name, *args, **options)))
+        self._receivers.add(consumer)
+        return consumer
 
     def create_reader(self, topic: str, start_message_id: Any = "latest", *args: Any, **options: Any) -> BlockingReader:
-        return BlockingReader(self, self._run(self._client.create_reader(topic, start_message_id, *args, **options)))
+        reader = BlockingReader(self, self._run(self._client.create_reader(topic, start_message_id, *args, **options)))
+        self._receivers.add(reader)
+        return reader
 
     def get_topic_partitions(self, topic: str) -> list[str]:
         return self._run(self._client.get_topic_partitions(topic))
@@ -106,7 +113,14 @@ class Client:
     def close(self) -> None:
         if self._closed:
             return
-        self._thread.run(self._client.close())
+        receivers = list(self._receivers)
+
+        async def close() -> None:
+            for receiver in receivers:
+                receiver._acks.drain()
+            await self._client.close()
+
+        self._thread.run(close())
         self._closed = True
         self._thread.stop()
 

@@ -70,12 +70,17 @@ class AckHandover:
         """On the loop: apply every queued acknowledgement, in order."""
         self._scheduled = False
         items = self._items
+        failed = 0
+        error: Exception | None = None
         while items:
             operation, target = items.popleft()
             try:
                 operation(target)
             except Exception as exc:  # checked before queueing; what is left is a race with close
-                log.warning("acknowledgement of %r failed: %s", target, exc)
+                failed += 1
+                error = exc
+        if failed:
+            log.warning("%d acknowledgements could not be applied: %s", failed, error)
 
 
 class Prefetch:
