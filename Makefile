@@ -3,7 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: standalone test lint proto clean
+.PHONY: standalone test lint browser proto clean
+
+# The console's browser test (tests/browser) drives Debian's `chromium` headless. Installed once;
+# quiet when it is there already. Root installs it directly, anyone else through sudo.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,14 +28,21 @@ lint: $(VENV)/.test-installed
 	$(BIN)/ruff check velamq tests benchmarks examples pyspark_velamq.py
 	$(BIN)/mypy --strict velamq
 
-test: lint
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing chromium for the console's browser test"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
+
+test: lint browser
 	$(BIN)/python -m pytest -q
 
 # Regenerate the protobuf module from velamq/protocol/_pulsar_api.proto.
 proto: | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev]'
-	cd velamq/protocol && PATH=$(abspath $(BIN)):$$PATH $(abspath $(BIN))/python -m grpc_tools.protoc \
-		-I. --python_out=. --mypy_out=. _pulsar_api.proto
+	# Run from the root: inside velamq/protocol, its _compression.py would shadow the stdlib's.
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m grpc_tools.protoc -Ivelamq/protocol \
+		--python_out=velamq/protocol --mypy_out=velamq/protocol velamq/protocol/_pulsar_api.proto
 
 clean:
 	rm -rf $(VENV) data .mypy_cache .pytest_cache .ruff_cache

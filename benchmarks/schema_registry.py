@@ -58,7 +58,6 @@ async def registry_rate(seconds: float) -> float:
         worker = SqliteWorker(functools.partial(connect, Path(tmp) / "metadata.db"))
         await worker.start()
         registry = SchemaRegistry(worker.run)
-        await registry.start()
         for n in range(10):
             await registry.register("bench", version(n), Strategy.FULL)
         done, start = 0, time.perf_counter()

@@ -127,15 +127,17 @@ def test_backlog_quota_producer_request_hold_makes_sends_wait(
 ) -> None:
     topic = f"{namespace}/quota-hold"
     consumer = subscribe(pclient, topic)
+    producer = pclient.create_producer(f"persistent://{topic}", batching_enabled=False, send_timeout_millis=60000)
+    # The backlog goes over the quota before the quota is set: whether the periodic check would
+    # have run in the middle of these sends must not matter.
+    for _ in range(20):
+        producer.send(b"y" * 200)
     set_policy(
         policy_broker,
         namespace,
         "backlogQuota",
         {"limitSize": 2000, "limitTime": -1, "policy": "producer_request_hold"},
     )
-    producer = pclient.create_producer(f"persistent://{topic}", batching_enabled=False, send_timeout_millis=60000)
-    for _ in range(20):
-        producer.send(b"y" * 200)
     assert wait_until(lambda: stats(policy_broker, topic)["publishers"] == [], timeout_s=10)
     done: list[Any] = []
     producer.send_async(b"held", lambda res, mid: done.append(res))

@@ -15,9 +15,19 @@ PreconditionFailedError (the server maps them to 404, 409, 412).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Protocol
 
-from velamq.broker import BrokerMetrics, CompactionStatus, InternalStats, LastMessageId, TopicStats
+from velamq.broker import (
+    BrokerMetrics,
+    BrokerOverview,
+    CompactionStatus,
+    InternalStats,
+    LastMessageId,
+    RateSeries,
+    TopicMetrics,
+    TopicStats,
+)
 from velamq.metadata import MetadataStore, Policies
 
 
@@ -55,6 +65,25 @@ class BrokerBackend(Protocol):
         """Called after every policy write, so the broker re-reads the policies of live topics."""
         ...
 
+    # ---- the console: figures of loaded topics, never loading one ------------------------------
+
+    def loaded_topics(self, namespace: str) -> list[str]:
+        """Full names of the namespace's loaded topics, sorted."""
+        ...
+
+    def loaded_topic_metrics(self, topics: Iterable[str]) -> dict[str, TopicMetrics]:
+        """Metrics of those of `topics` that are loaded right now; the others are left out."""
+        ...
+
+    def broker_overview(self, busiest_max: int) -> BrokerOverview:
+        """Connections, loaded topics, the broker's rate history and its `busiest_max` busiest
+        topics of the last sample; cheap at any number of topics."""
+        ...
+
+    def topic_rate_history(self, topic: str) -> RateSeries | None:
+        """The same for one topic; None if it is not loaded or had no traffic lately."""
+        ...
+
     # ---- topics --------------------------------------------------------------------------------
 
     async def create_topic(self, topic: str) -> None:
@@ -89,6 +118,24 @@ class BrokerBackend(Protocol):
     async def topic_internal_stats(self, topic: str) -> InternalStats: ...
 
     async def last_message_id(self, topic: str) -> LastMessageId: ...
+
+    async def trim_topic(self, topic: str) -> None:
+        """Apply retention now (pulsar-admin topics trim-topic)."""
+        ...
+
+    # ---- reading stored messages (entry bytes as in peek_messages) ------------------------------
+
+    async def read_entry(self, topic: str, message_id: tuple[int, int]) -> bytes:
+        """The stored entry at (ledger, entry); NotFoundError if there is none."""
+        ...
+
+    async def examine_entry(self, topic: str, from_latest: bool, n: int) -> tuple[tuple[int, int], bytes]:
+        """The n-th stored entry (1-based) from the oldest, or back from the newest; NotFoundError."""
+        ...
+
+    async def message_id_at(self, topic: str, timestamp_ms: int) -> tuple[int, int]:
+        """The first message published at or after timestamp_ms (past the end: the next position)."""
+        ...
 
     # ---- subscriptions -------------------------------------------------------------------------
 

@@ -12,6 +12,8 @@ Under /admin/v2/{persistent|non-persistent}/{tenant}/{namespace}/{topic}:
     PUT /unload                        204; a partitioned topic unloads every partition
     PUT /compaction                    204; every partition of a partitioned topic (a compaction
                                        already running is left to finish)
+    POST /trim                         204; retention applied now (consumed ledgers it no longer
+                                       keeps are deleted); every partition of a partitioned topic
     GET /compaction                    LongRunningProcessStatus {"status", "lastError"}; 405 partitioned
 
 The work is the broker's (BrokerBackend); the JSON is _stats_json.py's.
@@ -147,6 +149,13 @@ async def trigger_compaction(call: Call) -> Response:
     return Response.no_content()
 
 
+async def trim(call: Call) -> Response:
+    topic = topic_of(call)
+    await require_topic(call, topic)
+    await on_topic_or_partitions(call, topic, call.backend.trim_topic)
+    return Response.no_content()
+
+
 async def compaction_status(call: Call) -> Response:
     topic = topic_of(call)
     await require_topic(call, topic)
@@ -163,3 +172,4 @@ def register(router: Router) -> None:
     router.add("PUT", TOPIC + "/unload", unload)
     router.add("PUT", TOPIC + "/compaction", trigger_compaction)
     router.add("GET", TOPIC + "/compaction", compaction_status)
+    router.add("POST", TOPIC + "/trim", trim)

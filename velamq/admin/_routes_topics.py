@@ -7,6 +7,9 @@
     POST   /admin/v2/{domain}/{t}/{ns}/{topic}/partitions   body N         204; 409 not partitioned;
                                                                            422 fewer than now
     DELETE /admin/v2/{domain}/{t}/{ns}/{topic}/partitions?force=           204; 404; 412 in use
+    POST   /admin/v2/{domain}/{t}/{ns}/{topic}/createMissedPartitions      204; creates the rows of
+                                                                           partitions never used; 404
+                                                                           if not partitioned
     PUT    /admin/v2/{domain}/{t}/{ns}/{topic}              non-partitioned  204; 409 exists
     DELETE /admin/v2/{domain}/{t}/{ns}/{topic}?force=                      204; 404; 409 partitioned;
                                                                            412 in use
@@ -73,6 +76,19 @@ async def update_partitioned_topic(call: Call) -> Response:
         await metadata.update_partitions(str(topic), partitions)
     except PreconditionFailedError as exc:
         raise HttpError(422, str(exc)) from None  # Pulsar: Unprocessable Entity
+    return Response.no_content()
+
+
+async def create_missed_partitions(call: Call) -> Response:
+    topic = topic_of(call)
+    _not_a_partition(topic)
+    await require_namespace(call, topic.namespace)
+    metadata = call.backend.metadata
+    partitions = await metadata.get_partitions(str(topic))
+    if partitions <= 0:
+        raise HttpError(404, f"Partitioned topic {topic} not found")
+    for index in range(partitions):  # velamq creates partitions when first used; these are not yet
+        await metadata.create_topic(str(topic.partition(index)), exist_ok=True)
     return Response.no_content()
 
 
@@ -145,6 +161,7 @@ def register(router: Router) -> None:
     router.add("GET", TOPIC + "/partitions", get_partitioned_metadata)
     router.add("POST", TOPIC + "/partitions", update_partitioned_topic)
     router.add("DELETE", TOPIC + "/partitions", delete_partitioned_topic)
+    router.add("POST", TOPIC + "/createMissedPartitions", create_missed_partitions)
     router.add("PUT", TOPIC, create_topic)
     router.add("DELETE", TOPIC, delete_topic)
     router.add("GET", "/admin/v2/" + DOMAIN + "/{tenant}/{namespace}", list_topics)

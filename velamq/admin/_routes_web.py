@@ -3,21 +3,38 @@
     GET /admin/v2/brokers/health    "ok" (text/plain), as Pulsar's health check answers
     GET /admin/v2/brokers/ready     "ok"
     GET /metrics, /metrics/         Prometheus text format 0.0.4
-    GET /                           the console (HTML)
+    GET /                                                 console: overview
+    GET /console/namespaces/{tenant}/{namespace}          console: a namespace's topics (?q=, ?page=, ?size=)
+    GET /console/topics/{domain}/{tenant}/{namespace}/{topic}   console: one topic (or its partitions)
 
-The snapshot is taken on the loop (it is the broker's state); turning it into text runs in a worker
-thread, since a broker with many topics makes a page big enough to stall the loop otherwise. The
-snapshot is frozen dataclasses, so reading it from another thread is safe.
+Every console page takes ?refresh=N (seconds, 0 = off) to reload itself. Console pages pass through
+`console_access` first: the one place where the admin API's authentication will stand in front of
+the console. Snapshots are taken on the loop (they are the broker's state); turning them into text
+runs in a worker thread when it can be big (/metrics with many topics). The snapshot records are
+frozen, so reading them from another thread is safe.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Final
 
+from velamq._errors import InvalidTopicNameError, NotFoundError
+from velamq._topic_name import TopicName
 from velamq.admin import _console, _metrics
+from velamq.admin._console_html import CONTENT_TYPE, SECURITY_HEADERS, namespace_href, topic_href
 from velamq.admin._http import Response
+from velamq.admin._params import namespace_of
 from velamq.admin._router import Call, Router
+from velamq.admin._stats_json import topic_stats_json
 from velamq.metadata import DEFAULT_CLUSTER
+
+# Namespaces listed on the overview at most (each costs a count in the metadata store).
+overview_namespaces_max: Final = 200
+overview_busiest_max: Final = 10
+page_size_max: Final = 500
+refresh_s_min: Final = 2
 
 
 async def health(call: Call) -> Response:
@@ -30,30 +47,101 @@ async def metrics(call: Call) -> Response:
     return Response(200, text.encode(), _metrics.CONTENT_TYPE)
 
 
-async def _namespace_rows(call: Call) -> list[tuple[str, int, int]]:
+# ---- the console ------------------------------------------------------------------------------
+
+
+async def console_access(call: Call) -> None:
+    """The gate in front of every console page. The console is open today, as the rest of the admin
+    API is; when the admin server authenticates requests (the security issue), this is where the
+    console asks for the caller's role and refuses with 401 (and a WWW-Authenticate challenge)
+    whoever may not read the broker's state. The console only reads, so "may read" is the test."""
+
+
+def _html(text: str, status: int = 200) -> Response:
+    return Response(status, text.encode(), CONTENT_TYPE, SECURITY_HEADERS)
+
+
+def _int_query(call: Call, name: str, default: int, low: int, high: int) -> int:
+    """A whole number from the query, clamped to [low, high]; the default if absent or not a number."""
+    value = call.request.query_param(name)
+    if value is None or not value.strip().isdigit():
+        return default
+    return max(low, min(high, int(value)))
+
+
+def _frame(call: Call) -> _console.Frame:
+    refresh = _int_query(call, "refresh", 0, 0, 3600)
+    return _console.Frame(
+        call.backend.service_url, call.web_service_url, max(refresh, refresh_s_min) if refresh else None
+    )
+
+
+ConsoleHandler = Callable[[Call, _console.Frame], Awaitable[Response]]
+
+
+def _console_page(handler: ConsoleHandler) -> Callable[[Call], Awaitable[Response]]:
+    """A console route: access checked first; an unknown name answers an HTML 404, not JSON."""
+
+    async def serve(call: Call) -> Response:
+        await console_access(call)
+        frame = _frame(call)
+        try:
+            return await handler(call, frame)
+        except (NotFoundError, InvalidTopicNameError) as exc:
+            return _html(_console.not_found_page(frame, str(exc), call.request.path), 404)
+
+    return serve
+
+
+async def overview(call: Call, frame: _console.Frame) -> Response:
     metadata = call.backend.metadata
+    overview = call.backend.broker_overview(overview_busiest_max)
     rows: list[tuple[str, int, int]] = []
+    total = 0
     for tenant in await metadata.list_tenants():
         for ns in await metadata.list_namespaces(tenant):
-            topics = await metadata.list_topics(ns)
-            partitioned = await metadata.list_partitioned_topics(ns)
-            rows.append((ns, len(topics), len(partitioned)))
-    return rows
+            total += 1
+            if len(rows) < overview_namespaces_max:
+                listing = await metadata.topics_page(ns, limit=1)
+                rows.append((ns, listing.total, overview.topics_loaded_by_namespace.get(ns, 0)))
+    return _html(_console.overview_page(frame, overview, rows, total))
+
+
+async def namespace_topics(call: Call, frame: _console.Frame) -> Response:
+    ns = namespace_of(call)
+    search = (call.request.query_param("q") or "").strip()
+    size = _int_query(call, "size", _console.page_size_default, 1, page_size_max)
+    number = _int_query(call, "page", 1, 1, 10**9)
+    listing = await call.backend.metadata.topics_page(ns, search, (number - 1) * size, size)
+    if not listing.topics and listing.total and number > 1:  # past the end: show the last page
+        number = (listing.total - 1) // size + 1
+        listing = await call.backend.metadata.topics_page(ns, search, (number - 1) * size, size)
+    loaded = call.backend.loaded_topic_metrics(name for name, _ in listing.topics)
+    href = namespace_href(ns, search, number)
+    return _html(_console.namespace_page(frame, listing, loaded, size, href))
+
+
+async def topic(call: Call, frame: _console.Frame) -> Response:
+    p = call.params
+    name = TopicName.parse(f"{p['domain']}://{p['tenant']}/{p['namespace']}/{p['topic']}")
+    full = str(name)
+    href = topic_href(full)
+    partitions = await call.backend.metadata.get_partitions(full) if name.partition_index < 0 else 0
+    if partitions > 0:
+        metrics_ = call.backend.loaded_topic_metrics(str(name.partition(i)) for i in range(partitions))
+        return _html(_console.partitioned_page(frame, full, partitions, metrics_, href))
+    stats = topic_stats_json(await call.backend.topic_stats(full))  # the same JSON as GET .../stats
+    history = call.backend.topic_rate_history(full)
+    interval_s = call.backend.broker_overview(0).rate_history.interval_s
+    return _html(_console.topic_page(frame, full, stats, history, interval_s, href))
 
 
 def register(router: Router) -> None:
-    tracker = _console.RateTracker()  # one per server: rates between this server's page views
-
-    async def console(call: Call) -> Response:
-        snapshot = call.backend.metrics_snapshot()
-        rates = tracker.rates(snapshot)
-        rows = await _namespace_rows(call)
-        page = await asyncio.to_thread(
-            _console.render, snapshot, rates, rows, call.backend.service_url, call.web_service_url
-        )
-        return Response.text(page, content_type="text/html; charset=utf-8")
-
     router.add("GET", "/admin/v2/brokers/health", health)
     router.add("GET", "/admin/v2/brokers/ready", health)
     router.add("GET", "/metrics", metrics)
-    router.add("GET", "/", console)
+    router.add("GET", "/", _console_page(overview))
+    router.add("GET", "/console/namespaces/{tenant}/{namespace}", _console_page(namespace_topics))
+    router.add(
+        "GET", "/console/topics/{domain:persistent|non-persistent}/{tenant}/{namespace}/{topic}", _console_page(topic)
+    )

@@ -31,8 +31,11 @@ from velamq._errors import (
     VelamqError,
 )
 from velamq.admin import (
+    _routes_messages,
+    _routes_namespace_ops,
     _routes_namespaces,
     _routes_policies,
+    _routes_schemas,
     _routes_subscriptions,
     _routes_tenants,
     _routes_topic_ops,
@@ -54,7 +57,7 @@ def build_router() -> Router:
     router = Router()
     for module in (
         _routes_tenants, _routes_namespaces, _routes_policies, _routes_topics, _routes_topic_ops,
-        _routes_subscriptions, _routes_web,
+        _routes_subscriptions, _routes_schemas, _routes_web, _routes_messages, _routes_namespace_ops,
     ):
         module.register(router)
     return router

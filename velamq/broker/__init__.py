@@ -12,9 +12,11 @@ from velamq.broker._broker_admin import BrokerAdmin
 from velamq.broker._compaction import CompactionStatus
 from velamq.broker._config import BrokerConfig
 from velamq.broker._errors import BrokerRequestError
+from velamq.broker._rate_history import RateSeries
 from velamq.broker._service import BrokerService
 from velamq.broker._stats import (
     BrokerMetrics,
+    BrokerOverview,
     ConsumerStats,
     CursorStats,
     InternalStats,
@@ -31,6 +33,7 @@ __all__ = [
     "BrokerAdmin",
     "BrokerConfig",
     "BrokerMetrics",
+    "BrokerOverview",
     "BrokerRequestError",
     "BrokerService",
     "CompactionStatus",
@@ -40,6 +43,7 @@ __all__ = [
     "LastMessageId",
     "LedgerStats",
     "PublisherStats",
+    "RateSeries",
     "SubscriptionMetrics",
     "SubscriptionStats",
     "TopicMetrics",

@@ -8,17 +8,28 @@ ids are (ledger_id, entry_id). Everything runs on the broker loop; nothing here 
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
+
 from velamq._errors import AlreadyExistsError, NotFoundError, PreconditionFailedError
 from velamq._topic_name import TopicName
 from velamq.broker import _positions
 from velamq.broker._compaction import CompactionStatus
 from velamq.broker._errors import BrokerRequestError
-from velamq.broker._policy_tasks import expire
+from velamq.broker._policy_tasks import apply_retention, expire
+from velamq.broker._rate_history import RateSeries
 from velamq.broker._service import BrokerService
-from velamq.broker._stats import BrokerMetrics, InternalStats, LastMessageId, TopicStats
+from velamq.broker._stats import (
+    BrokerMetrics,
+    BrokerOverview,
+    InternalStats,
+    LastMessageId,
+    TopicMetrics,
+    TopicStats,
+)
 from velamq.broker._subscription import Subscription
 from velamq.broker._topic import Topic
-from velamq.broker._topic_stats import internal_stats, topic_stats
+from velamq.broker._topic_stats import internal_stats, topic_metrics, topic_stats
 from velamq.metadata import MetadataStore, Policies
 from velamq.storage import ManagedCursor, Position
 
@@ -61,6 +72,31 @@ class BrokerAdmin:
 
     async def policies_changed(self, namespace: str, topic: str | None) -> None:
         await self._broker.policies_changed(namespace, topic)
+
+    # ---- the console: loaded topics only, never loading one --------------------------------------
+
+    def loaded_topics(self, namespace: str) -> list[str]:
+        """Full names of the namespace's loaded topics, sorted."""
+        return sorted(name for name, t in self._broker.topics.items() if t.name.namespace == namespace)
+
+    def loaded_topic_metrics(self, topics: Iterable[str]) -> dict[str, TopicMetrics]:
+        """Metrics of those of `topics` that are loaded (the others are left out)."""
+        found = ((name, self._broker.loaded_topic(name)) for name in topics)
+        return {name: topic_metrics(t) for name, t in found if t is not None}
+
+    def broker_overview(self, busiest_max: int) -> BrokerOverview:
+        broker = self._broker
+        return BrokerOverview(
+            connections_active=broker.connections_active,
+            connections_opened_total=broker.connections_opened_total,
+            topics_loaded=len(broker.topics),
+            topics_loaded_by_namespace=Counter(t.name.namespace for t in broker.topics.values()),
+            rate_history=broker.rate_history.broker_series(),
+            busiest_topics=tuple(broker.rate_history.busiest(busiest_max)),
+        )
+
+    def topic_rate_history(self, topic: str) -> RateSeries | None:
+        return self._broker.rate_history.topic_series(topic)
 
     # ---- topics --------------------------------------------------------------------------------
 
@@ -135,6 +171,44 @@ class BrokerAdmin:
 
     async def topic_internal_stats(self, topic: str) -> InternalStats:
         return internal_stats(await self._topic(topic))
+
+    async def trim_topic(self, topic: str) -> None:
+        """Apply retention now: delete the consumed ledgers that retention no longer keeps."""
+        await apply_retention(await self._topic(topic), self._broker.clock.now_ms())
+
+    # ---- reading stored messages ----------------------------------------------------------------
+
+    async def read_entry(self, topic: str, message_id: tuple[int, int]) -> bytes:
+        """The stored entry at (ledger, entry); NotFoundError if there is none."""
+        t = await self._topic(topic)
+        position = Position(*message_id)
+        entries = await t.ledger.read_entries(position, 1) if t.ledger.entry_exists(position) else []
+        if not entries or entries[0].position != position:
+            raise NotFoundError(f"message {message_id[0]}:{message_id[1]} not found")
+        return entries[0].data
+
+    async def examine_entry(self, topic: str, from_latest: bool, n: int) -> tuple[tuple[int, int], bytes]:
+        """The n-th stored entry (1-based) counted from the oldest, or back from the newest."""
+        t = await self._topic(topic)
+        infos = [info for info in t.ledger.ledgers() if info.entries > 0]
+        total = sum(info.entries for info in infos)
+        index = total - n if from_latest else n - 1
+        if n < 1 or not 0 <= index < total:
+            raise NotFoundError(f"no message at position {n} (the topic holds {total})")
+        for info in infos:  # entry ids in a ledger are dense from 0 (retention removes whole ledgers)
+            if index < info.entries:
+                position = (info.ledger_id, index)
+                return position, await self.read_entry(topic, position)
+            index -= info.entries
+        raise NotFoundError(f"no message at position {n}")
+
+    async def message_id_at(self, topic: str, timestamp_ms: int) -> tuple[int, int]:
+        """The first message published at or after timestamp_ms; past the end, the position the next
+        message will take (as Pulsar answers)."""
+        ledger = (await self._topic(topic)).ledger
+        mark_delete = await _positions.mark_delete_for_publish_time(ledger, timestamp_ms)
+        found = ledger.next_position(mark_delete)
+        return found.ledger_id, found.entry_id
 
     async def last_message_id(self, topic: str) -> LastMessageId:
         t = await self._topic(topic)

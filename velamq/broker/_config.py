@@ -70,6 +70,8 @@ class BrokerConfig:
     default_retention_size_mb: int = 0
     # How often TTL, backlog quota, retention, ack-hole redelivery and rates are checked.
     policy_check_interval_s: float = 5.0
+    # How often the console's rate history takes a point (it keeps 120: ten minutes at 5 s).
+    rate_history_interval_s: float = 5.0
 
     @property
     def frame_bytes_max(self) -> int:

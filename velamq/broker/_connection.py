@@ -10,8 +10,9 @@ Lifecycle (state table):
     any              socket lost                  CLOSED        detach producers and consumers
 
 Producer commands live in _producer_commands.py, consumer commands in _consumer_commands.py; this
-module keeps discovery (PARTITIONED_METADATA, LOOKUP, GET_TOPICS_OF_NAMESPACE, GET_SCHEMA) and
-turns a handler's refusal (BrokerRequestError) into the reply the client expects.
+module keeps discovery (PARTITIONED_METADATA, LOOKUP, GET_TOPICS_OF_NAMESPACE, GET_SCHEMA,
+GET_OR_CREATE_SCHEMA) and turns a handler's refusal (BrokerRequestError) into the reply the client
+expects.
 
 Writes are coalesced: every frame produced during one loop iteration goes out in one write.
 Requests that need the metadata store or storage run as tasks; SEND is handled inline so
@@ -37,6 +38,8 @@ from velamq.broker._context import BrokerContext
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker._producer import ServerProducer
 from velamq.broker._producer_commands import ProducerCommands
+from velamq.broker._schemas import protocol_schema
+from velamq.metadata import encode_version
 from velamq.protocol import Frame, FrameDecoder, encode_command, pb
 from velamq.storage import PublishBuffer
 
@@ -79,7 +82,8 @@ class ServerConnection(asyncio.Protocol):
             T.PARTITIONED_METADATA: self._spawn(self._on_partitioned_metadata),
             T.LOOKUP: self._spawn(self._on_lookup),
             T.GET_TOPICS_OF_NAMESPACE: self._spawn(self._on_get_topics),
-            T.GET_SCHEMA: self._on_get_schema,
+            T.GET_SCHEMA: self._spawn(self._on_get_schema),
+            T.GET_OR_CREATE_SCHEMA: self._spawn(self._on_get_or_create_schema),
             T.AUTH_RESPONSE: lambda f: None,
             T.PRODUCER: self._spawn(self._producers.on_producer),
             T.SEND: self._producers.on_send,
@@ -318,19 +322,39 @@ class ServerConnection(asyncio.Protocol):
         r.changed = True
         self.send_command(reply)
 
-    def _on_get_schema(self, frame: Frame) -> None:
+    async def _on_get_schema(self, frame: Frame) -> None:
         request = frame.command.getSchema
         reply = pb.BaseCommand(type=T.GET_SCHEMA_RESPONSE)
         r = reply.getSchemaResponse
         r.request_id = request.request_id
-        schemas = self._broker.schemas
-        schema = schemas.schema_for(request.topic)
-        if schema is None:
-            r.error_code = pb.TopicNotFound
-            r.error_message = "Topic not found or no-schema"
+        version = request.schema_version if request.HasField("schema_version") else None
+        try:
+            if version == b"":
+                raise BrokerRequestError(pb.IncompatibleSchema, "Empty schema version")
+            sid, stored = await self._broker.schemas.get(str(TopicName.parse(request.topic)), version)
+            if stored is None:
+                raise BrokerRequestError(pb.TopicNotFound, f"Topic not found or no-schema {request.topic}")
+        except (BrokerRequestError, InvalidTopicNameError) as exc:
+            # The schema requests answer errors in their own response type, not with ERROR.
+            r.error_code, r.error_message = _error_fields(exc)  # type: ignore[assignment]
         else:
-            r.schema.CopyFrom(schema)
-            r.schema_version = schemas.version(request.topic)
+            r.schema.CopyFrom(protocol_schema(sid, stored))
+            r.schema_version = encode_version(stored.version)
+        self.send_command(reply)
+
+    async def _on_get_or_create_schema(self, frame: Frame) -> None:
+        request = frame.command.getOrCreateSchema
+        reply = pb.BaseCommand(type=T.GET_OR_CREATE_SCHEMA_RESPONSE)
+        r = reply.getOrCreateSchemaResponse
+        r.request_id = request.request_id
+        try:
+            name = TopicName.parse(request.topic)
+            await self._broker.get_topic(name, create=False)  # TopicNotFound unless it exists
+            version = await self._broker.schemas.for_producer(name, request.schema)
+        except (BrokerRequestError, InvalidTopicNameError) as exc:
+            r.error_code, r.error_message = _error_fields(exc)  # type: ignore[assignment]
+        else:
+            r.schema_version = version or b""
         self.send_command(reply)
 
 
@@ -342,6 +366,12 @@ _FAILED_RESPONSES: dict[int, tuple[pb.BaseCommand.Type.ValueType, str, int | Non
     ),
     T.LOOKUP: (T.LOOKUP_RESPONSE, "lookupTopicResponse", pb.CommandLookupTopicResponse.Failed),
 }
+
+
+def _error_fields(exc: BrokerRequestError | InvalidTopicNameError) -> tuple[int, str]:
+    if isinstance(exc, BrokerRequestError):
+        return exc.code, exc.message
+    return pb.InvalidTopicName, str(exc)
 
 
 def _request_id(command: pb.BaseCommand) -> int | None:

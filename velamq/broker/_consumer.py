@@ -19,6 +19,7 @@ class ServerConsumer:
     decides what it gets; the consumer only encodes and counts."""
 
     __slots__ = (
+        "auto_consume",
         "channel",
         "chunks_out",
         "connected_since_ms",
@@ -57,6 +58,9 @@ class ServerConsumer:
         self.out = RateCounter()
         self.chunks_out = RateCounter()
         self.connected_since_ms = connected_since_ms
+        # Subscribed with an AUTO_CONSUME schema: it reads whatever the topic's schema is, so it does
+        # not count as "active" when a later consumer's schema could become the topic's.
+        self.auto_consume = False
 
     @property
     def unacked_messages(self) -> int:

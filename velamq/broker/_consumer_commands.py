@@ -1,7 +1,7 @@
 """Consumer commands of one connection.
 
-    SUBSCRIBE            load the topic, open or find the subscription, check type and limits,
-                         attach a ServerConsumer
+    SUBSCRIBE            load the topic, check its schema (_schemas.py), open or find the
+                         subscription, check type and limits, attach a ServerConsumer
     FLOW                 grant permits; ACK (individual, cumulative, batch index); REDELIVER
     UNSUBSCRIBE          the only consumer deletes its subscription
     CLOSE_CONSUMER       detach (a reader's non-durable subscription goes with its last consumer)
@@ -60,6 +60,8 @@ class ConsumerCommands:
         if not request.subscription or "\n" in request.subscription:
             raise BrokerRequestError(pb.NotAllowedError, "invalid subscription name")
         topic = await self._broker.get_topic(name, create=request.force_topic_creation)
+        schema = request.schema if request.HasField("schema") else None
+        await self._broker.schemas.for_consumer(topic, schema)
         sub_type = SubType(int(request.subType))
         start = None
         if not request.durable and request.HasField("start_message_id"):
@@ -87,6 +89,7 @@ class ConsumerCommands:
             topic.partition_index,
             connected_since_ms=self._broker.clock.now_ms(),
         )
+        consumer.auto_consume = schema is not None and schema.type == pb.Schema.AutoConsume
         sticky: list[tuple[int, int]] | None = None
         if sub_type == SubType.KEY_SHARED and request.HasField("keySharedMeta"):
             meta = request.keySharedMeta

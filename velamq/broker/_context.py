@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from velamq._clock import Clock
 from velamq._topic_name import TopicName
 from velamq.broker._config import BrokerConfig
-from velamq.broker._schemas import SchemaRegistry
+from velamq.broker._schemas import BrokerSchemas
 from velamq.metadata import Policies
 from velamq.storage import PublishBuffer
 
@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 class TopicRegistry(Protocol):
     @property
     def clock(self) -> Clock: ...
+
+    @property
+    def schemas(self) -> BrokerSchemas: ...
 
     async def get_topic(self, name: TopicName, create: bool) -> Topic:
         """The loaded topic, loading it first; BrokerRequestError(TopicNotFound) if it does not
@@ -44,9 +47,6 @@ class TopicRegistry(Protocol):
 class ProducerBroker(TopicRegistry, Protocol):
     @property
     def publish_buffer(self) -> PublishBuffer: ...
-
-    @property
-    def schemas(self) -> SchemaRegistry: ...
 
     def new_producer_name(self) -> str: ...
 

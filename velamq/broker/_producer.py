@@ -25,6 +25,7 @@ class ServerProducer:
     epoch: int
     access_mode: int  # pb.ProducerAccessMode
     connected_since_ms: int = 0
+    schema_version: bytes | None = None  # its schema's version (8 bytes), None without a schema
     rate_in: RateCounter = field(default_factory=RateCounter)
     chunks_in: RateCounter = field(default_factory=RateCounter)
 

@@ -1,7 +1,8 @@
 """Producer commands of one connection: PRODUCER, SEND, CLOSE_PRODUCER, and the receipts.
 
-    PRODUCER        load the topic, apply its policies, admit the producer (access mode, backlog
-                    quota, max producers); WaitForExclusive answers "queued" first and waits
+    PRODUCER        load the topic, register or match its schema (_schemas.py), apply its
+                    policies, admit the producer (access mode, backlog quota, max producers);
+                    WaitForExclusive answers "queued" first and waits
     SEND            checks (checksum, size policy, metadata decodes), Topic.publish, then a
                     SEND_RECEIPT when the entry is durable (SEND_ERROR if the append failed)
     CLOSE_PRODUCER  detach and answer SUCCESS
@@ -50,6 +51,7 @@ class ProducerCommands:
             return
         broker = self._broker
         topic = await broker.get_topic(name, create=True)
+        schema_version = await broker.schemas.for_producer(name, request.schema if request.HasField("schema") else None)
         producer_name = request.producer_name or broker.new_producer_name()
         producer = ServerProducer(
             channel=self._channel,
@@ -59,6 +61,7 @@ class ProducerCommands:
             epoch=request.epoch,
             access_mode=int(request.producer_access_mode),
             connected_since_ms=broker.clock.now_ms(),
+            schema_version=schema_version,
         )
         await topic.apply_policies(await broker.policies_for(name))
         _check_producer_limits(topic, producer_name)
@@ -76,8 +79,6 @@ class ProducerCommands:
                 return
             raise BrokerRequestError(pb.ProducerBusy, error)
         self._producers[request.producer_id] = producer
-        if request.HasField("schema"):
-            broker.schemas.remember(topic.full_name, request.schema)
         self._producer_success(request, producer)
 
     def _producer_queued(self, request: pb.CommandProducer, producer_name: str) -> None:
@@ -95,8 +96,8 @@ class ProducerCommands:
         r.producer_name = producer.name
         dedup = producer.topic.dedup
         r.last_sequence_id = dedup.last_sequence_id(producer.name) if dedup is not None else -1
-        if request.HasField("schema"):
-            r.schema_version = self._broker.schemas.version(producer.topic.full_name)
+        if producer.schema_version is not None:
+            r.schema_version = producer.schema_version
         if producer.access_mode != pb.Shared:
             r.topic_epoch = producer.topic.topic_epoch
         r.producer_ready = True

@@ -22,7 +22,8 @@ from velamq.broker._config import BrokerConfig
 from velamq.broker._connection import ServerConnection
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker._policy_tasks import PolicyTasks
-from velamq.broker._schemas import SchemaRegistry
+from velamq.broker._rate_history import RateHistory
+from velamq.broker._schemas import BrokerSchemas
 from velamq.broker._stats import BrokerMetrics
 from velamq.broker._topic import Topic
 from velamq.broker._topic_stats import topic_metrics
@@ -49,12 +50,13 @@ class BrokerService:
         self.server_version = f"velamq {__version__}"
         self.listeners: set[str] = set()
         self.topics: dict[str, Topic] = {}
-        self.schemas = SchemaRegistry()
+        self.schemas = BrokerSchemas(metadata.schemas, self._schema_policies)
         self.default_policies = Policies(
             retention_time_minutes=config.default_retention_time_minutes,
             retention_size_mb=config.default_retention_size_mb,
         )
         self.policy_tasks = PolicyTasks(clock, config.policy_check_interval_s, lambda: self.topics.values())
+        self.rate_history = RateHistory(clock, lambda: self.topics.values(), config.rate_history_interval_s)
         self.broker_port = config.broker_port
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         self._connections: set[ServerConnection] = set()
@@ -70,6 +72,14 @@ class BrokerService:
     @property
     def service_url_tls(self) -> str | None:
         return None
+
+    @property
+    def connections_active(self) -> int:
+        return len(self._connections)
+
+    @property
+    def connections_opened_total(self) -> int:
+        return self._connections_opened
 
     @property
     def publish_buffer(self) -> PublishBuffer:
@@ -100,6 +110,10 @@ class BrokerService:
         topic = await self.metadata.get_topic_policies(str(name.partitioned_parent))
         own = await self.metadata.get_topic_policies(str(name)) if name.partition_index >= 0 else {}
         return resolve_policies(namespace, {**topic, **own}, self.default_policies)
+
+    async def _schema_policies(self, name: TopicName) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The stored namespace and topic policies the schema settings are read from."""
+        return await self.metadata.get_policies(name.namespace), await self.metadata.get_topic_policies(str(name))
 
     async def policies_changed(self, namespace: str, topic: str | None) -> None:
         """Re-read the policies of the loaded topics of a namespace (or of one partitioned topic)."""
@@ -171,15 +185,14 @@ class BrokerService:
         await topic.ledger.close()
 
     async def delete(self, topic: str) -> None:
-        """Delete a topic's data: the loaded topic (its clients disconnected), its ledger, its
-        compacted store and its schema. The metadata row is the caller's."""
+        """Delete a topic's data: the loaded topic (its clients disconnected), its ledger and its
+        compacted store. The metadata row is the caller's (its schemas go with it)."""
         loaded = self.topics.pop(topic, None)
         if loaded is not None:
             loaded.disconnect_clients()
             await loaded.close()
         await self.storage.delete_ledger(topic)
         await self.storage.delete_ledger(compacted_store_name(topic))
-        self.schemas.forget(topic)
 
     async def topics_of_namespace(self, namespace: str, mode: int) -> list[str]:
         if not await self.metadata.namespace_exists(namespace):
@@ -220,12 +233,14 @@ class BrokerService:
         )
         self.broker_port = self._server.sockets[0].getsockname()[1]
         self.policy_tasks.start()
+        self.rate_history.start()
 
     async def close(self) -> None:
         """Stop listening and checking, drop connections, close topics (persists cursors)."""
         if self._server is not None:
             self._server.close()
         await self.policy_tasks.close()
+        await self.rate_history.close()
         for connection in list(self._connections):
             connection.close()
         for topic in list(self.topics.values()):

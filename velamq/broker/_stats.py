@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from velamq.broker._rate_history import RateSeries
 from velamq.storage import Position
 
 # ---- metrics (/metrics, console) ------------------------------------------------------------------
@@ -65,6 +66,18 @@ class BrokerMetrics:
     taken_at_s: float = 0.0
     # Rounds of the policy checker since start (TTL, retention, backlog quota, ack holes, rates).
     policy_checks_total: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerOverview:
+    """What the console's first page shows, cheap at any number of topics: no per-topic walk."""
+
+    connections_active: int
+    connections_opened_total: int
+    topics_loaded: int
+    topics_loaded_by_namespace: Mapping[str, int]
+    rate_history: RateSeries  # msg/s in and out of the whole broker over the last minutes
+    busiest_topics: tuple[tuple[str, float, float], ...]  # (topic, msg/s in, msg/s out), busiest first
 
 
 # ---- topic stats (admin REST: /stats) ---------------------------------------------------------------

@@ -4,36 +4,44 @@
 
     clusters    list | get
     tenants     list | get | create | update | delete
-    namespaces  list | topics | create | delete | policies | <policy verbs>
+    namespaces  list | topics (destinations) | create | delete | policies | unload | clear-backlog |
+                unsubscribe | <property verbs> | <policy verbs>
     topics      list | list-partitioned-topics | create | delete | create-partitioned-topic |
-                update-partitioned-topic | delete-partitioned-topic | get-partitioned-topic-metadata |
-                stats | partitioned-stats | internal-stats (stats-internal) | partitioned-stats-internal |
-                unload | compact | compaction-status | last-message-id | subscriptions |
-                create-subscription | unsubscribe | skip | skip-all | expire-messages |
-                expire-messages-all-subscriptions | reset-cursor | peek-messages | <policy verbs>
+                update-partitioned-topic | delete-partitioned-topic | create-missed-partitions |
+                get-partitioned-topic-metadata | lookup | partitioned-lookup | stats |
+                partitioned-stats | internal-stats (stats-internal) | partitioned-stats-internal |
+                unload | compact | compaction-status | trim-topic | last-message-id | subscriptions |
+                create-subscription | unsubscribe | skip | skip-all | clear-backlog | expire-messages |
+                expire-messages-all-subscriptions | reset-cursor | <message verbs> |
+                <property verbs> | <policy verbs>
+    schemas     get | upload | delete | extract | compatibility      (_admin_schemas.py)
     storage     check [--data-dir D] [--delete]
 
-Policy verbs (set-X, get-X, remove-X) are in _admin_policies.py. Times take pulsar-admin's units
-(s, m, h, d, w, y; a bare number is seconds), sizes K, M, G, T. Output is a table (a list one item a
-line, an object as KEY VALUE rows); --json prints the server's JSON. A server error prints its
-reason and exits 1; bad arguments exit 2.
+Policy verbs (set-X, get-X, remove-X) are in _admin_policies.py, the verbs that read messages
+(peek-messages, get-message-by-id, examine-messages, get-message-id) in _admin_messages.py,
+property verbs in _admin_properties.py, the schema verbs and settings in _admin_schemas.py;
+docs/admin.md has the table against pulsar-admin's verbs.
+Times take pulsar-admin's units (s, m, h, d, w, y; a bare number is seconds), sizes K, M, G, T.
+Output is a table (a list one item a line, an object as KEY VALUE rows); --json prints the
+server's JSON. A server error prints its reason and exits 1; bad arguments exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
-import json
 import os
 import sys
 import time
 from typing import Any
 
 from velamq._errors import InvalidTopicNameError
-from velamq.cli import _admin_policies
+from velamq._topic_name import TopicName
+from velamq.cli import _admin_policies, _admin_schemas
+from velamq.cli._admin_messages import add_message_verbs
 from velamq.cli._admin_output import parse_time_s, render, render_json
 from velamq.cli._admin_policies import namespace_path, topic_path, verb
-from velamq.client import AdminClient, AdminError, AdminReply
+from velamq.cli._admin_properties import add_namespace_property_verbs, add_topic_property_verbs
+from velamq.client import AdminClient, AdminError
 
 admin_url_default = "http://localhost:8080"
 
@@ -71,6 +79,17 @@ def _tenant_body(a: argparse.Namespace) -> dict[str, Any]:
     return {"adminRoles": _split(a.admin_roles), "allowedClusters": _split(a.allowed_clusters)}
 
 
+def _update_tenant(c: AdminClient, a: argparse.Namespace) -> Any:
+    """As pulsar-admin: roles or clusters left out keep their current value."""
+    current = c.request("GET", AdminClient.path("tenants", a.tenant)) or {}
+    body = {
+        "adminRoles": current.get("adminRoles", []) if a.admin_roles is None else _split(a.admin_roles),
+        "allowedClusters": current.get("allowedClusters", []) if a.allowed_clusters is None
+        else _split(a.allowed_clusters),
+    }
+    return c.request("POST", AdminClient.path("tenants", a.tenant), body)
+
+
 def _tenants(groups: Any) -> None:
     group = groups.add_parser("tenants", help="tenants").add_subparsers(dest="verb", required=True, metavar="VERB")
 
@@ -84,8 +103,8 @@ def _tenants(groups: Any) -> None:
          lambda p: p.add_argument("tenant"))
     verb(group, "create", "create a tenant",
          lambda c, a: c.request("PUT", AdminClient.path("tenants", a.tenant), _tenant_body(a)), tenant_args)
-    verb(group, "update", "change a tenant's roles or clusters",
-         lambda c, a: c.request("POST", AdminClient.path("tenants", a.tenant), _tenant_body(a)), tenant_args)
+    verb(group, "update", "change a tenant's roles or clusters (those not given are kept)", _update_tenant,
+         tenant_args)
     verb(group, "delete", "delete a tenant (it must have no namespaces)",
          lambda c, a: c.request("DELETE", AdminClient.path("tenants", a.tenant)), lambda p: p.add_argument("tenant"))
 
@@ -101,13 +120,36 @@ def _namespaces(groups: Any) -> None:
     verb(group, "list", "list the namespaces of a tenant",
          lambda c, a: c.request("GET", AdminClient.path("namespaces", a.tenant)), lambda p: p.add_argument("tenant"))
     verb(group, "topics", "list the topics of a namespace (partitions included)",
-         lambda c, a: c.request("GET", namespace_path(a.namespace, "topics")), ns_arg)
+         lambda c, a: c.request("GET", namespace_path(a.namespace, "topics")), ns_arg, aliases=["destinations"])
     verb(group, "create", "create a namespace", lambda c, a: c.request("PUT", namespace_path(a.namespace), {}), ns_arg)
     verb(group, "delete", "delete a namespace (it must have no topics)",
          lambda c, a: c.request("DELETE", namespace_path(a.namespace)), ns_arg)
     verb(group, "policies", "show every policy of a namespace",
          lambda c, a: c.request("GET", namespace_path(a.namespace)), ns_arg)
+    verb(group, "unload", "unload every loaded topic of a namespace (clients reconnect)",
+         lambda c, a: c.request("PUT", namespace_path(a.namespace, "unload")), ns_arg)
+
+    def clear_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("namespace", help="tenant/namespace")
+        p.add_argument("--sub", "-s", dest="subscription", help="only this subscription")
+        p.add_argument("--force", "-force", action="store_true", help="accepted for pulsar-admin; never asks")
+
+    def clear_backlog(c: AdminClient, a: argparse.Namespace) -> Any:
+        parts = ("clearBacklog", a.subscription) if a.subscription else ("clearBacklog",)
+        return c.request("POST", namespace_path(a.namespace, *parts))
+
+    verb(group, "clear-backlog", "skip the whole backlog of the loaded topics' subscriptions", clear_backlog,
+         clear_args)
+
+    def unsubscribe_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("namespace", help="tenant/namespace")
+        p.add_argument("--sub", "-s", dest="subscription", required=True, help="subscription name")
+
+    verb(group, "unsubscribe", "delete a subscription from every loaded topic of a namespace",
+         lambda c, a: c.request("POST", namespace_path(a.namespace, "unsubscribe", a.subscription)), unsubscribe_args)
+    add_namespace_property_verbs(group)
     _admin_policies.add_policy_verbs(group, topic_level=False)
+    _admin_schemas.add_namespace_schema_verbs(group)
 
 
 # ---------------------------------------------------------------------------- topics
@@ -167,8 +209,12 @@ def _topics(groups: Any) -> None:
          lambda c, a: c.request("POST", topic_path(a.topic, "partitions"), a.partitions), _partitions_arg)
     verb(group, "delete-partitioned-topic", "delete a partitioned topic and its partitions",
          lambda c, a: c.request("DELETE", topic_path(a.topic, "partitions"), query={"force": a.force}), _force_arg)
+    verb(group, "create-missed-partitions", "create the partitions of a partitioned topic not created yet",
+         lambda c, a: c.request("POST", topic_path(a.topic, "createMissedPartitions")), topic_arg)
     verb(group, "get-partitioned-topic-metadata", "number of partitions (0: not partitioned)",
          lambda c, a: c.request("GET", topic_path(a.topic, "partitions")), topic_arg)
+    verb(group, "lookup", "the broker URL serving a topic", _lookup, topic_arg)
+    verb(group, "partitioned-lookup", "the broker URL serving each partition", _partitioned_lookup, topic_arg)
     verb(group, "stats", "a topic's stats", lambda c, a: c.request("GET", topic_path(a.topic, "stats")), topic_arg)
 
     def per_partition(p: argparse.ArgumentParser) -> None:
@@ -189,6 +235,8 @@ def _topics(groups: Any) -> None:
          topic_arg)
     verb(group, "compaction-status", "state of the last compaction",
          lambda c, a: c.request("GET", topic_path(a.topic, "compaction")), topic_arg)
+    verb(group, "trim-topic", "apply retention now (delete consumed ledgers it no longer keeps)",
+         lambda c, a: c.request("POST", topic_path(a.topic, "trim")), topic_arg)
     verb(group, "last-message-id", "id of the last message",
          lambda c, a: c.request("GET", topic_path(a.topic, "lastMessageId")), topic_arg)
     verb(group, "subscriptions", "list subscriptions",
@@ -221,8 +269,10 @@ def _topics(groups: Any) -> None:
     verb(group, "skip", "skip messages of a subscription",
          lambda c, a: c.request("POST", topic_path(a.topic, "subscription", a.subscription, "skip", str(a.count))),
          skip_args)
-    verb(group, "skip-all", "skip the whole backlog of a subscription",
-         lambda c, a: c.request("POST", topic_path(a.topic, "subscription", a.subscription, "skip_all")), _sub_arg)
+    for name in ("skip-all", "clear-backlog"):  # clear-backlog is pulsar-admin's name
+        verb(group, name, "skip the whole backlog of a subscription",
+             lambda c, a: c.request("POST", topic_path(a.topic, "subscription", a.subscription, "skip_all")),
+             _sub_arg)
 
     def expire_args(p: argparse.ArgumentParser, sub: bool = True) -> None:
         _sub_arg(p) if sub else p.add_argument("topic")
@@ -244,69 +294,23 @@ def _topics(groups: Any) -> None:
 
     verb(group, "reset-cursor", "move a subscription to a time or a message id", _reset_cursor, reset_args)
 
-    def peek_args(p: argparse.ArgumentParser) -> None:
-        _sub_arg(p)
-        p.add_argument("--count", "-n", type=int, default=1, help="messages to show (default 1)")
-
-    verb(group, "peek-messages", "show the next messages of a subscription without consuming them", _peek, peek_args)
+    add_message_verbs(group)
+    add_topic_property_verbs(group)
     _admin_policies.add_policy_verbs(group, topic_level=True)
+    _admin_schemas.add_topic_schema_verbs(group)
 
 
-# ---------------------------------------------------------------------------- peek
+def _lookup(c: AdminClient, a: argparse.Namespace) -> Any:
+    name = TopicName.parse(a.topic)
+    path = "/lookup/v2/topic/" + topic_path(name).removeprefix("/admin/v2/")
+    return c.request("GET", path)["brokerUrl"]
 
 
-def _peeked(reply: AdminReply, position: int) -> list[dict[str, Any]]:
-    """Messages of one peeked entry; a whole batch is split as pulsar-admin splits it."""
-    message_id = reply.headers.get("X-Pulsar-Message-ID", str(position))
-    headers = {k: v for k, v in reply.headers.items() if k.lower().startswith("x-pulsar-")}
-    count = reply.headers.get("X-Pulsar-num-batch-message")
-    if count is None:
-        return [{"messageId": message_id, "headers": headers, "payload": reply.body}]
-    from velamq.protocol import parse_batch  # only here: it loads protobuf
-
-    messages = []
-    for index, (single, payload) in enumerate(parse_batch(reply.body, int(count))):
-        properties = {kv.key: kv.value for kv in single.properties}
-        item = {**headers, "X-Pulsar-Property": json.dumps(properties)} if properties else headers
-        if single.HasField("partition_key"):
-            item = {**item, "X-Pulsar-partition-key": single.partition_key}
-        messages.append({"messageId": f"{message_id}:{index}", "headers": item, "payload": payload})
-    return messages
-
-
-def _peek(c: AdminClient, a: argparse.Namespace) -> Any:
-    messages: list[dict[str, Any]] = []
-    position = 1
-    while len(messages) < a.count:
-        try:
-            reply = c.request_raw("GET", topic_path(a.topic, "subscription", a.subscription, "position", str(position)))
-        except AdminError as exc:
-            if exc.status == 404 and messages:
-                break  # past the end of the backlog
-            raise
-        messages += _peeked(reply, position)
-        position += 1
-    return [_printable(m) for m in messages[: a.count]]
-
-
-def _printable(message: dict[str, Any]) -> dict[str, Any]:
-    payload: bytes = message["payload"]
-    try:
-        text, encoding = payload.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        text, encoding = base64.b64encode(payload).decode("ascii"), "base64"
-    return {"messageId": message["messageId"], "headers": message["headers"], "payload": text,
-            "payloadEncoding": encoding}
-
-
-def _render_peek(messages: list[dict[str, Any]]) -> str:
-    blocks = []
-    for m in messages:
-        lines = [f"Message ID: {m['messageId']}"]
-        lines += [f"  {k}: {v}" for k, v in m["headers"].items() if k.lower() != "x-pulsar-message-id"]
-        lines.append(f"  payload ({m['payloadEncoding']}): {m['payload']}")
-        blocks.append("\n".join(lines))
-    return "\n\n".join(blocks)
+def _partitioned_lookup(c: AdminClient, a: argparse.Namespace) -> Any:
+    partitions = int(c.request("GET", topic_path(a.topic, "partitions"))["partitions"])
+    name = TopicName.parse(a.topic)
+    names = [name.partition(i) for i in range(partitions)] if partitions else [name]
+    return {str(n): _lookup(c, argparse.Namespace(topic=str(n))) for n in names}
 
 
 # ---------------------------------------------------------------------------- storage
@@ -343,7 +347,7 @@ def add_admin_parser(commands: Any) -> None:
                        help=f"admin REST URL (default $VELAMQ_ADMIN_URL or {admin_url_default})")
     admin.add_argument("--json", action="store_true", help="print the server's JSON instead of a table")
     groups = admin.add_subparsers(dest="group", required=True, metavar="GROUP")
-    for add in (_clusters, _tenants, _namespaces, _topics, _storage):
+    for add in (_clusters, _tenants, _namespaces, _topics, _admin_schemas.add_schemas_group, _storage):
         add(groups)
 
 
@@ -361,8 +365,9 @@ def run_admin(args: argparse.Namespace) -> int:
         return 2
     if result is None and not args.prints_null:
         return 0  # a set or delete that went well: nothing to show, as pulsar-admin
-    if args.handler is _peek and not args.json:
-        print(_render_peek(result))
+    renderer = getattr(args, "renderer", None)
+    if renderer is not None and not args.json:
+        print(renderer(result))
     else:
         print(render_json(result) if args.json else render(result))
     return 0

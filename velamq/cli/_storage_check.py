@@ -12,6 +12,9 @@ Metadata that points at nothing (BR-8):
                               exist or has n partitions or fewer
     orphan topic policies     a topic_policies row no topic, partitioned topic or partition carries
                               (reported only: the metadata store offers no way to remove it)
+    schema without topic      a schema id ("tenant/ns/name") whose name no topic, partitioned topic or
+                              partition of either domain carries: uploaded through the admin API
+                              before its topic was created (reported only; a schema in use never is)
 
 Reported only, never deleted: damaged and unknown files. The report reads metadata.db and
 storage.db (WAL lets it read while a broker runs; the report may then be stale). With --delete it
@@ -38,9 +41,9 @@ from pathlib import Path
 from typing import TextIO
 
 from velamq._errors import StorageError
-from velamq._topic_name import TopicName
-from velamq.storage import Storage, StorageConfig, _layout
-from velamq.storage._check import Finding, check, repair
+from velamq._topic_name import DOMAINS, TopicName
+from velamq.storage import Storage, StorageConfig
+from velamq.storage.checker import Finding, check, lock_data_dir, lock_is_held, repair, unlock_data_dir
 
 METADATA_FILE = "metadata.db"
 _OWNER_SEPARATOR = "#"
@@ -68,6 +71,7 @@ class _Metadata:
     topics: set[str]
     partitioned: dict[str, int]
     policy_names: set[str]
+    schema_ids: set[str] = field(default_factory=set)
 
 
 def _read_metadata(path: Path) -> _Metadata:
@@ -81,7 +85,10 @@ def _read_metadata(path: Path) -> _Metadata:
         policies: set[str] = set()
         if "topic_policies" in tables:
             policies = {r[0] for r in conn.execute("SELECT name FROM topic_policies")}
-        return _Metadata(topics, partitioned, policies)
+        schema_ids: set[str] = set()
+        if "schemas" in tables:
+            schema_ids = {r[0] for r in conn.execute("SELECT DISTINCT schema_id FROM schemas")}
+        return _Metadata(topics, partitioned, policies, schema_ids)
     finally:
         conn.close()
 
@@ -110,7 +117,7 @@ def check_storage(data_dir: Path, *, probe_lock: bool = True) -> CheckReport:
     if not data_dir.is_dir():
         report.errors.append(f"{data_dir} is not a directory")
         return report
-    report.broker_running = probe_lock and _layout.lock_is_held(data_dir)
+    report.broker_running = probe_lock and lock_is_held(data_dir)
     meta_path = data_dir / METADATA_FILE
     meta: _Metadata | None = None
     if meta_path.exists():
@@ -151,13 +158,22 @@ def _check_metadata(meta: _Metadata, report: CheckReport) -> None:
             why = f"{parent} has {partitions} partitions" if partitions else f"{parent} does not exist"
             report.findings.append(Finding("orphan partition row", None, f"topics row {name}: {why}", row=name))
     parents = {p[0] for t in meta.topics if (p := _partition_of(t)) is not None}
+
+    def owned(name: str) -> bool:
+        return name in meta.topics or name in meta.partitioned or name in parents
+
     for name in sorted(meta.policy_names):
-        owned = name in meta.topics or name in meta.partitioned or name in parents
-        if not owned:
+        if not owned(name):
             report.findings.append(
                 Finding(
                     "orphan topic policies", None, f"topic_policies row {name}: no topic carries it", deletable=False
                 )
+            )
+    for sid in sorted(meta.schema_ids):
+        # A schema id is shared by both domains and by every partition (velamq.metadata.schema_id).
+        if not any(owned(f"{domain}://{sid}") for domain in DOMAINS):
+            report.findings.append(
+                Finding("schema without topic", None, f"schemas of {sid}: no topic carries it", deletable=False)
             )
 
 
@@ -204,11 +220,11 @@ def run_storage_check(data_dir: Path, *, delete: bool = False, out: TextIO | Non
     lock_fd = -1
     if delete and data_dir.is_dir():
         try:
-            if _layout.lock_is_held(data_dir):
+            if lock_is_held(data_dir):
                 raise StorageError(f"{data_dir} is in use by another Storage")
             asyncio.run(_recover(data_dir))  # the journal replayed: storage.db is complete
             # Held from the check to the last deletion: no broker may start meanwhile.
-            lock_fd = _layout.lock_data_dir(data_dir)
+            lock_fd = lock_data_dir(data_dir)
         except StorageError as exc:
             why = "a broker is running there; stop it to --delete" if "in use" in str(exc) else str(exc)
             print(f"velamq storage check of {data_dir}: {why}", file=out)
@@ -217,7 +233,7 @@ def run_storage_check(data_dir: Path, *, delete: bool = False, out: TextIO | Non
         return _run(data_dir, delete, out)
     finally:
         if lock_fd >= 0:
-            _layout.unlock_data_dir(lock_fd)
+            unlock_data_dir(lock_fd)
 
 
 async def _recover(data_dir: Path) -> None:

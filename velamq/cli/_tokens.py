@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Final
 
 from velamq.security import (
+    ALGORITHMS,
     AuthenticationError,
     SecurityConfigError,
     TokenValidator,
@@ -34,9 +35,10 @@ from velamq.security import (
     create_token,
     decode_private_key,
     decode_secret_key,
+    family_of,
+    key_family,
     read_key_bytes,
 )
-from velamq.security._keys import ALGORITHMS, family_of, key_family
 
 _SECONDS_PER_UNIT: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
 

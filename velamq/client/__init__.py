@@ -11,6 +11,8 @@
     with Client("pulsar://localhost:6650") as client:
         client.create_producer("t").send(b"x")
     AdminClient("http://localhost:8080").request("GET", "/admin/v2/tenants")   # the admin REST API
+    producer = await client.create_producer("users", schema=AvroSchema(User))   # User: a Record
+    consumer = await client.subscribe("users", "sub", schema=AvroSchema(User))  # msg.value: a User
 
 It speaks the Pulsar binary protocol through velamq.protocol and never imports the broker.
 """
@@ -67,6 +69,8 @@ from velamq.client._ordered_metrics import OrderedConsumerMetrics, OrderedPartit
 from velamq.client._producer import Producer
 from velamq.client._reader import Reader
 from velamq.client._routing import MessageRouter, sign_safe_mod
+from velamq.client._schema import AvroSchema, BytesSchema, JsonSchema, Schema, StringSchema
+from velamq.client._schema_record import Record
 
 __all__ = [
     "AdminClient",
@@ -76,12 +80,14 @@ __all__ = [
     "AsyncClient",
     "AuthenticationError",
     "AuthorizationError",
+    "AvroSchema",
     "BatchReceivePolicy",
     "BlockingConsumer",
     "BlockingOrderedConsumer",
     "BlockingProducer",
     "BlockingReader",
     "BrokerError",
+    "BytesSchema",
     "ChecksumError",
     "Client",
     "ClientConfig",
@@ -95,6 +101,7 @@ __all__ = [
     "IncompatibleSchemaError",
     "InvalidConfigurationError",
     "InvalidTopicError",
+    "JsonSchema",
     "KeySharedPolicy",
     "MemoryBufferIsFullError",
     "Message",
@@ -117,8 +124,11 @@ __all__ = [
     "ProducerQueueIsFullError",
     "Reader",
     "ReceivedBatch",
+    "Record",
+    "Schema",
     "SendTimeoutError",
     "ServiceNotReadyError",
+    "StringSchema",
     "SubscriptionNotFoundError",
     "TooManyRequestsError",
     "TopicNotFoundError",

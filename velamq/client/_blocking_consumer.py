@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from velamq.client._consumer import Consumer
 from velamq.client._errors import AlreadyClosedError, OperationTimeoutError
-from velamq.client._message import Message, MessageId, ReceivedBatch
+from velamq.client._message import _NOT_DECODED, Message, MessageId, ReceivedBatch
 from velamq.client._messages import Messages, Range, range_bytes
 from velamq.client._reader import Reader
 
@@ -115,6 +115,7 @@ class Prefetch:
                 message._batch = batch
                 message._j = item[1]
                 message._id = None
+                message._decoded = _NOT_DECODED
                 return message
 
     def pop_ranges(self, max_messages: int, max_bytes: int) -> list[Range]:
@@ -153,7 +154,12 @@ class Prefetch:
                 raise AlreadyClosedError(f"{self._consumer.topic}: consumer is closed")
             message = self.pop()
             if message is not None:
-                return message
+                decoder = self._consumer._decoder
+                if decoder is None:
+                    return message
+                # With a schema: decoded here, or on the loop when the writer's schema is to fetch.
+                return decoder.decode_now(message) if decoder.ready(message) else \
+                    self._client._run(decoder.decode(message))
             for batch, first, end in self._client._run(self._fetch(timeout_ms)):
                 self._items.extend(zip(itertools.repeat(batch, end - first), range(first, end), strict=True))
 
@@ -221,10 +227,15 @@ class _BlockingReceiver:
         count = sum(end - first for _, first, end in local)
         used = sum(range_bytes(b, f, e) for b, f, e in local) if limit_bytes > 0 else 0
         if count >= limit or 0 < limit_bytes <= used:
-            return Messages(local)
+            return self._messages(local)
         more = self._client._run(self._consumer.batch_receive(
             limit - count, timeout_ms, max_bytes=limit_bytes - used if limit_bytes > 0 else 0))
-        return Messages(local + more.ranges)
+        return self._messages(local + more.ranges)
+
+    def _messages(self, ranges: list[Range]) -> Messages:
+        if self._consumer._decoder is None:
+            return Messages(ranges)
+        return self._client._run(self._consumer._bulk(ranges))  # fetches the writers' schemas they need
 
     def seek(self, target: Any) -> None:
         self._run_after_acks(self._consumer.seek(target))

@@ -17,6 +17,7 @@ from typing import Any, Self
 
 from velamq._limits import MIB
 from velamq.client._errors import InvalidConfigurationError
+from velamq.client._schema import Schema
 
 KIB = 1024
 
@@ -91,6 +92,8 @@ class ProducerConfig:
     access_mode: str = "shared"
     properties: Mapping[str, str] = field(default_factory=dict)
     interceptors: tuple[Any, ...] = ()
+    # The values' schema (velamq.client.schema); None: bytes, and no schema is registered.
+    schema: Schema[Any] | None = None
     # The client-wide memory limit this config was derived for (tuned()); informational: the
     # limit itself is a client setting, AsyncClient(memory_limit_bytes=...).
     memory_limit_bytes: int | None = None
@@ -103,6 +106,7 @@ class ProducerConfig:
                            _normalise(self.message_routing_mode, ROUTING_MODES, "message_routing_mode"))
         object.__setattr__(self, "access_mode", _normalise(self.access_mode, ACCESS_MODES, "access_mode"))
         object.__setattr__(self, "interceptors", tuple(self.interceptors))
+        _check_schema(self.schema)
         if self.message_router is not None and self.message_routing_mode != "custom":
             object.__setattr__(self, "message_routing_mode", "custom")
         if self.message_routing_mode == "custom" and self.message_router is None:
@@ -256,6 +260,9 @@ class ConsumerConfig:
     # Called with (consumer, is_active) on ACTIVE_CONSUMER_CHANGE (Failover / Exclusive).
     consumer_event_listener: Callable[[Any, bool], None] | None = None
     batch_receive_policy: BatchReceivePolicy = field(default_factory=BatchReceivePolicy)
+    # The values' schema (velamq.client.schema): checked by the broker on SUBSCRIBE, and
+    # Message.value is decoded with it. None: Message.value is the bytes.
+    schema: Schema[Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "subscription_type",
@@ -272,10 +279,18 @@ class ConsumerConfig:
             raise InvalidConfigurationError("max_pending_chunked_message must be >= 1")
         if self.key_shared_policy is not None and self.subscription_type != "key_shared":
             raise InvalidConfigurationError("key_shared_policy needs subscription_type 'key_shared'")
+        _check_schema(self.schema)
 
     def with_options(self, **options: Any) -> Self:
         result: Self = _with_options(self, options)
         return result
+
+
+def _check_schema(schema: Any) -> None:
+    if schema is not None and not isinstance(schema, Schema):
+        raise InvalidConfigurationError(
+            f"schema must be a velamq.client.schema schema (AvroSchema(Record) ...), not {type(schema).__name__}"
+        )
 
 
 def _with_options(config: Any, options: Mapping[str, Any]) -> Any:

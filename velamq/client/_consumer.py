@@ -6,7 +6,10 @@
                                         every pattern_auto_discovery_period_s (GET_TOPICS_OF_NAMESPACE)
 
 Every TopicConsumer puts its messages into the one ReceiverQueue; receive() takes the next one
-and gives its permit back to the TopicConsumer it came from. Acknowledgements are routed to that
+and gives its permit back to the TopicConsumer it came from. With a schema, the message is decoded
+on its way out (_schema_decoder.py): receive() waits for the writer's schema if it must be fetched;
+receive_nowait() then holds the message back (answers None) until it has arrived; batch_receive()
+fetches what its messages need, and they decode on access. Acknowledgements are routed to that
 TopicConsumer too (by the message, or by the message id's topic / partition).
 """
 
@@ -27,6 +30,7 @@ from velamq.client._errors import AlreadyClosedError, InvalidConfigurationError,
 from velamq.client._message import Message, MessageId, ReceivedBatch, message_at
 from velamq.client._messages import Messages, range_bytes
 from velamq.client._receiver_queue import Range, ReceiverQueue
+from velamq.client._schema_decoder import SchemaDecoder, needs_decoding
 from velamq.client._topic_consumer import TopicConsumer
 
 if TYPE_CHECKING:
@@ -64,6 +68,10 @@ class Consumer:
         self._dead_letters: DeadLetterSender | None = None
         self._discovery_task: asyncio.Task[None] | None = None
         self._closed = False
+        self._decoder = (SchemaDecoder(config.schema, client.lookup.get_schema)
+                         if config.schema is not None and needs_decoding(config.schema) else None)
+        # A message taken from the queue whose writer schema is still being fetched: the next one out.
+        self._held: Message | None = None
         policy = config.dead_letter_policy
         if policy is not None:
             first = self.topics[0] if self.topics else (pattern_namespace or "pattern")
@@ -153,7 +161,7 @@ class Consumer:
 
     async def receive(self, timeout_ms: int | None = None) -> Message:
         """The next message; OperationTimeoutError after timeout_ms (None: wait for ever)."""
-        while True:  # the common case inline: a message is queued
+        while self._held is None:  # the common case inline: a message is queued
             if self._closed:
                 raise AlreadyClosedError(f"{self.topic}: consumer is closed")
             item = self.queue.pop()
@@ -161,7 +169,8 @@ class Consumer:
                 break
             batch, j = item
             if batch.owner.take_one(batch, j):
-                return message_at(batch, j)
+                message = message_at(batch, j)
+                return message if self._decoder is None else await self._decoded(message)
         if timeout_ms is None:
             return await self._receive()
         try:
@@ -170,6 +179,9 @@ class Consumer:
             raise OperationTimeoutError(f"no message within {timeout_ms} ms") from None
 
     async def _receive(self) -> Message:
+        held = self._take_held()
+        if held is not None:
+            return await self._decoded(held)
         while True:
             if self._closed:
                 raise AlreadyClosedError(f"{self.topic}: consumer is closed")
@@ -179,14 +191,41 @@ class Consumer:
                 continue
             batch, j = item
             if batch.owner.take(batch, j, j + 1):
-                return message_at(batch, j)
+                return await self._decoded(message_at(batch, j))
 
     def receive_nowait(self) -> Message | None:
+        decoder = self._decoder
+        held = self._held
+        if held is not None:
+            if decoder is None or not decoder.ready(held):
+                return None
+            self._held = None
+            return decoder.decode_now(held)
         while (item := self.queue.pop()) is not None:
             batch, j = item
             if batch.owner.take(batch, j, j + 1):
-                return message_at(batch, j)
+                message = message_at(batch, j)
+                if decoder is None:
+                    return message
+                if decoder.ready(message):
+                    return decoder.decode_now(message)
+                self._held = message
+                decoder.prefetch(message)
+                return None
         return None
+
+    def _take_held(self) -> Message | None:
+        held, self._held = self._held, None
+        return held
+
+    async def _decoded(self, message: Message) -> Message:
+        if self._decoder is None:
+            return message
+        try:
+            return await self._decoder.decode(message)
+        except asyncio.CancelledError:
+            self._held = message  # a receive timed out while the schema was fetched: keep it first
+            raise
 
     def take_ranges(self, max_messages: int, max_bytes: int = 0, taken_bytes: int = 0, *,
                     handed_out: bool = True) -> list[Range]:
@@ -232,7 +271,7 @@ class Consumer:
             return count >= limit or 0 < limit_bytes <= used
 
         if take():
-            return Messages(ranges)
+            return await self._bulk(ranges)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout / 1000
         while not self._closed:
@@ -246,7 +285,20 @@ class Consumer:
                 break
             if take():
                 break
-        return Messages(ranges)
+        return await self._bulk(ranges)
+
+    async def _bulk(self, ranges: list[Range]) -> Messages:
+        """A Messages; with a schema, its messages decode on access: the writers' schemas they need
+        are fetched first, once per topic and version."""
+        decoder = self._decoder
+        if decoder is None:
+            return Messages(ranges)
+        seen: set[tuple[str, bytes | None]] = set()
+        for batch, first, _ in ranges:
+            if (batch.topic, batch.schema_version) not in seen:
+                seen.add((batch.topic, batch.schema_version))
+                await decoder.decode(message_at(batch, first))
+        return Messages(ranges, decoder)
 
     def __aiter__(self) -> AsyncIterator[Message]:
         return self

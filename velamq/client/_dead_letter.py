@@ -43,7 +43,7 @@ class DeadLetterSender:
         properties = dict(message.properties)
         properties[PROPERTY_REAL_TOPIC] = message.topic
         properties[PROPERTY_ORIGIN_MESSAGE_ID] = str(message.message_id)
-        return await producer.send(message.value, key=message.key, properties=properties,
+        return await producer.send(message.data(), key=message.key, properties=properties,
                                    event_time=message.event_time, ordering_key=message.ordering_key)
 
     async def close(self) -> None:

@@ -5,6 +5,7 @@
                                       proxy_through_service_url); Redirect: ask that broker again,
                                       with its authoritative flag, at most max_lookup_redirects times
     GET_TOPICS_OF_NAMESPACE -> the namespace's topics (pattern subscriptions filter them here)
+    GET_SCHEMA            -> one version of a topic's schema, or its latest (any broker answers)
 """
 
 from __future__ import annotations
@@ -69,6 +70,19 @@ class LookupService:
                 return BrokerAddress(target, self.service_url)
             return BrokerAddress(target, target)
         raise ConnectError(f"lookup of {topic} redirected more than {self.config.max_lookup_redirects} times")
+
+    async def get_schema(self, topic: str, version: bytes | None = None) -> pb.CommandGetSchemaResponse:
+        """A version of the topic's schema (None: the latest). The broker's refusal (TopicNotFound
+        when there is no such schema) is raised as the connection raises any server error."""
+        connection = await self.pool.get(self.service_url)
+        request_id = self.new_request_id()
+        command = pb.BaseCommand(type=T.GET_SCHEMA)
+        command.getSchema.request_id = request_id
+        command.getSchema.topic = topic
+        if version is not None:
+            command.getSchema.schema_version = version
+        reply = await connection.request(command, request_id)
+        return reply.getSchemaResponse
 
     async def topics_of_namespace(self, namespace: str, mode: str = "persistent_only") -> list[str]:
         connection = await self.pool.get(self.service_url)

@@ -7,7 +7,9 @@
     ProducerMessage  what a producer sends: payload, key, properties, event time, delivery time ...
                      Interceptors and routers receive it; before_send may return a changed copy.
     ReceivedBatch    a received entry: its messages as columns, with what they share
-    Message          what a consumer receives: one message of a ReceivedBatch
+    Message          what a consumer receives: one message of a ReceivedBatch. With a schema,
+                     `value` is the decoded value (a Record, str ...) and data() the payload;
+                     without one both are the bytes.
 
 Ordering of ids is by (ledger_id, entry_id, batch_index): the order messages have in a topic
 partition. Equality also compares the partition, as Pulsar's MessageId does; batch_size, topic and
@@ -190,13 +192,14 @@ class Message:
     them with message_at(batch, j); Message(value=..., message_id=..., ...) makes one on its own
     (tests, in-memory sources)."""
 
-    __slots__ = ("_batch", "_id", "_j")
+    __slots__ = ("_batch", "_decoded", "_id", "_j")
 
-    def __init__(self, value: bytes, message_id: MessageId, topic: str = "", key: str | None = None,
+    def __init__(self, value: Any, message_id: MessageId, topic: str = "", key: str | None = None,
                  properties: Mapping[str, str] | None = None, event_time: int | None = None, publish_time: int = 0,
                  redelivery_count: int = 0, ordering_key: bytes | None = None, producer_name: str = "",
-                 sequence_id: int = -1, schema_version: bytes | None = None) -> None:
-        columns = MessageColumns(value, [0], [len(value)], 0, None, [key] if key is not None else None,
+                 sequence_id: int = -1, schema_version: bytes | None = None, raw: bytes | None = None) -> None:
+        payload = raw if raw is not None else value
+        columns = MessageColumns(payload, [0], [len(payload)], 0, None, [key] if key is not None else None,
                                  [list(properties.items())] if properties else None,
                                  [event_time] if event_time else None,
                                  [ordering_key] if ordering_key is not None else None, [sequence_id])
@@ -206,15 +209,32 @@ class Message:
         self._batch = batch
         self._j = 0
         self._id: MessageId | None = message_id
+        self._decoded: Any = value if raw is not None else _NOT_DECODED
 
     @property
-    def value(self) -> bytes:
+    def value(self) -> Any:
+        """The payload bytes, or the value the consumer's schema decoded from them."""
+        if self._decoded is not _NOT_DECODED:
+            return self._decoded
         c = self._batch.columns
         return c.payload[c.value_starts[self._j] : c.value_ends[self._j]]
 
     def data(self) -> bytes:
-        """The payload (the name the official client uses)."""
-        return self.value
+        """The payload (the name the official client uses), decoded or not."""
+        c = self._batch.columns
+        return c.payload[c.value_starts[self._j] : c.value_ends[self._j]]
+
+    @property
+    def raw(self) -> bytes | None:
+        """The payload when `value` holds what a schema decoded from it; None otherwise."""
+        return self.data() if self._decoded is not _NOT_DECODED else None
+
+    def with_value(self, value: Any) -> Message:
+        """This message with `value` decoded by a schema (data() stays the payload)."""
+        message = message_at(self._batch, self._j)
+        message._id = self._id
+        message._decoded = value
+        return message
 
     @property
     def message_id(self) -> MessageId:
@@ -292,7 +312,7 @@ class Message:
     def __reduce__(self) -> tuple[Any, ...]:
         return (Message, (self.value, self.message_id, self.topic, self.key, dict(self.properties), self.event_time,
                           self.publish_time, self.redelivery_count, self.ordering_key, self.producer_name,
-                          self.sequence_id, self.schema_version))
+                          self.sequence_id, self.schema_version, self.raw))
 
     def __repr__(self) -> str:
         return (f"Message(value={self.value!r}, message_id={self.message_id}, topic={self.topic!r}, "
@@ -300,6 +320,7 @@ class Message:
 
 
 _new_message = object.__new__
+_NOT_DECODED: Any = object()  # Message._decoded until a schema decodes the value
 
 
 def message_at(batch: ReceivedBatch, j: int) -> Message:
@@ -308,4 +329,5 @@ def message_at(batch: ReceivedBatch, j: int) -> Message:
     message._batch = batch
     message._j = j
     message._id = None
+    message._decoded = _NOT_DECODED
     return message

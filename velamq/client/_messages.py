@@ -32,14 +32,20 @@ class Messages(Sequence[Message]):
     batches. consumer.acknowledge(messages) acknowledges all of them in one call; to_arrow() gives
     them as a pyarrow.RecordBatch; values() and message_ids() as lists."""
 
-    __slots__ = ("_ends", "ranges")
+    __slots__ = ("_decoder", "_ends", "ranges")
 
-    def __init__(self, ranges: list[Range]) -> None:
+    def __init__(self, ranges: list[Range], decoder: Any = None) -> None:
         self.ranges = ranges
         self._ends = list(itertools.accumulate(end - first for _, first, end in ranges))
+        self._decoder = decoder  # a consumer's SchemaDecoder: messages decode on access
 
     def __len__(self) -> int:
         return self._ends[-1] if self._ends else 0
+
+    @property
+    def decoder(self) -> Any:
+        """The consumer's schema decoder its messages decode with on access (None: no schema)."""
+        return self._decoder
 
     @overload
     def __getitem__(self, i: int) -> Message: ...
@@ -57,17 +63,20 @@ class Messages(Sequence[Message]):
             raise IndexError("message index out of range")
         r = bisect.bisect_right(self._ends, i)
         batch, first, _ = self.ranges[r]
-        return message_at(batch, first + i - (self._ends[r - 1] if r else 0))
+        message = message_at(batch, first + i - (self._ends[r - 1] if r else 0))
+        return message if self._decoder is None else self._decoder.decode_now(message)
 
     def __iter__(self) -> Iterator[Message]:
+        decoder = self._decoder
         for batch, first, end in self.ranges:
             for j in range(first, end):
-                yield message_at(batch, j)
+                yield message_at(batch, j) if decoder is None else decoder.decode_now(message_at(batch, j))
 
     def __repr__(self) -> str:
         return f"Messages({len(self)} messages in {len(self.ranges)} entries)"
 
     def values(self) -> list[bytes]:
+        """The payloads (not decoded, whatever the consumer's schema)."""
         out: list[bytes] = []
         for batch, first, end in self.ranges:
             c = batch.columns

@@ -130,6 +130,7 @@ class PartitionProducer(ConnectionHandler):
         self._next_sequence_id = config.initial_sequence_id + 1 if config.initial_sequence_id is not None else 0
         self._first_connect = True
         self.max_message_bytes = 0
+        self.schema_version: bytes | None = None
         self.pending = PendingSends(topic, partition, config.send_timeout_ms, permits, memory, client.clock,
                                     self._notify, self._fail_all)
         if config.initial_sequence_id is not None:
@@ -158,6 +159,9 @@ class PartitionProducer(ConnectionHandler):
             p.topic_epoch = self._topic_epoch
         for k, v in self.config.properties.items():
             p.metadata.add(key=k, value=v)
+        schema = self.config.schema.protocol_schema() if self.config.schema is not None else None
+        if schema is not None:
+            p.schema.CopyFrom(schema)
         connection.add_producer(self.producer_id, self)
         try:
             reply = (await connection.request(command, request_id)).producer_success
@@ -168,6 +172,9 @@ class PartitionProducer(ConnectionHandler):
             connection.remove_producer(self.producer_id, self)
             return
         self.producer_name = reply.producer_name
+        # The version the broker gave our schema: every message carries it, so that consumers
+        # decode it with the schema it was written with (as the official clients do).
+        self.schema_version = reply.schema_version or None
         if reply.HasField("topic_epoch"):
             self._topic_epoch = reply.topic_epoch
         if self._first_connect:
@@ -239,6 +246,8 @@ class PartitionProducer(ConnectionHandler):
         chunks = 1
         if not batchable:
             meta = message_metadata(self.producer_name, message, 0, 0)
+            if self.schema_version:
+                meta.schema_version = self.schema_version
             compressed = compress_payload(meta, self._codec, payload)
             if len(compressed) > chunk_size:
                 if not self.config.chunking_enabled:
@@ -371,6 +380,8 @@ class PartitionProducer(ConnectionHandler):
         if batch is None or len(batch) == 0:
             return
         built = batch.build(self.producer_name, self._codec, self.client.clock.now_ms())
+        if self.schema_version:
+            built.metadata.schema_version = self.schema_version
         n = built.count
         entry = build_entry(built.metadata, built.payload)
         command = _send_command(self.producer_id, built.sequence_id, num_messages=n, highest=built.highest_sequence_id)

@@ -32,6 +32,7 @@ from velamq.client._errors import AlreadyClosedError
 from velamq.client._message import MessageId, ProducerMessage
 from velamq.client._partition_producer import PartitionProducer
 from velamq.client._routing import PartitionChooser
+from velamq.client._schema import BytesSchema, Schema
 
 if TYPE_CHECKING:
     from velamq.client._client import AsyncClient
@@ -43,6 +44,13 @@ def _as_bytes(value: Value) -> bytes:
     if isinstance(value, str):
         return value.encode("utf-8")
     return bytes(value)
+
+
+def _encode(schema: Schema[Any] | None, value: Any) -> bytes:
+    """The payload of a value: the schema's encoding (a Record, str ...) or the bytes themselves."""
+    if schema is None or isinstance(schema, BytesSchema):
+        return _as_bytes(value)
+    return schema.encode(value)
 
 
 def _epoch_ms(value: int | float | datetime.datetime) -> int:
@@ -135,7 +143,7 @@ class Producer:
 
     # ---- sending -------------------------------------------------------------------------------
 
-    def build_message(self, value: Value, key: str | None = None, properties: Mapping[str, str] | None = None,
+    def build_message(self, value: Any, key: str | None = None, properties: Mapping[str, str] | None = None,
                       event_time: int | datetime.datetime | None = None, ordering_key: bytes | str | None = None,
                       sequence_id: int | None = None, deliver_at: int | datetime.datetime | None = None,
                       deliver_after: int | datetime.timedelta | None = None,
@@ -145,7 +153,7 @@ class Producer:
                         else int(deliver_after))
             deliver_at = self.client.clock.now_ms() + after_ms
         return ProducerMessage(
-            value=_as_bytes(value),
+            value=_encode(self.config.schema, value),
             key=key or None,
             properties=dict(properties or {}),
             event_time=_epoch_ms(event_time) if event_time is not None else None,
@@ -156,13 +164,14 @@ class Producer:
             disable_replication=disable_replication,
         )
 
-    async def send_async(self, value: Value | ProducerMessage, key: str | None = None,
+    async def send_async(self, value: Any, key: str | None = None,
                          properties: Mapping[str, str] | None = None, event_time: int | datetime.datetime | None = None,
                          ordering_key: bytes | str | None = None, sequence_id: int | None = None,
                          deliver_at: int | datetime.datetime | None = None,
                          deliver_after: int | datetime.timedelta | None = None) -> asyncio.Future[MessageId]:
         """Admit the message (waiting for room if block_if_queue_full) and return the future of
-        its id. Raises ProducerQueueIsFullError / MemoryBufferIsFullError when full and not blocking."""
+        its id. `value`: bytes or str, or with a schema what it encodes (a Record ...). Raises
+        ProducerQueueIsFullError / MemoryBufferIsFullError when full and not blocking."""
         if self._closed:
             raise AlreadyClosedError(f"{self.topic}: producer is closed")
         message = value if isinstance(value, ProducerMessage) else self.build_message(
@@ -171,7 +180,7 @@ class Producer:
         producer = self._partitions[index] or await self._partition(index)
         return await producer.send_async(message)
 
-    async def send(self, value: Value | ProducerMessage, key: str | None = None,
+    async def send(self, value: Any, key: str | None = None,
                    properties: Mapping[str, str] | None = None, event_time: int | datetime.datetime | None = None,
                    ordering_key: bytes | str | None = None, sequence_id: int | None = None,
                    deliver_at: int | datetime.datetime | None = None,
@@ -203,7 +212,11 @@ class Producer:
             values, keys = columns.values, keys if keys is not None else columns.keys
             properties = properties if properties is not None else columns.properties
             event_times = event_times if event_times is not None else columns.event_times
-        data = [v if type(v) is bytes else _as_bytes(v) for v in values]
+        schema = self.config.schema
+        if schema is None or isinstance(schema, BytesSchema):
+            data = [v if type(v) is bytes else _as_bytes(v) for v in values]
+        else:
+            data = [schema.encode(v) for v in values]
         n = len(data)
         for name, column in (("keys", keys), ("properties", properties), ("event_times", event_times),
                              ("sequence_ids", sequence_ids)):

@@ -138,6 +138,9 @@ class TopicConsumer(ConnectionHandler):
         s.replicate_subscription_state = self.config.replicate_subscription_state_enabled
         for k, v in self.config.properties.items():
             s.metadata.add(key=k, value=v)
+        schema = self.config.schema.protocol_schema() if self.config.schema is not None else None
+        if schema is not None:
+            s.schema.CopyFrom(schema)  # the broker checks it against the topic's (IncompatibleSchema)
         if not self.durable:
             start = self._resubscribe_start()
             if start.first_chunk is not None:

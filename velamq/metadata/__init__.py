@@ -12,9 +12,12 @@
 Errors: NotFoundError, AlreadyExistsError, PreconditionFailedError, MetadataError (velamq._errors),
 and InvalidTopicNameError for names that do not parse.
 
-Schemas (docs/schemas.md): `SchemaRegistry` keeps every topic's versions in the same SQLite file and
-decides, with Pulsar's compatibility strategies, which version a producer or consumer schema gets
-(IncompatibleSchemaError, InvalidSchemaDataError).
+Schemas (docs/schemas.md): `store.schemas`, a `SchemaRegistry`, keeps every topic's versions in the
+same SQLite file and decides, with Pulsar's compatibility strategies, which version a producer or
+consumer schema gets (IncompatibleSchemaError, InvalidSchemaDataError); deleting a topic deletes
+its schemas.
+
+    await store.schemas.register("persistent://public/default/t", schema, Strategy.FULL)  # (0, True)
 """
 
 from velamq.metadata._policies import BacklogQuota, Policies, resolve_policies
@@ -26,11 +29,17 @@ from velamq.metadata._schema_info import (
     SchemaType,
     StoredSchema,
     Strategy,
+    allow_auto_update,
+    decode_version,
     effective_strategy,
+    encode_version,
     schema_id,
+    validation_enforced,
 )
+from velamq.metadata._schema_json import get_schema_response, schema_from_payload
 from velamq.metadata._schema_registry import SchemaRegistry
 from velamq.metadata._store import MetadataStore, partitions_max
+from velamq.metadata._topic_pages import TopicListing
 
 __all__ = [
     "DEFAULT_CLUSTER",
@@ -46,8 +55,15 @@ __all__ = [
     "SchemaType",
     "StoredSchema",
     "Strategy",
+    "TopicListing",
+    "allow_auto_update",
+    "decode_version",
     "effective_strategy",
+    "encode_version",
+    "get_schema_response",
     "partitions_max",
     "resolve_policies",
+    "schema_from_payload",
     "schema_id",
+    "validation_enforced",
 ]

@@ -14,8 +14,10 @@ import time
 from typing import Any
 
 from velamq._errors import AlreadyExistsError, NotFoundError, PreconditionFailedError
-from velamq._topic_name import PARTITION_SUFFIX
+from velamq._topic_name import DOMAINS, PARTITION_SUFFIX
+from velamq.metadata import _schema_registry
 from velamq.metadata._schema import DEFAULT_CLUSTER, DEFAULT_NAMESPACE, DEFAULT_TENANT
+from velamq.metadata._schema_info import schema_id
 
 Json = dict[str, Any]
 
@@ -147,8 +149,9 @@ def delete_namespace(conn: sqlite3.Connection, ns: str) -> None:
     for table in ("topics", "partitioned_topics"):
         if conn.execute(f"SELECT 1 FROM {table} WHERE namespace = ? LIMIT 1", (ns,)).fetchone():
             raise PreconditionFailedError("Cannot delete non empty namespace")
-    # With no topics left, any topic policies still here are orphans (BR-8): they go too.
+    # With no topics left, any topic policies and schemas still here are orphans (BR-8): they go too.
     conn.execute("DELETE FROM topic_policies WHERE namespace = ?", (ns,))
+    _schema_registry.delete_namespace(conn, ns)
     conn.execute("DELETE FROM namespaces WHERE name = ?", (ns,))
 
 
@@ -212,6 +215,7 @@ def delete_partitioned_topic(conn: sqlite3.Connection, topic: str) -> None:
     for name in _partition_rows(conn, topic):
         conn.execute("DELETE FROM topics WHERE name = ?", (name,))
     _drop_orphan_topic_policies(conn, topic)
+    _drop_orphan_schemas(conn, topic)
 
 
 def _partition_rows(conn: sqlite3.Connection, topic: str) -> list[str]:
@@ -251,6 +255,7 @@ def delete_topic(conn: sqlite3.Connection, topic: str, policy_key: str) -> None:
     if conn.execute("DELETE FROM topics WHERE name = ?", (topic,)).rowcount == 0:
         raise NotFoundError("Topic not found")
     _drop_orphan_topic_policies(conn, policy_key)
+    _drop_orphan_schemas(conn, policy_key)
 
 
 def list_topics(conn: sqlite3.Connection, ns: str) -> list[str]:
@@ -276,6 +281,21 @@ def _drop_orphan_topic_policies(conn: sqlite3.Connection, policy_key: str) -> No
     """After a topic is deleted: its policies go once nothing carries their name any more (BR-8)."""
     if not _policy_owner_exists(conn, policy_key):
         conn.execute("DELETE FROM topic_policies WHERE name = ?", (policy_key,))
+
+
+def _drop_orphan_schemas(conn: sqlite3.Connection, policy_key: str) -> None:
+    """After a topic is deleted: its schema history goes once no topic of its schema id is left.
+    The id ("tenant/ns/name") is shared by both domains and by every partition, so the history stays
+    while "persistent://tenant/ns/name", "non-persistent://tenant/ns/name" or a partition of either
+    is still there (Pulsar would delete it with the first of them, under the others' feet)."""
+    sid = schema_id(policy_key)
+    if not _schema_owner_exists(conn, sid):
+        _schema_registry.hard_delete(conn, sid)
+
+
+def _schema_owner_exists(conn: sqlite3.Connection, sid: str) -> bool:
+    """Does a topic, partitioned topic or partition of either domain carry schema id `sid`?"""
+    return any(_policy_owner_exists(conn, f"{domain}://{sid}") for domain in DOMAINS)
 
 
 def get_topic_policies(conn: sqlite3.Connection, policy_key: str) -> Json:

@@ -29,9 +29,9 @@ from pathlib import Path
 
 from velamq._errors import MetadataError
 
-# 2 added topic_policies. Opening a version-1 file adds the table and records version 2, so a
-# version-1 velamq (which would ignore topic policies) refuses the file afterwards.
-SCHEMA_VERSION = 2
+# 2 added topic_policies, 3 schemas. Opening an older file adds the tables and records the new
+# version, so an older velamq (which would ignore them) refuses the file afterwards.
+SCHEMA_VERSION = 3
 
 # SQLite waits this long for a lock held by another process (e.g. a backup tool) before failing.
 busy_timeout_ms = 5_000
@@ -77,6 +77,19 @@ CREATE TABLE IF NOT EXISTS topic_policies (
     policies  TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS topic_policies_by_namespace ON topic_policies(namespace);
+CREATE TABLE IF NOT EXISTS schemas (
+    schema_id    TEXT NOT NULL,
+    version      INTEGER NOT NULL CHECK (version >= 0),
+    namespace    TEXT NOT NULL,
+    type         TEXT NOT NULL,
+    data         BLOB NOT NULL,
+    properties   TEXT NOT NULL,
+    hash         BLOB NOT NULL,
+    timestamp_ms INTEGER NOT NULL,
+    deleted      INTEGER NOT NULL CHECK (deleted IN (0, 1)),
+    PRIMARY KEY (schema_id, version)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS schemas_by_namespace ON schemas(namespace);
 """
 
 

@@ -93,6 +93,8 @@ def validate(schema: SchemaData) -> None:
             validate(part)
     elif kind in _CLIENT_SIDE:
         raise InvalidSchemaDataError(f"Schema {kind.name} is a client-side schema type")
+    elif kind is SchemaType.EXTERNAL:
+        raise InvalidSchemaDataError("EXTERNAL schemas (an external schema registry) are not supported by velamq")
     elif kind.primitive and kind not in (SchemaType.NONE, SchemaType.BYTES) and schema.data:
         raise InvalidSchemaDataError(
             f"Invalid schema definition data for primitive schemas: length of schema data should be zero, "

@@ -3,7 +3,8 @@
 Pulsar's vocabulary is kept throughout, because users meet it in the admin API and in both clients:
 
 - `SchemaType` has Pulsar's names and numbers (org.apache.pulsar.common.schema.SchemaType); the wire
-  enum `Schema.Type` uses the same numbers for 0..20, and AutoConsume = 21 where Java says -3.
+  enum `Schema.Type` uses the same numbers for 0..20 and External = 22, and AutoConsume = 21 where
+  Java says -3.
 - `Strategy` is Pulsar's SchemaCompatibilityStrategy; the older namespace field
   `schema_auto_update_compatibility_strategy` (AutoUpdateDisabled, Backward, ...) maps onto it.
 - A schema's identity is `schema_id(topic)`: "tenant/namespace/local-name" of the partitioned parent,
@@ -74,6 +75,7 @@ class SchemaType(enum.Enum):
     LOCAL_TIME = 18
     LOCAL_DATE_TIME = 19
     PROTOBUF_NATIVE = 20
+    EXTERNAL = 22  # data in an external schema registry (Pulsar 4's PIP-420); velamq refuses it
     BYTES = -1
     AUTO = -2
     AUTO_CONSUME = -3
@@ -84,7 +86,7 @@ class SchemaType(enum.Enum):
         """The type of a wire `Schema.Type` number."""
         if number == _PROTOCOL_AUTO_CONSUME:
             return cls.AUTO_CONSUME
-        if 0 <= number <= cls.PROTOBUF_NATIVE.value:
+        if 0 <= number <= cls.PROTOBUF_NATIVE.value or number == cls.EXTERNAL.value:
             return cls(number)
         raise InvalidSchemaDataError(f"unknown schema type number {number}")
 

@@ -16,7 +16,8 @@ The operations are plain functions of a sqlite3 connection, so that they run in 
 one SQLite thread (`SqliteWorker`), each inside its own SAVEPOINT of a group-committed transaction:
 deciding and storing a new version is one atomic step, so two producers racing to register the same
 schema get one version, and the compatibility check's CPU work stays off the event loop.
-`SchemaRegistry` is the awaitable face of them, built on the worker's `run`.
+`SchemaRegistry` is the awaitable face of them, built on the worker's `run`; the table is created
+with the store's others (_schema.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import functools
 import json
 import sqlite3
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
 from velamq._clock import Clock, system_clock
 from velamq._topic_name import TopicName
@@ -49,29 +50,6 @@ from velamq.metadata._schema_info import (
 
 T = TypeVar("T")
 Runner = Callable[[Callable[[sqlite3.Connection], T]], Awaitable[T]]
-
-DDL: Final = """
-CREATE TABLE IF NOT EXISTS schemas (
-    schema_id    TEXT NOT NULL,
-    version      INTEGER NOT NULL CHECK (version >= 0),
-    namespace    TEXT NOT NULL,
-    type         TEXT NOT NULL,
-    data         BLOB NOT NULL,
-    properties   TEXT NOT NULL,
-    hash         BLOB NOT NULL,
-    timestamp_ms INTEGER NOT NULL,
-    deleted      INTEGER NOT NULL CHECK (deleted IN (0, 1)),
-    PRIMARY KEY (schema_id, version)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS schemas_by_namespace ON schemas(namespace);
-"""
-
-
-def ensure_tables(conn: sqlite3.Connection) -> None:
-    for statement in DDL.split(";"):
-        if statement.strip():
-            conn.execute(statement)
-
 
 # ------------------------------------------------------------------------------ rows
 
@@ -166,13 +144,16 @@ def compatible(conn: sqlite3.Connection, sid: str, schema: SchemaData, strategy:
     check_compatible(versions(conn, sid), schema, strategy)
 
 
-def soft_delete(conn: sqlite3.Connection, sid: str, namespace: str, now_ms: int) -> int:
+def soft_delete(conn: sqlite3.Connection, sid: str, namespace: str, now_ms: int) -> int | None:
     """Append a deletion version (the admin API's DELETE): the version number it took. Deleting a
-    history whose latest version is a deletion already adds nothing and answers that version."""
+    history whose latest version is a deletion already adds nothing and answers that version; with
+    no history at all there is nothing to delete: None (as Pulsar, which then stores nothing)."""
     rows = history(conn, sid)
-    if rows and rows[-1].deleted:
+    if not rows:
+        return None
+    if rows[-1].deleted:
         return rows[-1].version
-    version = rows[-1].version + 1 if rows else 0
+    version = rows[-1].version + 1
     _insert(conn, sid, namespace, StoredSchema(version, SchemaData(SchemaType.NONE), now_ms, deleted=True))
     return version
 
@@ -204,10 +185,6 @@ class SchemaRegistry:
     def __init__(self, run: Runner[Any], clock: Clock = system_clock) -> None:
         self._run = run
         self._clock = clock
-
-    async def start(self) -> None:
-        """Create the table if it is missing (a no-op on a file that has it)."""
-        await self._run(ensure_tables)
 
     async def _call(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
         result: T = await self._run(functools.partial(fn, **kwargs))
@@ -248,7 +225,7 @@ class SchemaRegistry:
     async def check_compatible(self, topic: str, schema: SchemaData, strategy: Strategy) -> None:
         await self._call(compatible, sid=schema_id(topic), schema=schema, strategy=strategy)
 
-    async def delete(self, topic: str) -> int:
+    async def delete(self, topic: str) -> int | None:
         return await self._call(soft_delete, **self._ids(topic), now_ms=self._clock.now_ms())
 
     async def delete_all(self, topic: str) -> int:

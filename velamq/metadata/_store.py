@@ -18,10 +18,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, TypeVar, cast
 
+from velamq._clock import Clock, system_clock
 from velamq._errors import InvalidTopicNameError, PreconditionFailedError
 from velamq._topic_name import TopicName
 from velamq.metadata import _ops
 from velamq.metadata._schema import connect
+from velamq.metadata._schema_registry import SchemaRegistry
+from velamq.metadata._topic_pages import TopicListing, page_rows_max, topics_page
 from velamq.metadata._worker import SqliteWorker, ops_in_flight_max_default
 
 T = TypeVar("T")
@@ -120,11 +123,15 @@ class MetadataStore:
         *,
         ops_in_flight_max: int = ops_in_flight_max_default,
         cache_entries_max: int = cache_entries_max_default,
+        clock: Clock = system_clock,
     ) -> None:
         self.path = Path(path)
         self._worker = SqliteWorker(
             functools.partial(connect, self.path), ops_in_flight_max=ops_in_flight_max
         )
+        # Topic schemas, in the same file and thread; deleting a topic (below) deletes its history
+        # in the same transaction once no topic of its schema id is left.
+        self.schemas = SchemaRegistry(self._worker.run, clock)
         self._partitions = _ReadCache(cache_entries_max)
         self._namespaces = _ReadCache(cache_entries_max)
 
@@ -205,7 +212,8 @@ class MetadataStore:
         return await self._run(_ops.list_namespaces, tenant=_check_tenant(tenant))
 
     async def delete_namespace(self, ns: str) -> None:
-        """PreconditionFailedError while the namespace still has topics or partitioned topics."""
+        """PreconditionFailedError while the namespace still has topics or partitioned topics.
+        Topic policies and schemas left in it (of topics never created) go with it."""
         ns, _ = _check_namespace(ns)
         await self._write(self._namespaces, ns, _ops.delete_namespace, ns=ns)
 
@@ -246,7 +254,8 @@ class MetadataStore:
         )
 
     async def delete_partitioned_topic(self, topic: str) -> None:
-        """Delete a partitioned topic and the rows of whichever of its partitions exist."""
+        """Delete a partitioned topic and the rows of whichever of its partitions exist (and its
+        policies and schemas, as delete_topic)."""
         name = str(_check_topic(topic))
         await self._write(self._partitions, name, _ops.delete_partitioned_topic, topic=name)
 
@@ -263,8 +272,9 @@ class MetadataStore:
         return await self._run(_ops.topic_exists, topic=str(_check_topic(topic)))
 
     async def delete_topic(self, topic: str) -> None:
-        """Delete a topic's row, and its topic policies unless another topic still carries them
-        (a partition's are its partitioned topic's): deleting a topic leaves no rows (BR-8)."""
+        """Delete a topic's row, and its topic policies and schemas unless another topic still
+        carries them (a partition's are its partitioned topic's; schemas are shared by the two
+        domains): deleting a topic leaves no rows (BR-8)."""
         tn = _check_topic(topic)
         await self._run(_ops.delete_topic, topic=str(tn), policy_key=str(tn.partitioned_parent))
 
@@ -272,6 +282,14 @@ class MetadataStore:
         """Non-partitioned topics and the partitions that exist, both domains, sorted."""
         ns, _ = _check_namespace(ns)
         return await self._run(_ops.list_topics, ns=ns)
+
+    async def topics_page(self, ns: str, search: str = "", offset: int = 0, limit: int = 50) -> TopicListing:
+        """One page of the namespace's topics and partitioned topics, sorted, cut in SQLite (see
+        _topic_pages.py); `search` keeps those whose local name contains it (any case)."""
+        ns, _ = _check_namespace(ns)
+        if offset < 0 or not 0 < limit <= page_rows_max:
+            raise PreconditionFailedError(f"offset must be >= 0 and limit between 1 and {page_rows_max}")
+        return await self._run(topics_page, ns=ns, search=search, offset=offset, limit=limit)
 
     # ------------------------------------------------------------------------ topic policies
 

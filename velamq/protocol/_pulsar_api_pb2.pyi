@@ -267,6 +267,8 @@ class Schema(_message.Message):
         LocalTime: Schema._Type.ValueType  # 18
         LocalDateTime: Schema._Type.ValueType  # 19
         ProtobufNative: Schema._Type.ValueType  # 20
+        AutoConsume: Schema._Type.ValueType  # 21
+        External: Schema._Type.ValueType  # 22
 
     class Type(_Type, metaclass=_TypeEnumTypeWrapper): ...
     String: Schema.Type.ValueType  # 1
@@ -289,6 +291,8 @@ class Schema(_message.Message):
     LocalTime: Schema.Type.ValueType  # 18
     LocalDateTime: Schema.Type.ValueType  # 19
     ProtobufNative: Schema.Type.ValueType  # 20
+    AutoConsume: Schema.Type.ValueType  # 21
+    External: Schema.Type.ValueType  # 22
 
     NAME_FIELD_NUMBER: _builtins.int
     SCHEMA_DATA_FIELD_NUMBER: _builtins.int

@@ -44,12 +44,15 @@ from velamq.security._errors import (
 )
 from velamq.security._htpasswd import HtpasswdFile, basic_auth_conf_location
 from velamq.security._keys import (
+    ALGORITHMS,
     KeyPairDer,
     create_key_pair,
     create_secret_key,
     decode_private_key,
     decode_public_key,
     decode_secret_key,
+    family_of,
+    key_family,
     read_key_bytes,
 )
 from velamq.security._settings import SECURITY_KEYS, SecuritySettings, build_authentication_service
@@ -57,6 +60,7 @@ from velamq.security._tls import ReloadingServerContext, TlsServerSettings, buil
 from velamq.security._tokens import TokenIdentity, TokenValidator, create_token
 
 __all__ = [
+    "ALGORITHMS",
     "BASIC_PROVIDER",
     "HTTP_METHOD_HEADER",
     "REFRESH_CHALLENGE",
@@ -96,5 +100,7 @@ __all__ = [
     "decode_private_key",
     "decode_public_key",
     "decode_secret_key",
+    "family_of",
+    "key_family",
     "read_key_bytes",
 ]

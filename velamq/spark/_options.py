@@ -16,6 +16,8 @@ lower-cased keys, so they match in any case; errors print the documented spellin
     maxEntriesPerTrigger   -      yes     -       entries per micro-batch, over all partitions
     failOnDataLoss         yes    yes     -       true | false (default true)
     includeProperties      yes    yes     -       true | false (default true): the properties column
+    decodeValues           yes    yes     -       true | false (default false): values decoded into columns by
+                                                  the topic's AVRO or JSON schema (_decode.py); needs 'topic'
     subscriptionName       -      yes     -       the durable cursor commit() moves (default generated
                                                   once per query and kept in its offsets)
     checkpointLocation     Spark's own, which it passes to a streaming sink; accepted there
@@ -36,6 +38,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from velamq._errors import VelamqError
 from velamq._topic_name import TopicPattern
@@ -53,6 +56,7 @@ STARTING_TIME = "startingTime"
 MAX_ENTRIES_PER_TRIGGER = "maxEntriesPerTrigger"
 FAIL_ON_DATA_LOSS = "failOnDataLoss"
 INCLUDE_PROPERTIES = "includeProperties"
+DECODE_VALUES = "decodeValues"
 SUBSCRIPTION_NAME = "subscriptionName"
 CHECKPOINT_LOCATION = "checkpointLocation"
 QUERY_NAME = "queryName"
@@ -60,7 +64,7 @@ QUERY_NAME = "queryName"
 _SPARK_OWN = {CHECKPOINT_LOCATION, QUERY_NAME}
 
 _READ = {SERVICE_URL, ADMIN_URL, TOPIC, TOPICS, TOPICS_PATTERN, STARTING_OFFSETS, ENDING_OFFSETS, STARTING_TIME,
-         FAIL_ON_DATA_LOSS, INCLUDE_PROPERTIES}
+         FAIL_ON_DATA_LOSS, INCLUDE_PROPERTIES, DECODE_VALUES}
 _STREAM_READ = (_READ - {ENDING_OFFSETS}) | {MAX_ENTRIES_PER_TRIGGER, SUBSCRIPTION_NAME}
 _WRITE = {SERVICE_URL, ADMIN_URL, TOPIC} | _SPARK_OWN
 ALL_OPTIONS = _READ | _STREAM_READ | _WRITE
@@ -95,6 +99,9 @@ class SourceOptions:
     fail_on_data_loss: bool
     include_properties: bool
     subscription_name: str | None
+    decode_values: bool = False
+    # With decode_values: the schema fetched when the query was defined (_decode.ValueDecoding).
+    decoding: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +147,9 @@ def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> Sourc
         raw = opts[given[0]]
         names = [n for n in raw.split(",") if n.strip()] if given[0] == TOPICS else [raw]
         topics = tuple(dict.fromkeys(_topic(given[0], n) for n in names))
+    decode_values = _bool(DECODE_VALUES, opts.get(DECODE_VALUES, "false"))
+    if decode_values and TOPIC not in given:
+        raise VelamqOptionError("option 'decodeValues' needs one topic ('topic'): the values are decoded by its schema")
     if STARTING_TIME in opts and STARTING_OFFSETS in opts:
         raise VelamqOptionError("options 'startingOffsets' and 'startingTime' conflict: give one of them")
     starting = _offsets(STARTING_OFFSETS, opts.get(STARTING_OFFSETS, "latest" if streaming else "earliest"))
@@ -164,6 +174,7 @@ def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> Sourc
         fail_on_data_loss=_bool(FAIL_ON_DATA_LOSS, opts.get(FAIL_ON_DATA_LOSS, "true")),
         include_properties=_bool(INCLUDE_PROPERTIES, opts.get(INCLUDE_PROPERTIES, "true")),
         subscription_name=subscription,
+        decode_values=decode_values,
     )
 
 

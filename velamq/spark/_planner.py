@@ -46,7 +46,7 @@ class Planner:
         self.options = options
         self.admin = ConnectorAdmin(options.admin_url)
         self.settings = ReadSettings(options.service_url, options.admin_url, options.fail_on_data_loss,
-                                     options.include_properties)
+                                     options.include_properties, options.decoding)
 
     # ---- partitions ----------------------------------------------------------------------------
 

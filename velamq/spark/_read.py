@@ -33,6 +33,7 @@ from pyspark.sql.datasource import InputPartition
 from velamq._errors import VelamqError
 from velamq.client import AsyncClient, MessageId, Messages, Reader, ReceivedBatch
 from velamq.spark._admin import ConnectorAdmin, parse_topic
+from velamq.spark._decode import DecodedBatchBuilder, ValueDecoding, reader_schema
 from velamq.spark._offsets import WHOLE, PartitionOffset
 from velamq.spark._schema import arrow_schema, source_schema
 
@@ -54,6 +55,7 @@ class ReadSettings:
     admin_url: str
     fail_on_data_loss: bool
     include_properties: bool
+    decoding: ValueDecoding | None = None  # decodeValues: the schema values are decoded with
 
 
 class TopicRange(InputPartition):
@@ -78,7 +80,10 @@ def read_range(task: TopicRange) -> Iterator[Any]:
     received batches' columns (velamq.client's bulk receive and Arrow form)."""
     if task.end <= task.start:
         return
-    schema = arrow_schema(source_schema(task.settings.include_properties))
+    settings = task.settings
+    schema = arrow_schema(source_schema(settings.include_properties))
+    decoded = (DecodedBatchBuilder(settings.decoding, settings.include_properties, task.topic, schema)
+               if settings.decoding is not None else None)
     loop = asyncio.new_event_loop()
     scan = _RangeScan(task)
     try:
@@ -86,7 +91,8 @@ def read_range(task: TopicRange) -> Iterator[Any]:
         while not scan.done:
             ranges = loop.run_until_complete(scan.next_ranges(rows_per_batch_max))
             if ranges:
-                yield Messages(ranges).to_arrow(schema=schema, topic=task.topic)
+                yield (Messages(ranges).to_arrow(schema=schema, topic=task.topic) if decoded is None
+                       else decoded.build(Messages(ranges, scan.decoder)))
     finally:
         loop.run_until_complete(scan.close())
         loop.close()
@@ -110,6 +116,7 @@ class _RangeScan:
         self.client: AsyncClient | None = None
         self.reader: Reader | None = None
         self.done = False
+        self.decoder: Any = None  # the reader's schema decoder (decodeValues with an AVRO schema)
         self.first_seen = False
         self.last_progress_s = time.monotonic()
 
@@ -119,9 +126,11 @@ class _RangeScan:
         start_id: MessageId | str = "earliest"
         if not start.is_earliest:
             start_id = MessageId(start.ledger_id, max(start.entry_id, 0))
+        decoding = self.task.settings.decoding
         self.reader = await self.client.create_reader(
             self.task.partition_topic, start_id, start_message_id_inclusive=True,
-            receiver_queue_size=reader_queue_size, reader_name="velamq-spark")
+            receiver_queue_size=reader_queue_size, reader_name="velamq-spark",
+            schema=reader_schema(decoding) if decoding is not None else None)
 
     async def close(self) -> None:
         if self.client is not None:
@@ -168,6 +177,7 @@ class _RangeScan:
                 if not len(messages):
                     break
             self.last_progress_s = time.monotonic()
+            self.decoder = messages.decoder
             for batch, first, end in messages.ranges:
                 if not self.first_seen:
                     self.first_seen = True

@@ -12,6 +12,7 @@ at once with the option's name instead of in a task (SP-3).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from collections.abc import Iterator, Sequence
@@ -30,6 +31,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from velamq.spark._decode import decoded_schema, fetch_decoding
 from velamq.spark._options import SinkOptions, SourceOptions, VelamqOptionError, canonical, parse_sink, parse_source
 from velamq.spark._planner import Planner
 from velamq.spark._read import TopicRange, read_range
@@ -52,15 +54,15 @@ class VelamqDataSource(DataSource):
         canonical(self.options)  # an unknown option fails here, whatever the DataFrame does next
 
     def schema(self) -> StructType:
-        return source_schema(parse_source(self.options, streaming=None).include_properties)
+        return _read_schema(_with_decoding(parse_source(self.options, streaming=None)))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        options = parse_source(self.options, streaming=False)
+        options = _with_decoding(parse_source(self.options, streaming=False))
         _check_read_schema(schema, options)
         return VelamqBatchReader(options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        options = parse_source(self.options, streaming=True)
+        options = _with_decoding(parse_source(self.options, streaming=True))
         _check_read_schema(schema, options)
         return VelamqStreamReader(options, schema)
 
@@ -77,10 +79,24 @@ class VelamqDataSource(DataSource):
         return VelamqStreamWriter(options)
 
 
+def _with_decoding(options: SourceOptions) -> SourceOptions:
+    """decodeValues: the topic's schema, fetched once for the query (its readers keep it)."""
+    if not options.decode_values:
+        return options
+    return dataclasses.replace(options, decoding=fetch_decoding(options.admin_url, options.topics[0]))
+
+
+def _read_schema(options: SourceOptions) -> StructType:
+    if options.decoding is not None:
+        return decoded_schema(options.decoding, options.include_properties)
+    return source_schema(options.include_properties)
+
+
 def _check_read_schema(schema: StructType, options: SourceOptions) -> None:
-    expected = source_schema(options.include_properties)
+    expected = _read_schema(options)
     if schema != expected:
-        raise VelamqSchemaError(f"the velamq source has a fixed schema ({expected.simpleString()}); "
+        what = "the topic's schema" if options.decoding is not None else "a fixed schema"
+        raise VelamqSchemaError(f"the velamq source has {what} ({expected.simpleString()}); "
                                 f"do not give it another one ({schema.simpleString()})")
 
 

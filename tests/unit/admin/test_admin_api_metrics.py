@@ -1,4 +1,4 @@
-"""/metrics parses as Prometheus text 0.0.4 with Pulsar's names; the console escapes what it shows (OP-3).
+"""/metrics parses as Prometheus text 0.0.4 with Pulsar's names (OP-3); the console is tested in test_admin_console.py.
 
 The renderers are tested on a fixed snapshot (SNAPSHOT: data, every figure chosen), the endpoints
 on a real broker with a topic, a producer and a consumer.
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import pytest
 from admin_harness import Admin, wait_until
 
-from velamq.admin import _console, _metrics
+from velamq.admin import _metrics
 from velamq.broker import BrokerMetrics, SubscriptionMetrics, TopicMetrics
 
 SNAPSHOT = BrokerMetrics(
@@ -236,55 +236,6 @@ def test_value_format() -> None:
 
 def test_metrics_is_answered_with_trailing_slash(admin: Admin) -> None:
     assert admin.request("GET", "/metrics/").status == 200
-
-
-# ----------------------------------------------------------------------------- console
-
-
-def test_console_escapes_names() -> None:
-    page = _console.render(SNAPSHOT, {}, [("public/default", 1, 0)], "pulsar://h:1", "http://h:2")
-    assert "persistent://public/default/orders" in page
-    assert "sub-a" in page and "Shared" in page
-    assert "non-persistent://acme/ns/&lt;script&gt;" in page
-    assert "<script>" not in page
-    assert "we&quot;ird" in page
-
-
-def test_console_lists_the_brokers_topics(admin: Admin) -> None:
-    topic = "persistent://public/default/<b>console&"
-    admin.client().subscribe(topic, 'we"ird', initial_position="earliest")
-    reply = admin.request("GET", "/")
-    assert reply.status == 200
-    assert reply.headers["content-type"] == "text/html; charset=utf-8"
-    page = reply.body.decode()
-    assert "persistent://public/default/&lt;b&gt;console&amp;" in page and "<b>" not in page
-    assert "we&quot;ird (Exclusive)" in page
-    assert f"pulsar://127.0.0.1:{admin.broker.server.broker_port}" in page
-    assert f"http://127.0.0.1:{admin.port}" in page
-    # Second view: rates appear (the first view set the baseline).
-    assert admin.request("GET", "/").status == 200
-
-
-def _topic(name: str, msg_in: int, bytes_in: int) -> TopicMetrics:
-    return TopicMetrics(name, 0, 0, msg_in, bytes_in, 0, 0, 0, 0, 0)
-
-
-def test_rate_tracker() -> None:
-    tracker = _console.RateTracker()
-    assert tracker.rates(BrokerMetrics(0, 0, (_topic("a", 10, 100),)), now_s=100.0) == {}
-    rates = tracker.rates(BrokerMetrics(0, 0, (_topic("a", 30, 300), _topic("b", 5, 5))), now_s=102.0)
-    assert rates == {"a": (10.0, 100.0, 0.0, 0.0)}  # b is new: no rate yet
-    # A reload within the window keeps the older baseline.
-    rates = tracker.rates(BrokerMetrics(0, 0, (_topic("a", 40, 400),)), now_s=102.5)
-    assert rates == {"a": (20.0, 200.0, 0.0, 0.0)}
-    # A counter that went backwards (topic reloaded) gives 0, not a negative rate.
-    rates = tracker.rates(BrokerMetrics(0, 0, (_topic("a", 0, 0),)), now_s=110.0)
-    assert rates == {"a": (0.0, 0.0, 0.0, 0.0)}
-
-
-def test_console_renders_empty_broker() -> None:
-    page = _console.render(BrokerMetrics(0, 0, ()), {}, [], "pulsar://h:1", "http://h:2")
-    assert "no topic loaded" in page
 
 
 @dataclass(frozen=True)

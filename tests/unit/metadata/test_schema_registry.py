@@ -49,7 +49,6 @@ def run(path: Path, body: Body, clock: FakeClock | None = None) -> Any:
         await worker.start()
         registry = SchemaRegistry(worker.run, clock or FakeClock())
         try:
-            await registry.start()
             return await body(registry)
         finally:
             await worker.close()
@@ -209,7 +208,7 @@ def test_a_bad_topic_name_fails_before_reaching_the_store(db: Path) -> None:
 
 def test_tables_are_created_once_and_coexist_with_the_store_schema(db: Path) -> None:
     run(db, lambda r: r.register(T, V0, Strategy.FULL))
-    run(db, lambda r: r.start())  # a second start on the same file changes nothing
+    run(db, lambda r: r.register(T, V0, Strategy.FULL))  # a second opening of the file changes nothing
     with sqlite3.connect(db) as conn:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         count = conn.execute("SELECT COUNT(*) FROM schemas").fetchone()[0]
