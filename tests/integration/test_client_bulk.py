@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from interop_helpers import wait_for_backlog
 
-from velamq.client import AsyncClient, BatchReceivePolicy, Client, Message, Messages
+from velamq.client import AsyncClient, AvroSchema, BatchReceivePolicy, Client, Message, Messages, StringSchema
+from velamq.client import schema as vs
 from velamq.testing import BrokerProcess, run_broker
 
 R = TypeVar("R")
@@ -282,3 +283,35 @@ def test_blocking_acks_reach_the_broker_when_only_the_client_is_closed(broker: B
         for _ in range(100):
             consumer.acknowledge(consumer.receive(10_000))
     wait_for_backlog(broker.admin_url, topic, "s", 0)
+
+
+class Reading(vs.Record):
+    sensor = vs.String()
+    value = vs.Integer()
+
+
+def test_bulk_paths_with_schemas(broker: BrokerProcess, topic: str) -> None:
+    # send_many encodes with the producer's schema; batch_receive's messages decode with the
+    # consumer's (the writer's version fetched first), as receive() does; values() stays the bytes.
+    readings = [Reading(sensor=f"s{i % 3}", value=i) for i in range(50)]
+
+    async def body(client: AsyncClient) -> None:
+        producer = await client.create_producer(topic, schema=AvroSchema(Reading), batching_enabled=True)
+        await producer.send_many(readings)
+        strings = await client.create_producer(f"{topic}-s", schema=StringSchema(), batching_enabled=True)
+        await strings.send_many(["a", "b", "c"])
+        consumer = await client.subscribe(topic, "s", schema=AvroSchema(Reading), initial_position="earliest")
+        got = await consumer.batch_receive(50, 10_000)
+        assert [(m.value.sensor, m.value.value) for m in got] == [(r.sensor, r.value) for r in readings]
+        assert got.values() == [m.data() for m in got]
+        single = await client.subscribe(topic, "one", schema=AvroSchema(Reading), initial_position="earliest")
+        first = await single.receive(10_000)
+        assert (first.value.sensor, first.value.value) == ("s0", 0)
+        text = await client.subscribe(f"{topic}-s", "s", schema=StringSchema(), initial_position="earliest")
+        assert [m.value for m in await text.batch_receive(3, 10_000)] == ["a", "b", "c"]
+
+    run(broker, body)
+
+    with Client(broker.service_url) as client:  # the blocking prefetch decodes too
+        consumer = client.subscribe(topic, "blocking", schema=AvroSchema(Reading), initial_position="earliest")
+        assert [consumer.receive(10_000).value.value for _ in range(3)] == [0, 1, 2]
