@@ -102,6 +102,9 @@ class State(enum.Enum):
     FAILED = "failed"
 
 
+_READY = State.READY
+
+
 class PartitionProducer(ConnectionHandler):
     """The producer of one topic or partition, over one connection at a time.
 
@@ -226,9 +229,12 @@ class PartitionProducer(ConnectionHandler):
     # ---- send path -----------------------------------------------------------------------------
 
     def _check_usable(self) -> None:
-        if self.state is State.FAILED:
+        state = self.state
+        if state is _READY:  # per message: one comparison (an enum member looked up on its class costs more)
+            return
+        if state is State.FAILED:
             raise self._failed or AlreadyClosedError(f"{self.topic}: producer failed")
-        if self.state in (State.CLOSING, State.CLOSED):
+        if state in (State.CLOSING, State.CLOSED):
             raise AlreadyClosedError(f"{self.topic}: producer is closed")
 
     async def send_async(self, message: ProducerMessage) -> asyncio.Future[MessageId]:
