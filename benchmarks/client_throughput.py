@@ -1,14 +1,19 @@
-"""velamq's own client against the official one: msg/s for 100-byte messages, batched and unbatched.
+"""velamq's own client against the official one: msg/s for 100-byte messages, per message and in bulk.
 
-Both clients run in this process, one after the other, against the same velamq broker, with the
-same settings: send_async with at most --in-flight messages pending (block_if_queue_full), batches
-of up to --batch-messages messages or 10 ms, then flush; consumption from the earliest position
-with receive() and an individual acknowledge() per message, receiver queue 1000. Each client
-consumes the topic it produced. The table puts the two clients side by side and gives
+Both clients run in this process, one after the other, against the same velamq broker (fsync
+durability, its default), with the same settings. Per-message rows: send_async with at most
+--in-flight messages pending (block_if_queue_full), batches of up to --batch-messages messages or
+10 ms, then flush; consumption from the earliest position with receive() and an individual
+acknowledge() per message, receiver queue 1000 - for velamq both with the asyncio client and with
+the blocking one (velamq.client.Client, the README's first example). Bulk rows: velamq's
+send_many() of all the values at once (one producer, --bulk-in-flight pending), batch_receive() with
+one acknowledge() per batch (and with to_arrow() of each batch), and the official client's
+batch_receive() with acknowledge_cumulative() of each batch, receiver queue 10 000. Each consumer
+reads a topic of its own, filled beforehand. The table puts the clients side by side and gives
 velamq / official ratios; CPU seconds are this process's (client) and the broker's (/proc).
 
-    .venv/bin/python benchmarks/client_throughput.py                  # ~1 min, starts its own broker
-    .venv/bin/python benchmarks/client_throughput.py --batched 500000 --unbatched 100000
+    .venv/bin/python benchmarks/client_throughput.py                  # ~2 min, starts its own broker
+    .venv/bin/python benchmarks/client_throughput.py --batched 500000 --unbatched 100000 --bulk 2000000
 """
 
 from __future__ import annotations
@@ -129,6 +134,61 @@ async def ours_consume(client: AsyncClient, topic: str, n: int) -> tuple[int, fl
     return n, elapsed
 
 
+def blocking_consume(url: str, topic: str, n: int) -> tuple[int, float]:
+    from velamq.client import Client
+
+    with Client(url, operation_timeout_s=60) as client:
+        consumer = client.subscribe(topic, "bench", initial_position="earliest", receiver_queue_size=1000)
+        first = consumer.receive()
+        t0 = time.perf_counter()
+        consumer.acknowledge(first)
+        for _ in range(n - 1):
+            consumer.acknowledge(consumer.receive())
+        elapsed = time.perf_counter() - t0
+        consumer.close()
+    return n, elapsed
+
+
+async def fill(client: AsyncClient, topic: str, n: int, payload: bytes, batch_messages: int) -> None:
+    """Untimed: a topic for a consume phase, batched as the produce phase batches."""
+    producer = await client.create_producer(topic, batching_enabled=True, batching_max_messages=batch_messages,
+                                            max_pending_messages=10_000, block_if_queue_full=True)
+    await producer.send_many([payload] * n)
+    await producer.close()
+
+
+async def ours_bulk_produce(client: AsyncClient, topic: str, n: int, payload: bytes, in_flight: int,
+                            batch_messages: int) -> tuple[int, float]:
+    producer = await client.create_producer(topic, batching_enabled=True, batching_max_messages=batch_messages,
+                                            batching_max_publish_delay_ms=10, max_pending_messages=in_flight,
+                                            block_if_queue_full=True, send_timeout_ms=120_000)
+    values = [payload] * n
+    t0 = time.perf_counter()
+    ids = await producer.send_many(values)
+    elapsed = time.perf_counter() - t0
+    await producer.close()
+    if len(ids) != n:
+        raise RuntimeError(f"{len(ids)} ids for {n} messages")
+    return n, elapsed
+
+
+async def ours_bulk_consume(client: AsyncClient, topic: str, n: int, arrow: bool) -> tuple[int, float]:
+    consumer = await client.subscribe(topic, "bench", initial_position="earliest", receiver_queue_size=10_000)
+    first = await consumer.batch_receive(timeout_ms=10_000)
+    t0 = time.perf_counter()
+    got = len(first)
+    await consumer.acknowledge(first)
+    while got < n:
+        messages = await consumer.batch_receive()
+        if arrow:
+            messages.to_arrow()
+        await consumer.acknowledge(messages)
+        got += len(messages)
+    elapsed = time.perf_counter() - t0
+    await consumer.close()
+    return n, elapsed
+
+
 # ---- the official client -----------------------------------------------------------------------
 
 
@@ -175,6 +235,24 @@ def official_consume(client: Any, topic: str, n: int) -> tuple[int, float]:
     return n, elapsed
 
 
+def official_bulk_consume(client: Any, topic: str, n: int) -> tuple[int, float]:
+    policy = pulsar.ConsumerBatchReceivePolicy(10_000, 10 * 1024 * 1024, 100)
+    consumer = client.subscribe(topic, "bench", initial_position=pulsar.InitialPosition.Earliest,
+                                receiver_queue_size=10_000, batch_receive_policy=policy)
+    first = consumer.receive(30_000)
+    t0 = time.perf_counter()
+    consumer.acknowledge(first)
+    got = 1
+    while got < n:
+        messages = consumer.batch_receive()
+        if messages:
+            consumer.acknowledge_cumulative(messages[-1])
+        got += len(messages)
+    elapsed = time.perf_counter() - t0
+    consumer.close()
+    return n, elapsed
+
+
 # ---- report ------------------------------------------------------------------------------------
 
 
@@ -182,26 +260,41 @@ def machine() -> list[tuple[str, str]]:
     return machine_facts(("pulsar-client",))
 
 
+# (phase, mode, velamq client label, official client label) in table order
+LAYOUT = [
+    ("produce", "batched", "velamq", "official"),
+    ("produce", "unbatched", "velamq", "official"),
+    ("consume", "batched", "velamq", "official"),
+    ("consume", "batched", "velamq blocking", "official"),
+    ("consume", "unbatched", "velamq", "official"),
+    ("consume", "unbatched", "velamq blocking", "official"),
+    ("bulk produce", "send_many", "velamq", ""),
+    ("bulk consume", "batch_receive", "velamq", "official"),
+    ("bulk consume", "batch_receive + to_arrow", "velamq", "official"),
+]
+
+
 def table(rows: list[Row]) -> str:
     by = {(r.client, r.mode, r.phase): r for r in rows}
-    head = ["phase", "mode", "messages", "velamq msg/s", "official msg/s", "velamq / official",
+    head = ["phase", "mode", "velamq client", "messages", "velamq msg/s", "official msg/s", "velamq / official",
             "velamq CPU µs/msg", "official CPU µs/msg", "broker CPU µs/msg (velamq / official)"]
     lines = [head]
-    for phase in ("produce", "consume"):
-        for mode in ("batched", "unbatched"):
-            ours, theirs = by.get(("velamq", mode, phase)), by.get(("official", mode, phase))
-            if ours is None or theirs is None:
-                continue
 
-            def us(row: Row, cpu: float | None) -> str:
-                return f"{cpu / row.messages * 1e6:.1f}" if cpu is not None else "-"
+    def us(row: Row | None, cpu: float | None) -> str:
+        return f"{cpu / row.messages * 1e6:.1f}" if row is not None and cpu is not None else "-"
 
-            lines.append([phase, mode, f"{ours.messages:,}", f"{ours.rate:,.0f}", f"{theirs.rate:,.0f}",
-                          f"{ours.rate / theirs.rate:.2f}x", us(ours, ours.client_cpu_s),
-                          us(theirs, theirs.client_cpu_s),
-                          f"{us(ours, ours.broker_cpu_s)} / {us(theirs, theirs.broker_cpu_s)}"])
+    for phase, mode, ours_label, theirs_label in LAYOUT:
+        ours = by.get((ours_label, mode, phase))
+        theirs = by.get((theirs_label, "batch_receive" if phase == "bulk consume" else mode, phase))
+        if ours is None:
+            continue
+        lines.append([phase, mode, "blocking" if "blocking" in ours_label else "asyncio", f"{ours.messages:,}",
+                      f"{ours.rate:,.0f}", f"{theirs.rate:,.0f}" if theirs else "-",
+                      f"{ours.rate / theirs.rate:.2f}x" if theirs else "-", us(ours, ours.client_cpu_s),
+                      us(theirs, theirs.client_cpu_s if theirs else None),
+                      f"{us(ours, ours.broker_cpu_s)} / {us(theirs, theirs.broker_cpu_s if theirs else None)}"])
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
-    out = ["| " + " | ".join(c.ljust(w) if i < 2 else c.rjust(w)
+    out = ["| " + " | ".join(c.ljust(w) if i < 3 else c.rjust(w)
                              for i, (c, w) in enumerate(zip(line, widths, strict=True))) + " |" for line in lines]
     out.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(out)
@@ -223,8 +316,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--service-url", help="use this broker instead of starting one")
     ap.add_argument("--batched", type=int, default=200_000, help="messages in each batched run")
     ap.add_argument("--unbatched", type=int, default=50_000, help="messages in each unbatched run")
+    ap.add_argument("--bulk", type=int, default=1_000_000, help="messages in each bulk run")
     ap.add_argument("--size", type=int, default=100, help="payload bytes")
     ap.add_argument("--in-flight", type=int, default=1000, help="max_pending_messages")
+    ap.add_argument("--bulk-in-flight", type=int, default=10_000, help="max_pending_messages of send_many")
     ap.add_argument("--batch-messages", type=int, default=1000, help="batching_max_messages")
     args = ap.parse_args(argv)
     payload = os.urandom(args.size)
@@ -236,6 +331,10 @@ def main(argv: list[str] | None = None) -> int:
                                  logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
         loop = asyncio.new_event_loop()
         ours = loop.run_until_complete(_make_client(url))
+
+        def run(coroutine: Any) -> Any:
+            return loop.run_until_complete(coroutine)
+
         try:
             for batched, n in ((True, args.batched), (False, args.unbatched)):
                 if n <= 0:
@@ -244,24 +343,48 @@ def main(argv: list[str] | None = None) -> int:
                 t_ours, t_theirs = f"tp-velamq-{mode}-{run_id}", f"tp-official-{mode}-{run_id}"
                 settings = (payload, batched, args.in_flight, args.batch_messages)
                 rows.append(meter.run("velamq", mode, "produce", functools.partial(
-                    loop.run_until_complete, ours_produce(ours, t_ours, n, *settings))))
+                    run, ours_produce(ours, t_ours, n, *settings))))
                 rows.append(meter.run("official", mode, "produce", functools.partial(
                     official_produce, official, t_theirs, n, *settings)))
                 rows.append(meter.run("velamq", mode, "consume", functools.partial(
-                    loop.run_until_complete, ours_consume(ours, t_ours, n))))
+                    run, ours_consume(ours, t_ours, n))))
+                t_blocking = f"tp-blocking-{mode}-{run_id}"
+                if batched:
+                    run(fill(ours, t_blocking, n, payload, args.batch_messages))
+                else:
+                    run(ours_produce(ours, t_blocking, n, *settings))
+                rows.append(meter.run("velamq blocking", mode, "consume", functools.partial(
+                    blocking_consume, url, t_blocking, n)))
                 rows.append(meter.run("official", mode, "consume", functools.partial(
                     official_consume, official, t_theirs, n)))
+            if args.bulk > 0:
+                n = args.bulk
+                t_bulk = f"tp-bulk-{run_id}"
+                rows.append(meter.run("velamq", "send_many", "bulk produce", functools.partial(
+                    run, ours_bulk_produce(ours, t_bulk, n, payload, args.bulk_in_flight, args.batch_messages))))
+                rows.append(meter.run("velamq", "batch_receive", "bulk consume", functools.partial(
+                    run, ours_bulk_consume(ours, t_bulk, n, arrow=False))))
+                t_arrow, t_theirs = f"tp-bulk-arrow-{run_id}", f"tp-bulk-official-{run_id}"
+                run(fill(ours, t_arrow, n, payload, args.batch_messages))
+                run(fill(ours, t_theirs, n, payload, args.batch_messages))
+                rows.append(meter.run("velamq", "batch_receive + to_arrow", "bulk consume", functools.partial(
+                    run, ours_bulk_consume(ours, t_arrow, n, arrow=True))))
+                rows.append(meter.run("official", "batch_receive", "bulk consume", functools.partial(
+                    official_bulk_consume, official, t_theirs, n)))
         finally:
             loop.run_until_complete(ours.close())
             loop.close()
             official.close()
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"\nvelamq client vs official client (pulsar-client {importlib.metadata.version('pulsar-client')}): "
-          f"{args.size}-byte messages, {args.in_flight} in flight, batches of up to {args.batch_messages} or 10 ms,"
-          f" receive + acknowledge per message\n")
+          f"{args.size}-byte messages, batches of up to {args.batch_messages} or 10 ms; per message: "
+          f"{args.in_flight} in flight, receive + acknowledge; bulk: send_many ({args.bulk_in_flight} in flight), "
+          f"batch_receive + one acknowledgement per batch\n")
     print(table(rows))
     print("\nCPU µs/msg: user + system CPU of this process (the client) and of the broker, per message.\n")
     for k, v in machine():
         print(f"- {k}: {v}")
+    print(f"- load average at the end: {load}")
     return 0
 
 

@@ -18,10 +18,18 @@ It speaks the Pulsar binary protocol through velamq.protocol and never imports t
 """
 
 from velamq.client._admin_client import AdminClient, AdminReply
-from velamq.client._blocking import BlockingConsumer, BlockingProducer, BlockingReader, Client
+from velamq.client._blocking import BlockingProducer, Client
+from velamq.client._blocking_consumer import BlockingConsumer, BlockingReader
 from velamq.client._boost_hash import boost_hash, java_string_hash, murmur3_32_hash
 from velamq.client._client import AsyncClient
-from velamq.client._config import ClientConfig, ConsumerConfig, DeadLetterPolicy, KeySharedPolicy, ProducerConfig
+from velamq.client._config import (
+    BatchReceivePolicy,
+    ClientConfig,
+    ConsumerConfig,
+    DeadLetterPolicy,
+    KeySharedPolicy,
+    ProducerConfig,
+)
 from velamq.client._consumer import Consumer
 from velamq.client._errors import (
     AdminError,
@@ -54,7 +62,8 @@ from velamq.client._errors import (
     error_from_server,
 )
 from velamq.client._interceptors import ProducerInterceptor
-from velamq.client._message import Message, MessageId, ProducerMessage
+from velamq.client._message import Message, MessageId, ProducerMessage, ReceivedBatch
+from velamq.client._messages import Messages
 from velamq.client._ordered_consumer import BlockingOrderedConsumer, OrderedConsumer
 from velamq.client._ordered_metrics import OrderedConsumerMetrics, OrderedPartitionMetrics
 from velamq.client._producer import Producer
@@ -72,6 +81,7 @@ __all__ = [
     "AuthenticationError",
     "AuthorizationError",
     "AvroSchema",
+    "BatchReceivePolicy",
     "BlockingConsumer",
     "BlockingOrderedConsumer",
     "BlockingProducer",
@@ -98,6 +108,7 @@ __all__ = [
     "MessageId",
     "MessageRouter",
     "MessageTooBigError",
+    "Messages",
     "NotAllowedError",
     "OperationTimeoutError",
     "OrderedConsumer",
@@ -112,6 +123,7 @@ __all__ = [
     "ProducerMessage",
     "ProducerQueueIsFullError",
     "Reader",
+    "ReceivedBatch",
     "Record",
     "Schema",
     "SendTimeoutError",

@@ -41,15 +41,28 @@ def decode_ack_set(words: Iterable[int], batch_size: int) -> set[int]:
     return out
 
 
+class EntryAcks:
+    """The unacknowledged batch indexes of one received batch entry."""
+
+    __slots__ = ("remaining", "size")
+
+    def __init__(self, size: int, remaining: Iterable[int]) -> None:
+        self.size = size
+        self.remaining = set(remaining)
+
+
 class BatchAcks:
-    """Which messages of each received batch entry are still unacknowledged."""
+    """Which messages of each received batch entry are still unacknowledged. The ReceivedBatch of
+    an entry holds its EntryAcks too, so acknowledging a received message needs no lookup."""
 
     def __init__(self) -> None:
-        self._unacked: dict[EntryKey, tuple[int, set[int]]] = {}
+        self._unacked: dict[EntryKey, EntryAcks] = {}
 
-    def register(self, key: EntryKey, batch_size: int, unacked: set[int]) -> None:
-        if key not in self._unacked:
-            self._unacked[key] = (batch_size, set(unacked))
+    def register(self, key: EntryKey, batch_size: int, unacked: Iterable[int]) -> EntryAcks:
+        entry = self._unacked.get(key)
+        if entry is None:
+            entry = self._unacked[key] = EntryAcks(batch_size, unacked)
+        return entry
 
     def ack(self, key: EntryKey, index: int, encode: bool = True) -> tuple[bool, list[int]]:
         """Acknowledge one index: (whole entry done, ack_set of what remains). With encode=False the
@@ -58,26 +71,37 @@ class BatchAcks:
         entry = self._unacked.get(key)
         if entry is None:
             return True, []
-        size, remaining = entry
-        remaining.discard(index)
+        return self.ack_indexes(key, entry, (index,), encode)
+
+    def ack_indexes(self, key: EntryKey, entry: EntryAcks, indexes: Iterable[int],
+                    encode: bool = True) -> tuple[bool, list[int]]:
+        """Acknowledge these indexes of an entry: as ack()."""
+        remaining = entry.remaining
+        remaining.difference_update(indexes)
         if not remaining:
-            del self._unacked[key]
+            if self._unacked.get(key) is entry:
+                del self._unacked[key]
             return True, []
-        return False, encode_ack_set(size, remaining) if encode else []
+        return False, encode_ack_set(entry.size, remaining) if encode else []
+
+    def done(self, key: EntryKey, entry: EntryAcks) -> None:
+        """Every index of the entry is acknowledged."""
+        if self._unacked.get(key) is entry:
+            del self._unacked[key]
 
     def ack_up_to(self, key: EntryKey, index: int) -> tuple[bool, list[int]]:
         """Cumulative inside an entry: indexes 0..index are done."""
         entry = self._unacked.get(key)
         if entry is None:
             return True, []
-        size, remaining = entry
+        remaining = entry.remaining
         remaining.difference_update(range(index + 1))
         for k in [k for k in self._unacked if k < key]:
             del self._unacked[k]
         if not remaining:
             del self._unacked[key]
             return True, []
-        return False, encode_ack_set(size, remaining)
+        return False, encode_ack_set(entry.size, remaining)
 
     def forget_up_to(self, key: EntryKey) -> None:
         for k in [k for k in self._unacked if k <= key]:
@@ -85,8 +109,6 @@ class BatchAcks:
 
     def __len__(self) -> int:
         return len(self._unacked)
-
-
 
 
 class AckGroupingTracker:
@@ -119,6 +141,18 @@ class AckGroupingTracker:
         if existing is not None and not existing.ack_set:
             return  # the whole entry is already going to be acknowledged
         self._individual[key] = self._data(message_id, ack_set)
+        self._after_add()
+
+    def add_entry(self, ledger_id: int, entry_id: int, ack_set: list[int] | None = None) -> None:
+        """add_individual for the entry (ledger_id, entry_id), without a MessageId."""
+        key = (ledger_id, entry_id)
+        existing = self._individual.get(key)
+        if existing is not None and not existing.ack_set:
+            return
+        data = pb.MessageIdData(ledgerId=unsigned64(ledger_id), entryId=unsigned64(entry_id))
+        if ack_set:
+            data.ack_set.extend(ack_set)
+        self._individual[key] = data
         self._after_add()
 
     def add_cumulative(self, message_id: MessageId, ack_set: list[int] | None = None) -> None:

@@ -6,7 +6,8 @@ producer's delay timer fires), then becomes one entry:
     MessageMetadata  producer_name, sequence_id = the first message's, publish_time,
                      num_messages_in_batch = N, highest_sequence_id = the last message's,
                      compression, uncompressed_size
-    payload          compress( [u32 size][SingleMessageMetadata][payload] x N )   (velamq.protocol)
+    payload          compress( [u32 size][SingleMessageMetadata][payload] x N )   (velamq.protocol's
+                     encode_batch, from the container's columns: no protobuf object per message)
 
 and one SEND with sequence_id = first, num_messages = N, highest_sequence_id = last. Each message
 keeps its own item (its future and permits) in the order it was added.
@@ -14,27 +15,14 @@ keeps its own item (its future and permits) in the order it was added.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from velamq.client._message import ProducerMessage
-from velamq.protocol import build_batch, compress, pb
+from velamq.protocol import compress, encode_batch, pb
 
 T = TypeVar("T")
-
-
-def single_message_metadata(message: ProducerMessage, sequence_id: int) -> pb.SingleMessageMetadata:
-    single = pb.SingleMessageMetadata(payload_size=len(message.value), sequence_id=sequence_id)
-    for k, v in message.properties.items():
-        single.properties.add(key=k, value=v)
-    if message.key:
-        single.partition_key = message.key
-    if message.ordering_key is not None:
-        single.ordering_key = message.ordering_key
-    if message.event_time:
-        single.event_time = message.event_time
-    return single
 
 
 def message_metadata(producer_name: str, message: ProducerMessage, sequence_id: int,
@@ -72,23 +60,40 @@ class BuiltBatch(Generic[T]):
     payload: bytes  # compressed
     sequence_id: int
     highest_sequence_id: int
-    items: Sequence[T]
+    items: Sequence[T]  # what completes with the receipt, in message order (see BatchContainer)
+    count: int
     uncompressed_bytes: int
+    value_bytes: int
 
 
 class BatchContainer(Generic[T]):
-    """Accumulates messages of one partition producer; closes on count or bytes."""
+    """Accumulates messages of one partition producer, column by column; closes on count or bytes.
 
-    __slots__ = ("_entries", "_payload_bytes", "max_bytes", "max_messages")
+    Each add() brings one message and one item (its pending future); add_columns() brings a run
+    of messages of a bulk send with one item for the whole run. Items come back in order with the
+    built batch, so the receipt can give every message its batch index."""
+
+    __slots__ = ("_counts", "_event_times", "_items", "_keys", "_ordering_keys", "_payload_bytes", "_properties",
+                 "_seqs", "_values", "max_bytes", "max_messages")
 
     def __init__(self, max_messages: int, max_bytes: int) -> None:
         self.max_messages = max_messages
         self.max_bytes = max_bytes
-        self._entries: list[tuple[pb.SingleMessageMetadata, bytes, int, T]] = []
+        self._clear()
+
+    def _clear(self) -> None:
+        self._values: list[bytes] = []
+        self._seqs: list[int] = []
+        self._keys: list[str | None] | None = None
+        self._properties: list[Mapping[str, str] | None] | None = None
+        self._event_times: list[int | None] | None = None
+        self._ordering_keys: list[bytes | None] | None = None
+        self._items: list[T] = []
+        self._counts: list[int] = []  # messages per item
         self._payload_bytes = 0
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._values)
 
     @property
     def payload_bytes(self) -> int:
@@ -96,41 +101,106 @@ class BatchContainer(Generic[T]):
 
     def has_space_for(self, size_bytes: int) -> bool:
         """An empty batch takes any message; otherwise both limits must hold after adding it."""
-        if not self._entries:
+        if not self._values:
             return True
-        return len(self._entries) < self.max_messages and self._payload_bytes + size_bytes <= self.max_bytes
+        return len(self._values) < self.max_messages and self._payload_bytes + size_bytes <= self.max_bytes
+
+    def room(self, sizes: Sequence[int], start: int) -> int:
+        """How many of the messages sizes[start:] this batch takes before it is full (at least
+        one): the rule of has_space_for() and is_full applied message by message."""
+        n, used = len(self._values), self._payload_bytes
+        if start >= len(sizes) or (n and (n >= self.max_messages or used + sizes[start] > self.max_bytes)):
+            return 0
+        cap = min(len(sizes) - start, self.max_messages - n) if n < self.max_messages else 1
+        if used + sum(sizes[start : start + cap]) < self.max_bytes:
+            return cap  # the common case, summed in C: the count decides
+        k = start
+        while k < len(sizes):
+            size = sizes[k]
+            if n and (n >= self.max_messages or used + size > self.max_bytes):
+                break
+            n += 1
+            used += size
+            k += 1
+            if n >= self.max_messages or used >= self.max_bytes:
+                break
+        return k - start
+
+    def _column(self, name: str) -> list[Any]:
+        column: list[Any] | None = getattr(self, name)
+        if column is None:
+            column = [None] * len(self._values)
+            setattr(self, name, column)
+        return column
 
     def add(self, message: ProducerMessage, sequence_id: int, item: T) -> bool:
         """Add a message; True when the batch is now full and must be sent."""
-        self._entries.append((single_message_metadata(message, sequence_id), message.value, sequence_id, item))
+        if message.key:
+            self._column("_keys")
+        if message.properties:
+            self._column("_properties")
+        if message.event_time:
+            self._column("_event_times")
+        if message.ordering_key is not None:
+            self._column("_ordering_keys")
+        self._values.append(message.value)
+        self._seqs.append(sequence_id)
+        if self._keys is not None:
+            self._keys.append(message.key)
+        if self._properties is not None:
+            self._properties.append(message.properties)
+        if self._event_times is not None:
+            self._event_times.append(message.event_time)
+        if self._ordering_keys is not None:
+            self._ordering_keys.append(message.ordering_key)
+        self._items.append(item)
+        self._counts.append(1)
         self._payload_bytes += len(message.value)
+        return self.is_full
+
+    def add_columns(self, values: Sequence[bytes], sequence_ids: Sequence[int], item: T, value_bytes: int, *,
+                    keys: Sequence[str | None] | None = None,
+                    properties: Sequence[Mapping[str, str] | None] | None = None,
+                    event_times: Sequence[int | None] | None = None) -> bool:
+        """Add a run of messages that completes as one item; True when the batch is now full."""
+        for name, column in (("_keys", keys), ("_properties", properties), ("_event_times", event_times)):
+            if column is not None:
+                self._column(name).extend(column)
+            elif getattr(self, name) is not None:
+                getattr(self, name).extend([None] * len(values))
+        if self._ordering_keys is not None:
+            self._ordering_keys.extend([None] * len(values))
+        self._values.extend(values)
+        self._seqs.extend(sequence_ids)
+        self._items.append(item)
+        self._counts.append(len(values))
+        self._payload_bytes += value_bytes
         return self.is_full
 
     @property
     def is_full(self) -> bool:
-        return len(self._entries) >= self.max_messages or self._payload_bytes >= self.max_bytes
+        return len(self._values) >= self.max_messages or self._payload_bytes >= self.max_bytes
 
-    def drain_items(self) -> list[T]:
-        """Empty the container without building it (on failure)."""
-        items = [e[3] for e in self._entries]
-        self._entries = []
-        self._payload_bytes = 0
-        return items
+    def drain_items(self) -> tuple[list[T], int, int]:
+        """Empty the container without building it (on failure): (items, messages, value bytes)."""
+        out = (self._items, len(self._values), self._payload_bytes)
+        self._clear()
+        return out
 
     def build(self, producer_name: str, codec: int, publish_time_ms: int) -> BuiltBatch[T]:
-        entries = self._entries
-        if not entries:
+        values, seqs = self._values, self._seqs
+        if not values:
             raise ValueError("empty batch")
-        self._entries = []
-        self._payload_bytes = 0
-        raw = build_batch((single, payload) for single, payload, _, _ in entries)
-        first, last = entries[0][2], entries[-1][2]
+        raw = encode_batch(values, seqs, keys=self._keys, properties=self._properties,
+                           event_times=self._event_times, ordering_keys=self._ordering_keys)
+        first, last, count, value_bytes, items = seqs[0], seqs[-1], len(values), self._payload_bytes, self._items
+        self._clear()
         meta = pb.MessageMetadata(
             producer_name=producer_name,
             sequence_id=first,
             publish_time=publish_time_ms,
-            num_messages_in_batch=len(entries),
+            num_messages_in_batch=count,
             highest_sequence_id=last,
         )
         payload = compress_payload(meta, codec, raw)
-        return BuiltBatch(meta, payload, first, last, [e[3] for e in entries], len(raw))
+        return BuiltBatch(meta, payload, first, last, items, count, len(raw), value_bytes)

@@ -1,6 +1,8 @@
 """The blocking facade (PR-10): the same client, producers, consumers and readers with plain
 methods, for code that is not asyncio. The AsyncClient runs on its own event-loop thread; every
-call is submitted to that loop and waited for.
+call is submitted to that loop and waited for, except receiving and acknowledging: consumers and
+readers receive from a local prefetch and hand acknowledgements over without waiting
+(_blocking_consumer.py).
 
     with Client("pulsar://localhost:6650") as client:
         producer = client.create_producer("t")
@@ -19,16 +21,16 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+import weakref
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
+from velamq.client._blocking_consumer import BlockingConsumer, BlockingReader
 from velamq.client._client import AsyncClient
 from velamq.client._config import ClientConfig
-from velamq.client._consumer import Consumer
 from velamq.client._errors import AlreadyClosedError
-from velamq.client._message import Message, MessageId
+from velamq.client._message import MessageId
 from velamq.client._producer import Producer
-from velamq.client._reader import Reader
 
 R = TypeVar("R")
 SendCallback = Callable[[MessageId | None, BaseException | None], None]
@@ -78,6 +80,8 @@ class Client:
             self._thread.stop()
             raise
         self._closed = False
+        # Consumers and readers made here: their handed-over acknowledgements go before the close.
+        self._receivers: weakref.WeakSet[Any] = weakref.WeakSet()
 
     @property
     def async_client(self) -> AsyncClient:
@@ -94,10 +98,14 @@ class Client:
 
     def subscribe(self, topic: Any = None, subscription_name: str | None = None, *args: Any,
                   **options: Any) -> BlockingConsumer:
-        return BlockingConsumer(self, self._run(self._client.subscribe(topic, subscription_name, *args, **options)))
+        consumer = BlockingConsumer(self, self._run(self._client.subscribe(topic, subscription_name, *args, **options)))
+        self._receivers.add(consumer)
+        return consumer
 
     def create_reader(self, topic: str, start_message_id: Any = "latest", *args: Any, **options: Any) -> BlockingReader:
-        return BlockingReader(self, self._run(self._client.create_reader(topic, start_message_id, *args, **options)))
+        reader = BlockingReader(self, self._run(self._client.create_reader(topic, start_message_id, *args, **options)))
+        self._receivers.add(reader)
+        return reader
 
     def get_topic_partitions(self, topic: str) -> list[str]:
         return self._run(self._client.get_topic_partitions(topic))
@@ -105,7 +113,14 @@ class Client:
     def close(self) -> None:
         if self._closed:
             return
-        self._thread.run(self._client.close())
+        receivers = list(self._receivers)
+
+        async def close() -> None:
+            for receiver in receivers:
+                receiver._acks.drain()
+            await self._client.close()
+
+        self._thread.run(close())
         self._closed = True
         self._thread.stop()
 
@@ -158,6 +173,10 @@ class BlockingProducer:
         self._client._run(admit())
         return result
 
+    def send_many(self, values: Any, **kwargs: Any) -> Sequence[MessageId]:
+        """Producer.send_many: many messages at once; waits for every receipt."""
+        return self._client._run(self.async_producer.send_many(values, **kwargs))
+
     def flush(self) -> None:
         self._client._run(self.async_producer.flush())
 
@@ -168,108 +187,6 @@ class BlockingProducer:
         self._client._run(self.async_producer.close())
 
     def __enter__(self) -> BlockingProducer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class BlockingConsumer:
-    """A Consumer for the blocking Client: receive, acknowledge, seek and close as plain calls."""
-
-    def __init__(self, client: Client, consumer: Consumer) -> None:
-        self._client = client
-        self.async_consumer = consumer
-
-    @property
-    def topic(self) -> str:
-        return self.async_consumer.topic
-
-    @property
-    def subscription_name(self) -> str:
-        return self.async_consumer.subscription
-
-    def receive(self, timeout_ms: int | None = None) -> Message:
-        return self._client._run(self.async_consumer.receive(timeout_ms))
-
-    def batch_receive(self, max_messages: int = 100, timeout_ms: int = 100) -> list[Message]:
-        return self._client._run(self.async_consumer.batch_receive(max_messages, timeout_ms))
-
-    def acknowledge(self, target: Message | MessageId) -> None:
-        self._client._run(self.async_consumer.acknowledge(target))
-
-    def acknowledge_cumulative(self, target: Message | MessageId) -> None:
-        self._client._run(self.async_consumer.acknowledge_cumulative(target))
-
-    def negative_acknowledge(self, target: Message | MessageId) -> None:
-        self._client._run(self.async_consumer.negative_acknowledge(target))
-
-    def redeliver_unacknowledged_messages(self) -> None:
-        self._client._run(self.async_consumer.redeliver_unacknowledged_messages())
-
-    def seek(self, target: Any) -> None:
-        self._client._run(self.async_consumer.seek(target))
-
-    def get_last_message_id(self) -> MessageId:
-        return self._client._run(self.async_consumer.get_last_message_id())
-
-    def is_connected(self) -> bool:
-        return self.async_consumer.is_connected()
-
-    def unsubscribe(self) -> None:
-        self._client._run(self.async_consumer.unsubscribe())
-
-    def close(self) -> None:
-        self._client._run(self.async_consumer.close())
-
-    def __iter__(self) -> Iterator[Message]:
-        while True:
-            try:
-                yield self.receive()
-            except AlreadyClosedError:
-                return
-
-    def __enter__(self) -> BlockingConsumer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class BlockingReader:
-    """A Reader for the blocking Client."""
-
-    def __init__(self, client: Client, reader: Reader) -> None:
-        self._client = client
-        self.async_reader = reader
-
-    @property
-    def topic(self) -> str:
-        return self.async_reader.topic
-
-    def read_next(self, timeout_ms: int | None = None) -> Message:
-        return self._client._run(self.async_reader.read_next(timeout_ms))
-
-    def has_message_available(self) -> bool:
-        return self._client._run(self.async_reader.has_message_available())
-
-    def seek(self, target: Any) -> None:
-        self._client._run(self.async_reader.seek(target))
-
-    def is_connected(self) -> bool:
-        return self.async_reader.is_connected()
-
-    def close(self) -> None:
-        self._client._run(self.async_reader.close())
-
-    def __iter__(self) -> Iterator[Message]:
-        while True:
-            try:
-                yield self.read_next()
-            except AlreadyClosedError:
-                return
-
-    def __enter__(self) -> BlockingReader:
         return self
 
     def __exit__(self, *exc: object) -> None:

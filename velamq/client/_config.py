@@ -209,6 +209,29 @@ class KeySharedPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchReceivePolicy:
+    """Pulsar's BatchReceivePolicy for Consumer.batch_receive(): a batch is complete at
+    max_num_messages messages or max_num_bytes value bytes, or when timeout_ms has passed.
+    Defaults are Pulsar's (-1, 10 MiB, 100 ms); a max_num_messages of 0 or less, or above the
+    receiver queue size, means the receiver queue size (the queue never holds more, so waiting for
+    more could only end on the timeout)."""
+
+    max_num_messages: int = -1
+    max_num_bytes: int = 10 * MIB
+    timeout_ms: int = 100
+
+    def __post_init__(self) -> None:
+        if self.max_num_messages <= 0 and self.max_num_bytes <= 0 and self.timeout_ms <= 0:
+            raise InvalidConfigurationError("a batch receive policy needs a message, byte or time limit")
+        if self.timeout_ms < 0:
+            raise InvalidConfigurationError("batch receive timeout_ms must be >= 0")
+
+    def effective_max_messages(self, receiver_queue_size: int) -> int:
+        queue = max(1, receiver_queue_size)
+        return queue if self.max_num_messages <= 0 else min(self.max_num_messages, queue)
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerConfig:
     subscription_type: str = "exclusive"
     initial_position: str = "latest"
@@ -236,6 +259,7 @@ class ConsumerConfig:
     start_message_id_inclusive: bool = False
     # Called with (consumer, is_active) on ACTIVE_CONSUMER_CHANGE (Failover / Exclusive).
     consumer_event_listener: Callable[[Any, bool], None] | None = None
+    batch_receive_policy: BatchReceivePolicy = field(default_factory=BatchReceivePolicy)
     # The values' schema (velamq.client.schema): checked by the broker on SUBSCRIBE, and
     # Message.value is decoded with it. None: Message.value is the bytes.
     schema: Schema[Any] | None = None

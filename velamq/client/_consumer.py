@@ -8,7 +8,8 @@
 Every TopicConsumer puts its messages into the one ReceiverQueue; receive() takes the next one
 and gives its permit back to the TopicConsumer it came from. With a schema, the message is decoded
 on its way out (_schema_decoder.py): receive() waits for the writer's schema if it must be fetched;
-receive_nowait() then holds the message back (answers None) until it has arrived. Acknowledgements are routed to that
+receive_nowait() then holds the message back (answers None) until it has arrived; batch_receive()
+fetches what its messages need, and they decode on access. Acknowledgements are routed to that
 TopicConsumer too (by the message, or by the message id's topic / partition).
 """
 
@@ -19,15 +20,16 @@ import datetime
 import itertools
 import logging
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from velamq._topic_name import TopicName
 from velamq.client._config import ConsumerConfig
 from velamq.client._dead_letter import DeadLetterSender, default_dead_letter_topic
 from velamq.client._errors import AlreadyClosedError, InvalidConfigurationError, OperationTimeoutError
-from velamq.client._message import Message, MessageId
-from velamq.client._receiver_queue import ReceiverQueue
+from velamq.client._message import Message, MessageId, ReceivedBatch, message_at
+from velamq.client._messages import Messages, range_bytes
+from velamq.client._receiver_queue import Range, ReceiverQueue
 from velamq.client._schema_decoder import SchemaDecoder, needs_decoding
 from velamq.client._topic_consumer import TopicConsumer
 
@@ -159,6 +161,16 @@ class Consumer:
 
     async def receive(self, timeout_ms: int | None = None) -> Message:
         """The next message; OperationTimeoutError after timeout_ms (None: wait for ever)."""
+        while self._held is None:  # the common case inline: a message is queued
+            if self._closed:
+                raise AlreadyClosedError(f"{self.topic}: consumer is closed")
+            item = self.queue.pop()
+            if item is None:
+                break
+            batch, j = item
+            if batch.owner.take_one(batch, j):
+                message = message_at(batch, j)
+                return message if self._decoder is None else await self._decoded(message)
         if timeout_ms is None:
             return await self._receive()
         try:
@@ -173,13 +185,13 @@ class Consumer:
         while True:
             if self._closed:
                 raise AlreadyClosedError(f"{self.topic}: consumer is closed")
-            message = self.queue.get_nowait()
-            if message is None:
+            item = self.queue.pop()
+            if item is None:
                 await self.queue.wait()
                 continue
-            owner: TopicConsumer = message._owner
-            if owner.take(message):
-                return await self._decoded(message)
+            batch, j = item
+            if batch.owner.take(batch, j, j + 1):
+                return await self._decoded(message_at(batch, j))
 
     def receive_nowait(self) -> Message | None:
         decoder = self._decoder
@@ -189,8 +201,10 @@ class Consumer:
                 return None
             self._held = None
             return decoder.decode_now(held)
-        while (message := self.queue.get_nowait()) is not None:
-            if message._owner.take(message):
+        while (item := self.queue.pop()) is not None:
+            batch, j = item
+            if batch.owner.take(batch, j, j + 1):
+                message = message_at(batch, j)
                 if decoder is None:
                     return message
                 if decoder.ready(message):
@@ -213,22 +227,78 @@ class Consumer:
             self._held = message  # a receive timed out while the schema was fetched: keep it first
             raise
 
-    async def batch_receive(self, max_messages: int = 100, timeout_ms: int = 100) -> list[Message]:
-        out: list[Message] = []
-        deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
-        while len(out) < max_messages:
-            message = self.receive_nowait()
-            if message is not None:
-                out.append(message)
-                continue
-            remaining = deadline - asyncio.get_running_loop().time()
+    def take_ranges(self, max_messages: int, max_bytes: int = 0, taken_bytes: int = 0, *,
+                    handed_out: bool = True) -> list[Range]:
+        """What is queued now, up to the limits (see ReceiverQueue.pop_ranges), as ranges of
+        received batches; stale ones are dropped on the way. handed_out=False: a prefetch that
+        records what the application takes itself (TopicConsumer.take)."""
+        out: list[Range] = []
+        while max_messages > 0 and len(self.queue) and (max_bytes <= 0 or taken_bytes < max_bytes):
+            popped = self.queue.pop_ranges(max_messages, max_bytes, taken_bytes)
+            if not popped:
+                break
+            for batch, first, end in popped:
+                if batch.owner.take(batch, first, end, handed_out):
+                    out.append((batch, first, end))
+                    max_messages -= end - first
+                    if max_bytes > 0:
+                        taken_bytes += range_bytes(batch, first, end)
+        return out
+
+    async def batch_receive(self, max_messages: int | None = None, timeout_ms: int | None = None, *,
+                            max_bytes: int | None = None) -> Messages:
+        """Messages in bulk, as Pulsar's batchReceive: returns when max_messages or max_bytes are
+        reached, or when timeout_ms has passed since the call (with what came until then, possibly
+        nothing). Each limit defaults to the consumer's batch_receive_policy. The result is a
+        Messages (a sequence of Message, made on access; to_arrow() gives a pyarrow.RecordBatch)
+        that acknowledge() / acknowledge_cumulative() take as a whole."""
+        policy = self.config.batch_receive_policy
+        limit = policy.effective_max_messages(self.config.receiver_queue_size) if max_messages is None else max_messages
+        limit_bytes = policy.max_num_bytes if max_bytes is None else max_bytes
+        timeout = policy.timeout_ms if timeout_ms is None else timeout_ms
+        if self._closed:
+            raise AlreadyClosedError(f"{self.topic}: consumer is closed")
+        ranges: list[Range] = []
+        count = used = 0
+
+        def take() -> bool:
+            nonlocal count, used
+            for batch, first, end in self.take_ranges(limit - count, limit_bytes, used):
+                ranges.append((batch, first, end))
+                count += end - first
+                if limit_bytes > 0:
+                    used += range_bytes(batch, first, end)
+            return count >= limit or 0 < limit_bytes <= used
+
+        if take():
+            return await self._bulk(ranges)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout / 1000
+        while not self._closed:
+            remaining = deadline - loop.time()
             if remaining <= 0:
                 break
             try:
-                out.append(await self.receive(int(remaining * 1000) + 1))
-            except OperationTimeoutError:
+                async with asyncio.timeout(remaining):
+                    await self.queue.wait()
+            except TimeoutError:
                 break
-        return out
+            if take():
+                break
+        return await self._bulk(ranges)
+
+    async def _bulk(self, ranges: list[Range]) -> Messages:
+        """A Messages; with a schema, its messages decode on access: the writers' schemas they need
+        are fetched first, once per topic and version."""
+        decoder = self._decoder
+        if decoder is None:
+            return Messages(ranges)
+        seen: set[tuple[str, bytes | None]] = set()
+        for batch, first, _ in ranges:
+            if (batch.topic, batch.schema_version) not in seen:
+                seen.add((batch.topic, batch.schema_version))
+                await decoder.decode(message_at(batch, first))
+        return Messages(ranges, decoder)
 
     def __aiter__(self) -> AsyncIterator[Message]:
         return self
@@ -256,15 +326,60 @@ class Consumer:
                 return child, target
         raise ValueError(f"message id {target} does not belong to this consumer")
 
-    async def acknowledge(self, target: MessageOrId) -> None:
-        child, mid = self._child_of(target)
-        child.acknowledge(mid)
+    def _own_child(self, batch: ReceivedBatch) -> TopicConsumer:
+        owner: TopicConsumer = batch.owner
+        if self._children.get(owner.topic) is not owner:
+            raise ValueError(f"message of {owner.topic} does not belong to this consumer")
+        return owner
 
-    async def acknowledge_cumulative(self, target: MessageOrId) -> None:
+    def acknowledge_now(self, target: MessageOrId | Messages | Iterable[MessageOrId]) -> None:
+        """acknowledge() without the coroutine: it never waits (the ack leaves with the group)."""
+        if type(target) is Message and target._batch.owner is not None:
+            batch = target._batch
+            owner: TopicConsumer = batch.owner
+            if self._children.get(owner.topic) is not owner:
+                raise ValueError(f"message of {owner.topic} does not belong to this consumer")
+            owner.acknowledge_one(batch, target._j)
+        elif isinstance(target, Messages):
+            for batch, first, end in target.ranges:
+                self._own_child(batch).acknowledge_range(batch, first, end)
+        elif isinstance(target, (Message, MessageId)):
+            child, mid = self._child_of(target)
+            child.acknowledge(mid)
+        else:
+            for item in target:
+                self.acknowledge_now(item)
+
+    async def acknowledge(self, target: MessageOrId | Messages | Iterable[MessageOrId]) -> None:
+        """Acknowledge a message, a message id, a Messages from batch_receive, or a list of them."""
+        self.acknowledge_now(target)
+
+    def acknowledge_cumulative_now(self, target: MessageOrId | Messages) -> None:
+        if isinstance(target, Messages):
+            last: dict[TopicConsumer, MessageId] = {}
+            for batch, _, end in target.ranges:  # the last message of each partition in the batch
+                last[self._own_child(batch)] = batch.message_id(end - 1)
+            for child, mid in last.items():
+                child.acknowledge_cumulative(mid)
+            return
         child, mid = self._child_of(target)
         child.acknowledge_cumulative(mid)
 
-    async def negative_acknowledge(self, target: MessageOrId) -> None:
+    async def acknowledge_cumulative(self, target: MessageOrId | Messages) -> None:
+        """Acknowledge everything up to a message (of its partition); for a Messages, up to its last
+        message of each partition it has messages of."""
+        self.acknowledge_cumulative_now(target)
+
+    async def negative_acknowledge(self, target: MessageOrId | Messages) -> None:
+        self.negative_acknowledge_now(target)
+
+    def negative_acknowledge_now(self, target: MessageOrId | Messages) -> None:
+        if isinstance(target, Messages):
+            for batch, first, end in target.ranges:
+                child = self._own_child(batch)
+                for j in range(first, end):
+                    child.negative_acknowledge(batch.message_id(j))
+            return
         child, mid = self._child_of(target)
         child.negative_acknowledge(mid)
 
@@ -324,3 +439,4 @@ class Consumer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+

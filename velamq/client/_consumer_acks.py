@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from velamq._clock import Clock
-from velamq.client._acks import AckGroupingTracker, BatchAcks, EntryKey
+from velamq.client._acks import AckGroupingTracker, BatchAcks, EntryAcks, EntryKey, encode_ack_set
 from velamq.client._config import ConsumerConfig
-from velamq.client._message import Message, MessageId
+from velamq.client._message import Message, MessageId, ReceivedBatch
 from velamq.client._redelivery import AckTimeouts, NegativeAcks
 from velamq.protocol import EvictedMessage, pb
 
@@ -74,8 +75,18 @@ class ConsumerAcks:
 
     # ---- delivery ------------------------------------------------------------------------------
 
-    def register_batch(self, key: EntryKey, batch_size: int, unacked: set[int]) -> None:
-        self.batches.register(key, batch_size, unacked)
+    def register_batch(self, key: EntryKey, batch_size: int, unacked: Iterable[int]) -> EntryAcks:
+        return self.batches.register(key, batch_size, unacked)
+
+    @property
+    def ack_timeouts_enabled(self) -> bool:
+        return self._ack_timeouts.timeout_ms > 0
+
+    @property
+    def tracks_ids(self) -> bool:
+        """Whether an acknowledgement must also clear per-id state (ack timeouts, negative acks,
+        dead-letter candidates); when not, messages are acknowledged by position, without ids."""
+        return self._ack_timeouts.enabled or bool(len(self._nacks)) or bool(self._dead_letter_candidates)
 
     def on_taken(self, message_id: MessageId) -> None:
         """The application has the message: its ack timeout starts."""
@@ -123,6 +134,42 @@ class ConsumerAcks:
                 self.grouped.add_individual(message_id, ack_set)
             return
         self.grouped.add_individual(message_id)
+
+    def acknowledge_one(self, batch: ReceivedBatch, j: int) -> None:
+        """acknowledge_range(batch, j, j + 1), for the per-message path, kept short."""
+        entry = batch.acks
+        if entry is None or batch.first_chunk is not None or self._ack_timeouts.timeout_ms or len(self._nacks) or \
+                self._dead_letter_candidates:
+            self.acknowledge_range(batch, j, j + 1)
+            return
+        indexes = batch.columns.batch_indexes
+        remaining = entry.remaining
+        remaining.discard(j if indexes is None else indexes[j])
+        if not remaining:
+            self.batches.done((batch.ledger_id, batch.entry_id), entry)
+            self.grouped.add_entry(batch.ledger_id, batch.entry_id)
+        elif self.config.batch_index_ack_enabled:
+            self.grouped.add_entry(batch.ledger_id, batch.entry_id, encode_ack_set(entry.size, remaining))
+
+    def acknowledge_range(self, batch: ReceivedBatch, first: int, end: int) -> None:
+        """acknowledge() of messages first..end-1 of a received batch, without a MessageId each."""
+        if batch.first_chunk is not None or self.tracks_ids:
+            for j in range(first, end):
+                self.acknowledge(batch.message_id(j))
+            return
+        entry = batch.acks
+        if entry is None:  # an unbatched message
+            self.grouped.add_entry(batch.ledger_id, batch.entry_id)
+            return
+        indexes = batch.columns.batch_indexes
+        encode = self.config.batch_index_ack_enabled
+        done, ack_set = self.batches.ack_indexes(
+            (batch.ledger_id, batch.entry_id), entry,
+            range(first, end) if indexes is None else indexes[first:end], encode)
+        if done:
+            self.grouped.add_entry(batch.ledger_id, batch.entry_id)
+        elif encode:
+            self.grouped.add_entry(batch.ledger_id, batch.entry_id, ack_set)
 
     def _ack_chunked(self, message_id: MessageId) -> None:
         first = message_id.first_chunk

@@ -1,12 +1,13 @@
-"""A MESSAGE from the broker becomes Messages for the receiver queue (CO-1, CO-5, CH-3).
+"""A MESSAGE from the broker becomes a ReceivedBatch for the receiver queue (CO-1, CO-5, CH-3).
 
     checksum          a MESSAGE whose CRC32C fails is acknowledged with ChecksumMismatch, dropped
     metadata          an entry that does not decode is dropped
     chunks            a chunk goes to the ChunkAssembler (velamq/protocol/_chunks.py); only the
                       whole payload goes on, with the chunked message id (first and last chunk)
     decompression     the payload as the metadata's codec says
-    batch             split into its messages, skipping indexes the broker says were acknowledged
-                      (CommandMessage.ack_set) and messages compaction left out
+    batch             decoded at once into columns (velamq.protocol.decode_batch), skipping indexes
+                      the broker says were acknowledged (CommandMessage.ack_set) and messages
+                      compaction left out; an unbatched message is a batch of one
     start filter      for readers: what precedes the start id is dropped (the broker starts AT
                       the start id; exclusivity is the client's job)
 
@@ -24,8 +25,17 @@ from velamq._errors import ProtocolError
 from velamq.client._acks import decode_ack_set
 from velamq.client._config import ConsumerConfig
 from velamq.client._consumer_acks import ConsumerAcks
-from velamq.client._message import Message, MessageId, received_message
-from velamq.protocol import ChunkAssembler, decompress, parse_batch, pb, signed64, split_entry
+from velamq.client._message import MessageId, ReceivedBatch
+from velamq.protocol import (
+    ChunkAssembler,
+    MessageColumns,
+    decode_batch,
+    decompress,
+    pb,
+    signed64,
+    single_columns,
+    split_entry,
+)
 
 log = logging.getLogger("velamq.client")
 chunk_expiry_check_interval_s = 1.0
@@ -40,13 +50,13 @@ class IntakeOwner(Protocol):
 
     def permits_back(self, count: int = 1) -> None: ...
 
-    def deliver(self, message: Message) -> None: ...
+    def deliver(self, batch: ReceivedBatch) -> None: ...
 
     def send_ack(self, ack_type: int, ids: list[pb.MessageIdData], validation_error: int | None = None) -> bool: ...
 
 
 class MessageIntake:
-    """Decodes the MESSAGEs of one TopicConsumer into Messages and hands each to `owner.deliver`.
+    """Decodes the MESSAGEs of one TopicConsumer into ReceivedBatches for `owner.deliver`.
     It keeps the state that spans messages: chunks waiting for the rest of their message (with a
     timer that expires them) and the reader's start filter, which the owner sets on (re)subscribe
     and seek."""
@@ -78,67 +88,61 @@ class MessageIntake:
             owner.permits_back()
             return
         redelivery_count = command.redelivery_count
+        first_chunk: MessageId | None = None
         if metadata.num_chunks_from_msg > 1 and not metadata.HasField("num_messages_in_batch"):
             assembled = self._on_chunk(metadata, payload, entry_id_only)
             if assembled is None:
                 return
             payload, message_id = assembled
-        else:
-            message_id = entry_id_only
+            first_chunk = message_id.first_chunk
+            ledger_id, entry_id = message_id.ledger_id, message_id.entry_id
         try:
             payload = decompress(metadata.compression, payload, metadata.uncompressed_size)
         except ProtocolError as exc:
-            log.warning("%s: cannot decompress message %s: %s", owner.topic, message_id, exc)
+            log.warning("%s: cannot decompress message %s: %s", owner.topic, entry_id_only, exc)
             owner.permits_back()
             return
+        acks = None
         if metadata.HasField("num_messages_in_batch"):
-            self._on_batch(metadata, payload, message_id, command, redelivery_count)
+            n = metadata.num_messages_in_batch
+            unacked = decode_ack_set(command.ack_set, n) if command.ack_set else None
+            try:
+                columns = decode_batch(payload, n, None if unacked is None else set(range(n)) - unacked)
+            except ProtocolError as exc:
+                log.warning("%s: undecodable batch %s: %s", owner.topic, entry_id_only, exc)
+                owner.permits_back(n)
+                return
+            acks = self._acks.register_batch((ledger_id, entry_id), n, unacked if unacked is not None else range(n))
+            if len(columns) < n:
+                owner.permits_back(n - len(columns))
         else:
-            self._pass(self._message(metadata, None, payload, message_id, redelivery_count, metadata.sequence_id))
-
-    def _on_batch(self, metadata: pb.MessageMetadata, payload: bytes, entry_id: MessageId,
-                  command: pb.CommandMessage, redelivery_count: int) -> None:
-        n = metadata.num_messages_in_batch
-        try:
-            items = parse_batch(payload, n)
-        except ProtocolError as exc:
-            log.warning("%s: undecodable batch %s: %s", self._owner.topic, entry_id, exc)
-            self._owner.permits_back(n)
+            columns = single_columns(metadata, payload)
+        if self.start_filter is not None and not self._cut_at_start(columns, ledger_id, entry_id):
             return
-        unacked = decode_ack_set(command.ack_set, n) if command.ack_set else set(range(n))
-        self._acks.register_batch(entry_id.entry_key(), n, unacked)
-        skipped = 0
-        for i, (single, data) in enumerate(items):
-            if i not in unacked or single.compacted_out:
-                skipped += 1
-                continue
-            mid = MessageId(entry_id.ledger_id, entry_id.entry_id, self._owner.partition, i, n, topic=self._owner.topic)
-            sequence_id = single.sequence_id if single.HasField("sequence_id") else metadata.sequence_id + i
-            self._pass(self._message(metadata, single, data, mid, redelivery_count, sequence_id))
-        if skipped:
-            self._owner.permits_back(skipped)
+        batch = ReceivedBatch(columns, owner.topic, owner.partition, ledger_id, entry_id, metadata, redelivery_count,
+                              owner, owner.generation, first_chunk)
+        batch.acks = acks
+        if len(columns):
+            owner.deliver(batch)
 
-    def _message(self, metadata: pb.MessageMetadata, single: pb.SingleMessageMetadata | None, value: bytes,
-                 message_id: MessageId, redelivery_count: int, sequence_id: int) -> Message:
-        owner = self._owner
-        return received_message(metadata, single, value, message_id, owner.topic, redelivery_count, sequence_id,
-                                owner, owner.generation)
-
-    def _excluded_by_start(self, message_id: MessageId) -> bool:
-        if self.start_filter is None:
-            return False
+    def _cut_at_start(self, columns: MessageColumns, ledger_id: int, entry_id: int) -> bool:
+        """Readers: drop the messages before the start id; False when none is left."""
+        assert self.start_filter is not None
         start, inclusive = self.start_filter
-        a: tuple[int, ...] = message_id.entry_key()
-        b: tuple[int, ...] = start.entry_key()
-        if start.batch_index >= 0 and message_id.batch_index >= 0:
-            a, b = (*a, message_id.batch_index), (*b, start.batch_index)
-        return a < b if inclusive else a <= b
-
-    def _pass(self, message: Message) -> None:
-        if self._excluded_by_start(message.message_id):
-            self._owner.permits_back()
-            return
-        self._owner.deliver(message)
+        key, start_key = (ledger_id, entry_id), start.entry_key()
+        if key > start_key:
+            return True
+        n = len(columns)
+        if key == start_key and columns.batch_size and start.batch_index >= 0:
+            first = start.batch_index if inclusive else start.batch_index + 1
+            indexes = columns.batch_indexes
+            cut = next((j for j in range(n) if (indexes[j] if indexes is not None else j) >= first), n)
+        else:
+            cut = 0 if key == start_key and inclusive else n
+        if cut:
+            self._owner.permits_back(cut)
+            columns.drop_before(cut)
+        return cut < n
 
     # ---- chunks --------------------------------------------------------------------------------
 

@@ -37,10 +37,12 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from velamq.client._backpressure import MemoryLimit, Permits
 from velamq.client._batch_container import BatchContainer, compress_payload, message_metadata
+from velamq.client._bulk_send import BulkPart, BulkSend
 from velamq.client._config import ProducerConfig
 from velamq.client._connection import Connection
 from velamq.client._errors import (
@@ -100,6 +102,9 @@ class State(enum.Enum):
     FAILED = "failed"
 
 
+_READY = State.READY
+
+
 class PartitionProducer(ConnectionHandler):
     """The producer of one topic or partition, over one connection at a time.
 
@@ -133,7 +138,7 @@ class PartitionProducer(ConnectionHandler):
                                     self._notify, self._fail_all)
         if config.initial_sequence_id is not None:
             self.pending.last_sequence_id_published = config.initial_sequence_id
-        self._batch: BatchContainer[PendingMessage] | None = (
+        self._batch: BatchContainer[PendingMessage | BulkPart] | None = (
             BatchContainer(config.batching_max_messages, config.batching_max_bytes) if config.batching_enabled else None
         )
         self._batch_timer: asyncio.TimerHandle | None = None
@@ -224,9 +229,12 @@ class PartitionProducer(ConnectionHandler):
     # ---- send path -----------------------------------------------------------------------------
 
     def _check_usable(self) -> None:
-        if self.state is State.FAILED:
+        state = self.state
+        if state is _READY:  # per message: one comparison (an enum member looked up on its class costs more)
+            return
+        if state is State.FAILED:
             raise self._failed or AlreadyClosedError(f"{self.topic}: producer failed")
-        if self.state in (State.CLOSING, State.CLOSED):
+        if state in (State.CLOSING, State.CLOSED):
             raise AlreadyClosedError(f"{self.topic}: producer is closed")
 
     async def send_async(self, message: ProducerMessage) -> asyncio.Future[MessageId]:
@@ -277,6 +285,63 @@ class PartitionProducer(ConnectionHandler):
                 self._send_chunks(meta, compressed, sequence_id, pending, size, chunk_size, chunks)
         return future
 
+    async def send_columns(self, values: Sequence[bytes], sizes: Sequence[int], bulk: BulkSend, offset: int, *,
+                           sequence_ids: Sequence[int] | None = None, keys: Sequence[str | None] | None = None,
+                           properties: Sequence[Mapping[str, str] | None] | None = None,
+                           event_times: Sequence[int | None] | None = None) -> None:
+        """Send a run of messages of a bulk send (Producer.send_many; batching on, no interceptors):
+        admitted batch by batch (waiting for room), cut by the batch container's own rule, so the
+        entries are the ones single sends of the same messages make; returns once all are admitted,
+        and `bulk` completes with their ids."""
+        self._check_usable()
+        assert self._batch is not None
+        if self.max_message_bytes == 0:
+            await self._ready.wait()
+        if self.max_message_bytes and sizes and max(sizes) > self.max_message_bytes:
+            raise MessageTooBigError(self.topic, max(sizes), self.max_message_bytes)
+        batch = self._batch
+        k, n = 0, len(values)
+        while k < n:
+            take = batch.room(sizes, k)
+            if take == 0:
+                self._flush_batch()
+                continue
+            span = slice(k, k + take)
+            size = sum(sizes[span])
+            before = len(batch)
+            await self.permits.acquire(take)
+            admitted = 0
+            try:
+                await self.memory.acquire(size)
+                admitted = size
+                self._check_usable()
+            except BaseException:
+                self.permits.release(take)
+                self.memory.release(admitted)
+                raise
+            # No await from here on. Single sends may have filled the batch meanwhile: from an
+            # empty batch the run fits (an empty batch takes at least what a fuller one does).
+            if len(batch) != before:
+                self._flush_batch()
+            if sequence_ids is None:
+                first = self._next_sequence_id
+                self._next_sequence_id += take
+                seqs: Sequence[int] = range(first, first + take)
+            else:
+                seqs = sequence_ids[span]  # growing, as ids must
+                self._next_sequence_id = max(self._next_sequence_id, seqs[-1] + 1)
+            was_empty = len(batch) == 0
+            full = batch.add_columns(values[span], seqs, BulkPart(bulk, offset + k, take), size,
+                                     keys=keys[span] if keys is not None else None,
+                                     properties=properties[span] if properties is not None else None,
+                                     event_times=event_times[span] if event_times is not None else None)
+            if full:
+                self._flush_batch()
+            elif was_empty:
+                delay_s = self.config.batching_max_publish_delay_ms / 1000
+                self._batch_timer = asyncio.get_running_loop().call_later(delay_s, self._flush_batch)
+            k += take
+
     async def _admit(self, permits: int, size: int) -> None:
         if self.config.block_if_queue_full:
             await self.permits.acquire(permits)
@@ -323,12 +388,11 @@ class PartitionProducer(ConnectionHandler):
         built = batch.build(self.producer_name, self._codec, self.client.clock.now_ms())
         if self.schema_version:
             built.metadata.schema_version = self.schema_version
-        n = len(built.items)
+        n = built.count
         entry = build_entry(built.metadata, built.payload)
         command = _send_command(self.producer_id, built.sequence_id, num_messages=n, highest=built.highest_sequence_id)
-        memory = sum(len(p.message.value) for p in built.items)
         self._enqueue(SendOp(built.sequence_id, built.highest_sequence_id, n, Connection.encode_send(command, entry),
-                             list(built.items), self.client.clock.monotonic_s(), n, memory, batched=True,
+                             list(built.items), self.client.clock.monotonic_s(), n, built.value_bytes, batched=True,
                              entry_bytes=len(entry)))
 
     def _send_single(self, meta: pb.MessageMetadata, payload: bytes, sequence_id: int, pending: PendingMessage,
@@ -399,9 +463,9 @@ class PartitionProducer(ConnectionHandler):
             self._batch_timer.cancel()
             self._batch_timer = None
         if self._batch is not None and len(self._batch):
-            items = self._batch.drain_items()
-            self.permits.release(len(items))
-            self.memory.release(sum(len(p.message.value) for p in items))
+            items, count, value_bytes = self._batch.drain_items()
+            self.permits.release(count)
+            self.memory.release(value_bytes)
             self.pending.fail_items(items, error)
         self.pending.fail_all(error)
 

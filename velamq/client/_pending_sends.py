@@ -22,9 +22,11 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from velamq._clock import Clock
 from velamq.client._backpressure import MemoryLimit, Permits
+from velamq.client._bulk_send import BulkPart
 from velamq.client._errors import SendTimeoutError
 from velamq.client._message import MessageId, ProducerMessage
 
@@ -54,7 +56,7 @@ class SendOp:
     highest_sequence_id: int
     num_messages: int
     frame: bytes
-    items: list[PendingMessage]
+    items: list[PendingMessage | BulkPart]  # a BulkPart: a run of a bulk send's messages (send_many)
     created_s: float
     permits: int
     memory_bytes: int
@@ -104,8 +106,13 @@ class PendingSends:
     def frames(self) -> Iterator[bytes]:
         return (op.frame for op in self._ops)
 
-    def futures(self) -> list[asyncio.Future[MessageId]]:
-        return [item.future for op in self._ops for item in op.items]
+    def futures(self) -> list[asyncio.Future[Any]]:
+        out: dict[int, asyncio.Future[Any]] = {}
+        for op in self._ops:
+            for item in op.items:
+                future = item.future if isinstance(item, PendingMessage) else item.bulk.future
+                out[id(future)] = future
+        return list(out.values())
 
     # ---- receipts ------------------------------------------------------------------------------
 
@@ -138,14 +145,24 @@ class PendingSends:
             if op.chunk.first_id is None:
                 op.chunk.first_id = chunk_id
             if op.last_chunk:
-                self._resolve(op.items[0], MessageId(ledger_id, entry_id, partition, first_chunk=op.chunk.first_id,
-                                                     topic=topic))
+                item = op.items[0]
+                assert isinstance(item, PendingMessage)
+                self._resolve(item, MessageId(ledger_id, entry_id, partition, first_chunk=op.chunk.first_id,
+                                              topic=topic))
         elif op.batched:
-            n = len(op.items)
-            for i, item in enumerate(op.items):
-                self._resolve(item, MessageId(ledger_id, entry_id, partition, i, n, topic=topic))
+            n = op.num_messages
+            i = 0
+            for item in op.items:
+                if isinstance(item, PendingMessage):
+                    self._resolve(item, MessageId(ledger_id, entry_id, partition, i, n, topic=topic))
+                    i += 1
+                else:
+                    item.bulk.completed(item.offset, item.count, ledger_id, entry_id, partition, i, n)
+                    i += item.count
         else:
-            self._resolve(op.items[0], MessageId(ledger_id, entry_id, partition, topic=topic))
+            item = op.items[0]
+            assert isinstance(item, PendingMessage)
+            self._resolve(item, MessageId(ledger_id, entry_id, partition, topic=topic))
 
     def _resolve(self, item: PendingMessage, message_id: MessageId) -> None:
         if not item.future.done():
@@ -154,8 +171,11 @@ class PendingSends:
 
     # ---- failures and timeouts -----------------------------------------------------------------
 
-    def fail_items(self, items: list[PendingMessage], error: BaseException) -> None:
+    def fail_items(self, items: list[PendingMessage | BulkPart], error: BaseException) -> None:
         for item in items:
+            if isinstance(item, BulkPart):
+                item.bulk.failed(error)
+                continue
             if not item.future.done():
                 item.future.set_exception(error)
                 item.future.exception()  # a caller that never awaits does not get "never retrieved" noise

@@ -7,6 +7,9 @@ partition producer per partition (a non-partitioned topic is the one-partition c
                                       hand it to that partition's producer; returns, once the
                                       message is admitted, a future of its MessageId
     send(...)                         send_async plus the wait for the receipt
+    send_many(values, keys=...)       many messages at once (a sequence, or a pyarrow table):
+                                      routed in one pass, batched by each partition producer's
+                                      container from columns, one future for all (_bulk_send.py)
 
 Each partition producer has its own pending permits: min(max_pending_messages,
 max_pending_messages_across_partitions / partitions) of them (PR-5). With
@@ -18,11 +21,12 @@ from __future__ import annotations
 import asyncio
 import datetime
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from velamq._topic_name import TopicName
 from velamq.client._backpressure import Permits
+from velamq.client._bulk_send import BulkSend, RoutedIds
 from velamq.client._config import ProducerConfig
 from velamq.client._errors import AlreadyClosedError
 from velamq.client._message import MessageId, ProducerMessage
@@ -184,6 +188,106 @@ class Producer:
         future = await self.send_async(value, key, properties, event_time, ordering_key, sequence_id, deliver_at,
                                        deliver_after)
         return await future
+
+    async def send_many_async(self, values: Any, *, keys: Sequence[str | None] | None = None,
+                              properties: Sequence[Mapping[str, str] | None] | None = None,
+                              event_times: Sequence[int | datetime.datetime | None] | None = None,
+                              sequence_ids: Sequence[int] | None = None) -> asyncio.Future[Sequence[MessageId]]:
+        """Admit many messages at once and return the future of their ids (in the order of the
+        values). `values` is a sequence of bytes / str, or a pyarrow Table / RecordBatch (columns
+        value, and optionally key, properties, event_time or eventTime) or Array of values; the
+        other arguments give one item per value (None where a message has none).
+
+        Messages are routed, batched, compressed, ordered and receipted as single sends of the same
+        messages would be (see docs/client.md for the two differences in routing); admission waits
+        for room, batch by batch, whatever block_if_queue_full says, since a bulk call cannot fail
+        half-way. Without batching, with interceptors or a custom router, it is send_async per
+        message."""
+        if self._closed:
+            raise AlreadyClosedError(f"{self.topic}: producer is closed")
+        if not isinstance(values, Sequence):
+            from velamq.client._arrow import send_columns
+
+            columns = send_columns(values)
+            values, keys = columns.values, keys if keys is not None else columns.keys
+            properties = properties if properties is not None else columns.properties
+            event_times = event_times if event_times is not None else columns.event_times
+        schema = self.config.schema
+        if schema is None or isinstance(schema, BytesSchema):
+            data = [v if type(v) is bytes else _as_bytes(v) for v in values]
+        else:
+            data = [schema.encode(v) for v in values]
+        n = len(data)
+        for name, column in (("keys", keys), ("properties", properties), ("event_times", event_times),
+                             ("sequence_ids", sequence_ids)):
+            if column is not None and len(column) != n:
+                raise ValueError(f"{name} has {len(column)} items for {n} values")
+        times = None if event_times is None else [
+            t if t is None or type(t) is int else _epoch_ms(t) for t in event_times]
+        keys = None if keys is None or not any(keys) else [k or None for k in keys]
+        config = self.config
+        if not config.batching_enabled or config.interceptors or config.message_routing_mode == "custom":
+            return await self._send_each(data, keys, properties, times, sequence_ids)
+        chosen = self._chooser.choose_many(keys, n, self.num_partitions, config.batching_max_messages)
+        sizes = list(map(len, data))
+        if isinstance(chosen, int):
+            return await self._send_run(chosen, data, sizes, keys, properties, times, sequence_ids)
+        groups: dict[int, list[int]] = {}
+        for j, partition in enumerate(chosen):
+            groups.setdefault(partition, []).append(j)
+        parts = list(groups.items())
+        futures = []
+        for partition, idx in parts:
+            def pick(column: Sequence[Any] | None, idx: list[int] = idx) -> list[Any] | None:
+                return None if column is None else [column[j] for j in idx]
+
+            futures.append(await self._send_run(partition, pick(data) or [], [sizes[j] for j in idx], pick(keys),
+                                                pick(properties), pick(times), pick(sequence_ids)))
+        at: list[tuple[int, int]] = [(0, 0)] * n
+        for p, (_, idx) in enumerate(parts):
+            for position, j in enumerate(idx):
+                at[j] = (p, position)
+
+        async def gathered() -> Sequence[MessageId]:
+            return RoutedIds(list(await asyncio.gather(*futures)), at)
+
+        return asyncio.ensure_future(gathered())
+
+    async def send_many(self, values: Any, *, keys: Sequence[str | None] | None = None,
+                        properties: Sequence[Mapping[str, str] | None] | None = None,
+                        event_times: Sequence[int | datetime.datetime | None] | None = None,
+                        sequence_ids: Sequence[int] | None = None) -> Sequence[MessageId]:
+        """send_many_async plus the wait for every receipt: the ids, in the order of the values."""
+        future = await self.send_many_async(values, keys=keys, properties=properties, event_times=event_times,
+                                            sequence_ids=sequence_ids)
+        return await future
+
+    async def _send_run(self, index: int, values: list[bytes], sizes: list[int], keys: Any, properties: Any,
+                        event_times: Any, sequence_ids: Any) -> asyncio.Future[Any]:
+        producer = self._partitions[index] or await self._partition(index)
+        bulk = BulkSend(producer.topic, len(values))
+        try:
+            await producer.send_columns(values, sizes, bulk, 0, sequence_ids=sequence_ids, keys=keys,
+                                        properties=properties, event_times=event_times)
+        except BaseException as exc:
+            bulk.failed(exc)
+            raise
+        return bulk.future
+
+    async def _send_each(self, values: list[bytes], keys: Any, properties: Any, event_times: Any,
+                         sequence_ids: Any) -> asyncio.Future[Sequence[MessageId]]:
+        futures = []
+        for j, value in enumerate(values):
+            futures.append(await self.send_async(
+                value, key=keys[j] if keys is not None else None,
+                properties=properties[j] if properties is not None else None,
+                event_time=event_times[j] if event_times is not None else None,
+                sequence_id=sequence_ids[j] if sequence_ids is not None else None))
+
+        async def gathered() -> Sequence[MessageId]:
+            return list(await asyncio.gather(*futures))
+
+        return asyncio.ensure_future(gathered())
 
     def _has_room(self, index: int) -> bool:
         return self._permits[index].available > 0

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from velamq.client._consumer import Consumer
 from velamq.client._errors import AlreadyClosedError
 from velamq.client._message import Message, MessageId
+from velamq.client._messages import Messages
 
 
 class Reader:
@@ -35,6 +36,11 @@ class Reader:
 
     async def read_next(self, timeout_ms: int | None = None) -> Message:
         return await self._consumer.receive(timeout_ms)
+
+    async def read_batch(self, max_messages: int | None = None, timeout_ms: int | None = None, *,
+                         max_bytes: int | None = None) -> Messages:
+        """Messages in bulk, as Consumer.batch_receive (limits from the batch_receive_policy)."""
+        return await self._consumer.batch_receive(max_messages, timeout_ms, max_bytes=max_bytes)
 
     async def has_message_available(self) -> bool:
         return await self._consumer.has_message_available()

@@ -20,7 +20,7 @@ stands and the send waits (or fails) there.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from velamq._clock import Clock, system_clock
@@ -98,6 +98,50 @@ class PartitionChooser:
                 if available(candidate):
                     return candidate
         return chosen
+
+    def choose_many(self, keys: Sequence[str | None] | None, count: int, num_partitions: int,
+                    batch_messages: int) -> list[int] | int:
+        """The partitions of `count` messages of a bulk send (not for custom routing): an int when
+        they all go to one. Keys hash as in choose(). Unkeyed messages follow the routing mode,
+        except that with batching round robin moves on after every batch_messages messages (a
+        batch fills one partition, as the time-based switch means to) instead of by the clock, and
+        blocking-aware skipping does not apply (the send waits for room in each partition)."""
+        if num_partitions <= 1:
+            return 0
+        if self.mode == "single_partition":
+            unkeyed: int | None = sign_safe_mod(self._start, num_partitions)
+        elif self.batching_enabled:
+            unkeyed = None
+            start = self.clock.now_ms() // self.partition_switch_ms + self._start
+        else:
+            unkeyed = None
+            start = self._counter
+            self._counter += count
+        if keys is None or not any(keys):
+            if unkeyed is not None:
+                return unkeyed
+            if self.batching_enabled:
+                if count <= batch_messages:
+                    return sign_safe_mod(start, num_partitions)
+                return [sign_safe_mod(start + j // batch_messages, num_partitions) for j in range(count)]
+            return [sign_safe_mod(start + j, num_partitions) for j in range(count)]
+        cache: dict[str, int] = {}
+        out: list[int] = []
+        unkeyed_seen = 0
+        for key in keys:
+            if key:
+                partition = cache.get(key)
+                if partition is None:
+                    partition = cache[key] = sign_safe_mod(self.hash(key), num_partitions)
+                out.append(partition)
+            else:
+                if unkeyed is not None:
+                    out.append(unkeyed)
+                else:
+                    step = unkeyed_seen // batch_messages if self.batching_enabled else unkeyed_seen
+                    out.append(sign_safe_mod(start + step, num_partitions))
+                unkeyed_seen += 1
+        return out
 
     def _custom(self, message: ProducerMessage, num_partitions: int) -> int:
         router = self.custom_router

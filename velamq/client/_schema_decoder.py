@@ -15,7 +15,6 @@ The cache is bounded (writer_definitions_max entries, oldest dropped first).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -94,7 +93,7 @@ class SchemaDecoder:
 
     def decode_now(self, message: Message) -> Message:
         """Decode with what is cached (ready() must be true for an exact reading)."""
-        payload = message.value if message.raw is None else message.raw
+        payload = message.data()
         writer = None
         if isinstance(self.schema, AvroSchema):
             key = self._key(message)
@@ -107,7 +106,7 @@ class SchemaDecoder:
             log.warning("%s: cannot read message %s with its writer's schema (%s); reading it with ours",
                         message.topic, message.message_id, exc)
             value = self.schema.decode(payload, None)
-        return dataclasses.replace(message, value=value, raw=bytes(payload))
+        return message.with_value(value)
 
     async def _writer(self, key: tuple[str, bytes]) -> bytes | None:
         """The writer's Avro definition of (topic, version), None if the broker has none to give."""

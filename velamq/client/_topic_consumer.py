@@ -31,7 +31,7 @@ from velamq.client._consumer_acks import ConsumerAcks
 from velamq.client._consumer_intake import MessageIntake
 from velamq.client._errors import AlreadyClosedError, ConnectError, OperationTimeoutError
 from velamq.client._handler import ClientContext, ConnectionHandler
-from velamq.client._message import Message, MessageId
+from velamq.client._message import MessageId, ReceivedBatch, message_at
 from velamq.client._receiver_queue import ReceiverQueue, message_available
 from velamq.protocol import pb, unsigned64
 
@@ -84,6 +84,7 @@ class TopicConsumer(ConnectionHandler):
         self.queue = queue
         self.consumer_id = consumer_id
         self.receiver_queue_size = max(1, receiver_queue_size)
+        self._flow_threshold = max(1, self.receiver_queue_size // 2)
         self.durable = durable
         self.owner = owner
         self.state = State.CONNECTING
@@ -94,7 +95,8 @@ class TopicConsumer(ConnectionHandler):
         # Readers: where to (re)start, and whether the start message itself is delivered.
         self._start: MessageId | None = start_message_id
         self._start_inclusive = config.start_message_id_inclusive
-        self.last_dequeued: MessageId | None = None
+        # The last message the application took (its batch and position): readers resume after it.
+        self._last_taken: tuple[ReceivedBatch, int] | None = None
         self._seek_pending = False
         self.acks = ConsumerAcks(self, config, client.clock, dead_letters)
         self.intake = MessageIntake(self, config, client.clock, self.acks)
@@ -222,7 +224,7 @@ class TopicConsumer(ConnectionHandler):
         """Messages the application took or the client dropped: their permits, granted again in
         one FLOW once half the receiver queue's worth has come back."""
         self._available_permits += count
-        if self._available_permits >= max(1, self.receiver_queue_size // 2):
+        if self._available_permits >= self._flow_threshold:
             permits, self._available_permits = self._available_permits, 0
             self._send_flow(permits)
 
@@ -231,28 +233,66 @@ class TopicConsumer(ConnectionHandler):
             return
         self.intake.on_message(command, entry, checksum_valid)
 
-    def deliver(self, message: Message) -> None:
-        """A decoded message goes to the receiver queue, unless it is to be dead-lettered."""
-        if self.acks.used_up_redeliveries(message):
-            self.permits_back()
-            self.acks.redeliver([message.message_id])
-            return
-        self.queue.put(message)
+    def deliver(self, batch: ReceivedBatch) -> None:
+        """A decoded entry goes to the receiver queue, unless its messages are to be dead-lettered
+        (they share the entry's redelivery count, so it is all of them or none)."""
+        if self.config.dead_letter_policy is not None and \
+                batch.redelivery_count >= self.config.dead_letter_policy.max_redeliver_count:
+            held = [m for m in (message_at(batch, j) for j in range(len(batch))) if self.acks.used_up_redeliveries(m)]
+            if held:
+                self.permits_back(len(held))
+                self.acks.redeliver([m.message_id for m in held])
+                return
+        self.queue.put(batch)
 
-    def take(self, message: Message) -> bool:
-        """A message leaves the receiver queue for the application; False if it is stale."""
-        if message._generation != self.generation or self.state is State.CLOSED:
+    def take(self, batch: ReceivedBatch, first: int, end: int, handed_out: bool = True) -> bool:
+        """Messages first..end-1 of a batch leave the receiver queue for the application; False if
+        they are stale (an older subscription generation, or the consumer closed). handed_out=False
+        (the blocking client's prefetch): the application does not have them yet, and the prefetch
+        records each one it hands out as the last taken."""
+        if batch.generation != self.generation or self.state is State.CLOSED:
             return False
-        self.permits_back()
-        self.last_dequeued = message.message_id
-        self.acks.on_taken(message.message_id)
+        self.permits_back(end - first)
+        if handed_out:
+            self._last_taken = (batch, end - 1)
+        if self.acks.tracks_ids:
+            for j in range(first, end):
+                self.acks.on_taken(batch.message_id(j))
         return True
+
+    def take_one(self, batch: ReceivedBatch, j: int) -> bool:
+        """take(batch, j, j + 1), for receive(): the per-message path, kept short."""
+        if batch.generation != self.generation or self.state is State.CLOSED:
+            return False
+        self._available_permits += 1
+        if self._available_permits >= self._flow_threshold:
+            self.permits_back(0)
+        self._last_taken = (batch, j)
+        if self.acks.ack_timeouts_enabled:
+            self.acks.on_taken(batch.message_id(j))
+        return True
+
+    @property
+    def last_dequeued(self) -> MessageId | None:
+        if self._last_taken is None:
+            return None
+        batch, j = self._last_taken
+        return batch.message_id(j)
 
     # ---- acknowledging (the state is in ConsumerAcks; the commands leave here) -----------------
 
     def acknowledge(self, message_id: MessageId) -> None:
         self._check_open()
         self.acks.acknowledge(message_id)
+
+    def acknowledge_range(self, batch: ReceivedBatch, first: int, end: int) -> None:
+        self._check_open()
+        self.acks.acknowledge_range(batch, first, end)
+
+    def acknowledge_one(self, batch: ReceivedBatch, j: int) -> None:
+        if self.state is State.CLOSED:
+            raise AlreadyClosedError(f"{self.topic}: consumer is closed")
+        self.acks.acknowledge_one(batch, j)
 
     def acknowledge_cumulative(self, message_id: MessageId) -> None:
         self._check_open()
@@ -299,16 +339,12 @@ class TopicConsumer(ConnectionHandler):
         """Everything unacknowledged comes again: the queued messages are dropped first (they
         would otherwise arrive twice) and their permits given back, as the official clients do."""
         self.acks.clear_ack_timeouts()
-        dropped = 0
-        if len(self.queue):
-            kept = []
-            while (m := self.queue.get_nowait()) is not None:
-                if m._owner is self and m._generation == self.generation:
-                    dropped += 1
-                elif m._owner is not self:
-                    kept.append(m)
-            for m in kept:
-                self.queue.put(m)
+        generation = self.generation
+        dropped = self.queue.drop(lambda b: b.owner is self and b.generation == generation)
+        self.queue.drop(lambda b: b.owner is self)
+        # Messages already handed out in bulk but not yet to the application (the blocking client's
+        # prefetch) are stale too: they come again.
+        self.generation += 1
         self.send_redeliver(None)
         if dropped:
             self.permits_back(dropped)
@@ -339,7 +375,7 @@ class TopicConsumer(ConnectionHandler):
         command.seek.consumer_id = self.consumer_id
         command.seek.request_id = request_id
         self.acks.flush()  # acks made before the seek belong before it
-        previous = (self._start, self.intake.start_filter, self.last_dequeued)
+        previous = (self._start, self.intake.start_filter, self._last_taken)
         if message_id is not None:
             target = message_id.first_chunk or message_id
             command.seek.message_id.ledgerId = unsigned64(target.ledger_id)
@@ -351,12 +387,12 @@ class TopicConsumer(ConnectionHandler):
             assert publish_time_ms is not None
             command.seek.message_publish_time = publish_time_ms
             self.intake.start_filter = None
-        self.last_dequeued = None
+        self._last_taken = None
         self._seek_pending = True
         try:
             await connection.request(command, request_id)
         except BaseException:
-            self._start, self.intake.start_filter, self.last_dequeued = previous
+            self._start, self.intake.start_filter, self._last_taken = previous
             self._seek_pending = False
             raise
         # The broker dropped this consumer before answering; what is still queued is stale.
@@ -379,7 +415,7 @@ class TopicConsumer(ConnectionHandler):
 
     async def has_message_available(self) -> bool:
         last, mark_delete = await self.get_last_message_id()
-        queued = any(m._owner is self and m._generation == self.generation for m in self.queue.snapshot())
+        queued = self.queue.has_from(self, self.generation)
         return message_available(last, mark_delete, self.last_dequeued, queued, self._start, self._start_inclusive)
 
     async def unsubscribe(self) -> None:

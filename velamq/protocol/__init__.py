@@ -6,6 +6,7 @@
     encode_payload_command  SEND / MESSAGE around a checksummed entry
     build_entry / split_entry / parse_entry_metadata / verify_entry
     build_batch / parse_batch / entry_messages
+    decode_batch / encode_batch / single_columns / MessageColumns   batches at once, as columns
     compress / decompress / codec_from_name
     split_chunks / chunk_uuid / ChunkAssembler   chunking: split on the producer, reassembly state
 """
@@ -20,6 +21,7 @@ from velamq.protocol._chunks import (
     chunk_uuid,
     split_chunks,
 )
+from velamq.protocol._columns import MessageColumns, decode_batch, encode_batch, single_columns, varint
 from velamq.protocol._compression import codec_from_name, compress, decompress
 from velamq.protocol._entry import (
     build_entry,
@@ -40,13 +42,16 @@ __all__ = [
     "EvictedMessage",
     "Frame",
     "FrameDecoder",
+    "MessageColumns",
     "build_batch",
     "build_entry",
     "chunk_uuid",
     "codec_from_name",
     "compress",
     "crc32c",
+    "decode_batch",
     "decompress",
+    "encode_batch",
     "encode_command",
     "encode_payload_command",
     "entry_messages",
@@ -54,9 +59,11 @@ __all__ = [
     "parse_entry_metadata",
     "pb",
     "signed64",
+    "single_columns",
     "split_chunks",
     "split_entry",
     "unsigned64",
+    "varint",
     "verify_entry",
     "with_checksum",
 ]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -49,8 +49,8 @@ from pyspark.sql.types import (
 )
 
 from velamq._topic_name import TopicName
-from velamq.client import AdminClient, AdminError, AvroSchema, Message
-from velamq.spark._schema import BatchBuilder, VelamqSchemaError, arrow_schema, source_schema
+from velamq.client import AdminClient, AdminError, AvroSchema, Message, Messages
+from velamq.spark._schema import VelamqSchemaError, arrow_schema, source_schema
 
 # The message's columns in decodeValues mode: the plain source's, renamed (its `value` is gone).
 METADATA_COLUMNS: Final = {
@@ -214,10 +214,11 @@ def _timestamp(v: Any, scale: int) -> Any:
 class DecodedBatchBuilder:
     """RecordBatches of decoded values followed by the message columns (see the module docstring)."""
 
-    def __init__(self, decoding: ValueDecoding, include_properties: bool, topic: str, partition: int) -> None:
+    def __init__(self, decoding: ValueDecoding, include_properties: bool, topic: str, plain_schema: Any) -> None:
         self.decoding = decoding
         self.schema = arrow_schema(decoded_schema(decoding, include_properties))
-        self._plain = BatchBuilder(source_schema(include_properties), topic, partition)
+        self.topic = topic
+        self._plain_schema = plain_schema  # the plain source's Arrow schema: the message columns
         definition = decoding.parsed
         self._fields = [(f["name"], _converter(f["type"], {definition["name"]: definition}))
                         for f in definition.get("fields", [])]
@@ -230,10 +231,11 @@ class DecodedBatchBuilder:
             raise VelamqSchemaError(f"decodeValues: message {message.message_id} of {message.topic} is not a record")
         return value
 
-    def build(self, messages: Sequence[Message]) -> Any:
+    def build(self, messages: Messages) -> Any:
+        """The messages (decoded by the reader's schema as they are read) as one RecordBatch."""
         records = [self._record(m) for m in messages]
         columns = [pa.array([convert(r.get(name)) for r in records], self.schema.field(name).type)
                    for name, convert in self._fields]
-        plain = self._plain.build(messages)
+        plain = messages.to_arrow(schema=self._plain_schema, topic=self.topic)
         columns += [plain.column(i) for i, name in enumerate(plain.schema.names) if name != "value"]
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)

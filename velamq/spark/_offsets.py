@@ -32,7 +32,7 @@ from typing import Any
 from velamq.client import MessageId
 
 # Sorts after every real batch index: a whole entry (or an unbatched message) is the last of its entry.
-_WHOLE = 1 << 62
+WHOLE = 1 << 62
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +44,7 @@ class PartitionOffset:
     batch_index: int = -1
 
     def key(self) -> tuple[int, int, int]:
-        return (self.ledger_id, self.entry_id, self.batch_index if self.batch_index >= 0 else _WHOLE)
+        return (self.ledger_id, self.entry_id, self.batch_index if self.batch_index >= 0 else WHOLE)
 
     def __lt__(self, other: PartitionOffset) -> bool:
         return self.key() < other.key()
@@ -112,7 +112,7 @@ EARLIEST = PartitionOffset(-1, -1, -1)
 def message_key(message_id: MessageId) -> tuple[int, int, int]:
     """The sort key of a received message, comparable with PartitionOffset.key()."""
     b = message_id.batch_index
-    return (message_id.ledger_id, message_id.entry_id, b if b >= 0 else _WHOLE)
+    return (message_id.ledger_id, message_id.entry_id, b if b >= 0 else WHOLE)
 
 
 def is_last_of_entry(message_id: MessageId) -> bool:

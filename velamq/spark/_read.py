@@ -1,6 +1,7 @@
 """Reading one topic-partition range (start, end] on an executor, as Arrow record batches.
 
-A non-durable reader (velamq.client, the public API only) starts AT the start entry, inclusive:
+A non-durable reader (velamq.client, read in bulk: read_batch() and Messages.to_arrow(), so no
+object is made per row) starts AT the start entry, inclusive:
 the broker then delivers that entry first, which proves it still exists (failOnDataLoss), and
 everything up to `start` is dropped here. Messages are taken while their id is <= end and the
 read stops at the end message itself, at the first message past it, or, when nothing arrives
@@ -30,18 +31,18 @@ from typing import Any
 from pyspark.sql.datasource import InputPartition
 
 from velamq._errors import VelamqError
-from velamq.client import AsyncClient, Message, MessageId, Reader
+from velamq.client import AsyncClient, MessageId, Messages, Reader, ReceivedBatch
 from velamq.spark._admin import ConnectorAdmin, parse_topic
 from velamq.spark._decode import DecodedBatchBuilder, ValueDecoding, reader_schema
-from velamq.spark._offsets import PartitionOffset, is_last_of_entry, message_key
-from velamq.spark._schema import BatchBuilder, source_schema
+from velamq.spark._offsets import WHOLE, PartitionOffset
+from velamq.spark._schema import arrow_schema, source_schema
 
 log = logging.getLogger("velamq.spark")
 
 rows_per_batch_max = 10_000  # Spark's own spark.sql.execution.arrow.maxRecordsPerBatch default
 poll_s = 1.0  # wait this long for a message before asking the reader whether any is left
 stall_s_max = 300.0  # give up on an end message that never comes (an abandoned chunked message)
-reader_queue_size = 5000
+reader_queue_size = 20_000
 
 
 class VelamqDataLossError(VelamqError, RuntimeError):
@@ -75,26 +76,38 @@ class TopicRange(InputPartition):
 
 
 def read_range(task: TopicRange) -> Iterator[Any]:
-    """The range's messages as RecordBatches of at most rows_per_batch_max rows."""
+    """The range's messages as RecordBatches of at most rows_per_batch_max rows, built from the
+    received batches' columns (velamq.client's bulk receive and Arrow form)."""
     if task.end <= task.start:
         return
     settings = task.settings
-    builder: BatchBuilder | DecodedBatchBuilder
-    if settings.decoding is not None:
-        builder = DecodedBatchBuilder(settings.decoding, settings.include_properties, task.topic, task.partition)
-    else:
-        builder = BatchBuilder(source_schema(settings.include_properties), task.topic, task.partition)
+    schema = arrow_schema(source_schema(settings.include_properties))
+    decoded = (DecodedBatchBuilder(settings.decoding, settings.include_properties, task.topic, schema)
+               if settings.decoding is not None else None)
     loop = asyncio.new_event_loop()
     scan = _RangeScan(task)
     try:
         loop.run_until_complete(scan.open())
         while not scan.done:
-            messages = loop.run_until_complete(scan.next_chunk(rows_per_batch_max))
-            if messages:
-                yield builder.build(messages)
+            ranges = loop.run_until_complete(scan.next_ranges(rows_per_batch_max))
+            if ranges:
+                yield (Messages(ranges).to_arrow(schema=schema, topic=task.topic) if decoded is None
+                       else decoded.build(Messages(ranges, scan.decoder)))
     finally:
         loop.run_until_complete(scan.close())
         loop.close()
+
+
+Range = tuple[ReceivedBatch, int, int]  # what Messages.ranges holds: messages first..end-1 of a batch
+
+
+def _key(batch: ReceivedBatch, j: int) -> tuple[int, int, int]:
+    """message_key of message j of a batch, without its MessageId."""
+    return (batch.ledger_id, batch.entry_id, batch.columns.index(j) if batch.batch_size else WHOLE)
+
+
+def _is_last_of_entry(batch: ReceivedBatch, j: int) -> bool:
+    return not batch.batch_size or batch.columns.index(j) >= batch.batch_size - 1
 
 
 class _RangeScan:
@@ -103,6 +116,7 @@ class _RangeScan:
         self.client: AsyncClient | None = None
         self.reader: Reader | None = None
         self.done = False
+        self.decoder: Any = None  # the reader's schema decoder (decodeValues with an AVRO schema)
         self.first_seen = False
         self.last_progress_s = time.monotonic()
 
@@ -122,32 +136,59 @@ class _RangeScan:
         if self.client is not None:
             await self.client.close()
 
-    async def next_chunk(self, rows_max: int) -> list[Message]:
-        """Up to rows_max messages of the range; sets done when the range is complete."""
-        assert self.reader is not None
+    def _cut(self, batch: ReceivedBatch, first: int, end: int) -> tuple[int, int]:
+        """The part of messages first..end-1 inside the range (start, end]; sets done when the
+        range's end is reached. Keys grow with j, so only a batch of the start or the end entry
+        is looked at message by message."""
         start_key, end_key = self.task.start.key(), self.task.end.key()
-        out: list[Message] = []
-        try:
-            async with asyncio.timeout(poll_s):
-                while len(out) < rows_max:
-                    message = await self.reader.read_next()
-                    self.last_progress_s = time.monotonic()
-                    key = message_key(message.message_id)
-                    if not self.first_seen:
-                        self.first_seen = True
-                        self._check_first(message.message_id)
-                    if key > end_key:
-                        self.done = True
-                        return out
-                    if key > start_key:
-                        out.append(message)
-                    if key == end_key or (self.task.end.batch_index < 0 and key[:2] == end_key[:2]
-                                          and is_last_of_entry(message.message_id)):
-                        self.done = True
-                        return out
-        except TimeoutError:
-            pass
-        if out:
+        entry = (batch.ledger_id, batch.entry_id)
+        lo, hi = first, end
+        if entry <= start_key[:2]:
+            while lo < hi and _key(batch, lo) <= start_key:
+                lo += 1
+        if entry >= end_key[:2]:
+            k = lo
+            while k < hi and _key(batch, k) <= end_key:
+                k += 1
+            if k < hi:  # a message past the end: the range is complete
+                hi = k
+                self.done = True
+            elif hi > lo and (_key(batch, hi - 1) == end_key or (
+                    self.task.end.batch_index < 0 and _is_last_of_entry(batch, hi - 1))):
+                self.done = True
+        return lo, hi
+
+    async def next_ranges(self, rows_max: int) -> list[Range]:
+        """Up to rows_max messages of the range, as ranges of received batches; sets done when the
+        range is complete."""
+        assert self.reader is not None
+        out: list[Range] = []
+        count = 0
+        deadline = time.monotonic() + poll_s
+        while count < rows_max and not self.done:
+            # What is queued now; only when nothing is, wait (up to the poll) for one message. A
+            # batch receive that waited for a full batch would sit out the timeout at a range's end.
+            messages = await self.reader.read_batch(rows_max - count, 0)
+            if not len(messages):
+                wait_ms = int((deadline - time.monotonic()) * 1000)
+                if out or wait_ms <= 0:
+                    break
+                messages = await self.reader.read_batch(1, wait_ms)
+                if not len(messages):
+                    break
+            self.last_progress_s = time.monotonic()
+            self.decoder = messages.decoder
+            for batch, first, end in messages.ranges:
+                if not self.first_seen:
+                    self.first_seen = True
+                    self._check_first(batch.message_id(first))
+                lo, hi = self._cut(batch, first, end)
+                if hi > lo:
+                    out.append((batch, lo, hi))
+                    count += hi - lo
+                if self.done:
+                    return out
+        if out or self.done:
             return out
         if not await self.reader.has_message_available():
             # Nothing after what was read: the end message (e.g. the last chunk of a message that

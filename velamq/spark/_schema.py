@@ -12,8 +12,9 @@ Source columns (after Spark's Kafka source and the Pulsar Spark connector):
     eventTime    timestamp              the producer's event time, null when it set none
     properties   map<string, string>    only with includeProperties=true (the default)
 
-Reads yield pyarrow.RecordBatch (several times faster than tuples); the Arrow schema must equal
-Spark's conversion of the StructType exactly, so it is derived from it, never written by hand.
+Reads yield pyarrow.RecordBatch (several times faster than tuples), built by velamq's client from
+received batches (Messages.to_arrow); the Arrow schema must equal Spark's conversion of the
+StructType exactly, so it is derived from it and handed to the client.
 
 Sink columns: `value` (binary or string) is required; `key` (string), `properties`
 (map<string, string>), `eventTime` (timestamp, or epoch milliseconds as a long) and `topic`
@@ -23,7 +24,6 @@ written back as it is.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +43,6 @@ from pyspark.sql.types import (
 )
 
 from velamq._errors import VelamqError
-from velamq.client import Message
 
 
 class VelamqSchemaError(VelamqError, ValueError):
@@ -67,35 +66,6 @@ def source_schema(include_properties: bool) -> StructType:
 
 def arrow_schema(schema: StructType) -> Any:
     return to_arrow_schema(schema, timezone="UTC")
-
-
-class BatchBuilder:
-    """Collects received messages column by column and turns them into one RecordBatch."""
-
-    def __init__(self, schema: StructType, topic: str, partition: int) -> None:
-        self.schema = arrow_schema(schema)
-        self.topic = topic
-        self.partition = partition
-        self.include_properties = "properties" in schema.fieldNames()
-
-    def build(self, messages: Sequence[Message]) -> Any:
-        n = len(messages)
-        columns: list[Any] = [
-            pa.array([m.key for m in messages], pa.string()),
-            pa.array([m.data() for m in messages], pa.binary()),
-            pa.array([self.topic] * n, pa.string()),
-            pa.array([self.partition] * n, pa.int32()),
-            pa.array([m.message_id.serialize() for m in messages], pa.binary()),
-            # Epoch milliseconds to the microseconds Spark's timestamps are made of.
-            pa.array([m.publish_time * 1000 if m.publish_time else None for m in messages], pa.int64())
-            .cast(self.schema.field("publishTime").type),
-            pa.array([m.event_time * 1000 if m.event_time else None for m in messages], pa.int64())
-            .cast(self.schema.field("eventTime").type),
-        ]
-        if self.include_properties:
-            columns.append(pa.array([list(m.properties.items()) for m in messages],
-                                    self.schema.field("properties").type))
-        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
 
 # ---- the sink -----------------------------------------------------------------------------------
@@ -130,39 +100,39 @@ def check_sink_schema(schema: StructType, topic_option: str | None) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class OutRow:
-    """One message to produce."""
+class SinkColumns:
+    """The messages of one Arrow batch handed to the sink, column by column, in row order (None:
+    the DataFrame has no such column)."""
 
-    value: bytes
-    key: str | None
-    properties: dict[str, str] | None
-    event_time_ms: int | None
-    topic: str | None
+    values: list[bytes]
+    keys: list[str | None] | None
+    properties: list[dict[str, str] | None] | None
+    event_times_ms: list[int | None] | None
+    topics: list[str | None] | None
+
+    def __len__(self) -> int:
+        return len(self.values)
 
 
-def sink_rows(batch: Any) -> Iterator[OutRow]:
-    """The messages of one Arrow batch handed to the sink, in row order."""
+def sink_columns(batch: Any) -> SinkColumns:
     names = batch.schema.names
-    n = batch.num_rows
     values = _column(batch, "value")
-    keys = _column(batch, "key") if "key" in names else [None] * n
-    topics = _column(batch, "topic") if "topic" in names else [None] * n
-    properties = _column(batch, "properties") if "properties" in names else [None] * n
-    event_times: list[Any] = [None] * n
+    if pa.types.is_string(batch.schema.field("value").type):
+        values = [v.encode("utf-8") if v is not None else b"" for v in values]
+    elif None in values:
+        values = [v if v is not None else b"" for v in values]
+    properties = None
+    if "properties" in names:
+        properties = [dict(p) if p else None for p in _column(batch, "properties")]
+    event_times: list[Any] | None = None
     if "eventTime" in names:
         column = batch.column(names.index("eventTime"))
         if pa.types.is_timestamp(column.type):
             # Whatever the unit, to epoch milliseconds.
             column = column.cast(pa.timestamp("ms", tz=column.type.tz)).cast(pa.int64())
         event_times = column.to_pylist()
-    for i in range(n):
-        value = values[i]
-        if value is None:
-            value = b""
-        elif isinstance(value, str):
-            value = value.encode("utf-8")
-        props = properties[i]
-        yield OutRow(value, keys[i], dict(props) if props else None, event_times[i], topics[i])
+    return SinkColumns(values, _column(batch, "key") if "key" in names else None, properties, event_times,
+                       _column(batch, "topic") if "topic" in names else None)
 
 
 def _column(batch: Any, name: str) -> list[Any]:

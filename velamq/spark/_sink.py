@@ -1,5 +1,8 @@
 """The sink, batch and streaming: Arrow batches in, messages out, idempotently (SP-4).
 
+Each Arrow batch is sent in bulk (Producer.send_many_async per target partition, with the rows'
+own sequence ids), so the producer batches it from columns without an object per row.
+
 Each Spark task writes its rows with its own producer name and explicit sequence ids:
 
     producer name   velamq-spark-<queryId>-<task partition>   streaming: the query id survives restarts
@@ -23,8 +26,11 @@ partition on every attempt. Broker deduplication then covers what a reconnect re
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
+import itertools
 import logging
+import operator
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +41,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 from velamq.client import AdminError, AsyncClient, Producer, ProducerBusyError, boost_hash, sign_safe_mod
 from velamq.spark._admin import ConnectorAdmin, parse_topic
 from velamq.spark._options import SinkOptions
-from velamq.spark._schema import sink_rows
+from velamq.spark._schema import SinkColumns, sink_columns
 
 log = logging.getLogger("velamq.spark")
 
@@ -45,7 +51,7 @@ producer_settings: dict[str, Any] = {
     "batching_enabled": True,
     "batching_max_messages": 1000,
     "batching_max_publish_delay_ms": 10,
-    "max_pending_messages": 2000,
+    "max_pending_messages": 20_000,
     "block_if_queue_full": True,
 }
 
@@ -90,6 +96,15 @@ class _Target:
     def __init__(self, producers: list[Producer]) -> None:
         self.producers = producers
         self.last_sequence_ids = [p.last_sequence_id for p in producers]
+        self.partition_of_key: dict[str, int] = {}  # keys repeat: hash each once per task
+
+
+def _pick(column: list[Any] | None, rows: range | list[int]) -> list[Any] | None:
+    if column is None:
+        return None
+    if isinstance(rows, range) and rows.step == 1:
+        return column[rows.start : rows.stop]
+    return list(map(column.__getitem__, rows))
 
 
 class _Writer:
@@ -107,30 +122,75 @@ class _Writer:
         async with AsyncClient(self.options.service_url) as client:
             # Spark feeds the batches synchronously; the loop waits meanwhile, which only delays sends.
             for batch in batches:
-                for out in sink_rows(batch):
-                    rows += 1
-                    if rows > rows_per_task_max:
-                        raise RuntimeError(f"a task may write at most {rows_per_task_max} rows per batch")
-                    topic = self.options.topic or out.topic
-                    if not topic:
-                        raise ValueError("a row has no topic: set the 'topic' option or fill the 'topic' column")
+                columns = sink_columns(batch)
+                n = len(columns)
+                if rows + n > rows_per_task_max:
+                    raise RuntimeError(f"a task may write at most {rows_per_task_max} rows per batch")
+                for topic, indexes in self._by_topic(columns):
                     target = self.targets.get(topic) or await self._open(client, topic)
-                    n = len(target.producers)
-                    index = sign_safe_mod(boost_hash(out.key), n) if out.key else (rows - 1 + self.partition_id) % n
-                    sequence_id = self.sequence_base | rows
-                    if sequence_id <= target.last_sequence_ids[index]:
-                        skipped += 1
-                        continue
-                    pending.append(await target.producers[index].send_async(
-                        out.value, key=out.key, properties=out.properties, event_time=out.event_time_ms,
-                        sequence_id=sequence_id))
-                    sent += 1
+                    routed = self._route(len(target.producers), target.partition_of_key, columns, indexes, rows)
+                    for index, chosen in routed.items():
+                        # Rows the broker already has for this producer (an earlier attempt) are
+                        # skipped; sequence ids grow with the row, so they are a prefix.
+                        base = self.sequence_base + rows + 1  # row j's id: base + j (j < 2**32)
+                        last = target.last_sequence_ids[index]
+                        cut = bisect.bisect_right(chosen, last - base) if base + chosen[0] <= last else 0
+                        kept = chosen[cut:]
+                        skipped += cut
+                        if not kept:
+                            continue
+                        whole = isinstance(kept, range) and len(kept) == n
+                        pending.append(await target.producers[index].send_many_async(
+                            columns.values if whole else _pick(columns.values, kept),
+                            keys=columns.keys if whole else _pick(columns.keys, kept),
+                            properties=columns.properties if whole else _pick(columns.properties, kept),
+                            event_times=columns.event_times_ms if whole else _pick(columns.event_times_ms, kept),
+                            sequence_ids=range(base + kept.start, base + kept.stop, kept.step)
+                            if isinstance(kept, range) else [base + j for j in kept]))
+                        sent += len(kept)
+                rows += n
                 while pending and pending[0].done():
                     pending.popleft().result()  # raises a failed send
             await asyncio.gather(*pending)
         if skipped:
             log.info("%s: skipped %d rows already stored by an earlier attempt", self.producer_name, skipped)
         return SinkCommit(self.partition_id, rows, sent, skipped)
+
+    def _by_topic(self, columns: SinkColumns) -> list[tuple[str, range | list[int]]]:
+        """The rows of a batch by target topic: the option, else each row's topic column."""
+        everything = range(len(columns))
+        if self.options.topic:
+            return [(self.options.topic, everything)]
+        topics = columns.topics or [None] * len(columns)
+        groups: dict[str, list[int]] = {}
+        for j, topic in enumerate(topics):
+            if not topic:
+                raise ValueError("a row has no topic: set the 'topic' option or fill the 'topic' column")
+            groups.setdefault(topic, []).append(j)
+        return list(groups.items())
+
+    def _route(self, n: int, cache: dict[str, int], columns: SinkColumns, indexes: range | list[int],
+               rows_before: int) -> dict[int, range | list[int]]:
+        """The rows for each of a target's n partitions: a keyed row by its key's hash (as a producer
+        with default settings routes it; `cache` keeps each key's partition for the task), an
+        unkeyed one by its index within the task. Rows stay in order within each partition."""
+        if n == 1:
+            return {0: indexes}
+        keys = None if columns.keys is None else _pick(columns.keys, indexes)
+        if keys is None or not any(keys):  # unkeyed: partition (row + task) % n, every n-th row
+            first = rows_before + self.partition_id
+            if isinstance(indexes, range) and indexes.step == 1:
+                return {(first + j) % n: range(j, indexes.stop, n) for j in indexes[:n]}
+            keys = [None] * len(indexes)
+        for key in set(keys).difference(cache):
+            if key:  # keys repeat: each hashed once per task
+                cache[key] = sign_safe_mod(boost_hash(key), n)
+        if all(keys):
+            parts = list(map(cache.__getitem__, keys))
+        else:
+            parts = [cache[k] if k else (rows_before + j + self.partition_id) % n for k, j in zip(keys, indexes,
+                                                                                                 strict=True)]
+        return {q: list(itertools.compress(indexes, map(operator.eq, parts, itertools.repeat(q)))) for q in set(parts)}
 
     async def _open(self, client: AsyncClient, topic: str) -> _Target:
         name = str(parse_topic(topic))
