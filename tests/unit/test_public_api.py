@@ -51,7 +51,8 @@ PUBLIC_API: dict[str, list[str]] = {
     "velamq.metadata": [
         "BacklogQuota", "DEFAULT_CLUSTER", "DEFAULT_NAMESPACE", "DEFAULT_TENANT", "IncompatibleSchemaError",
         "InvalidSchemaDataError", "MetadataStore", "Policies", "SchemaData", "SchemaRegistry", "SchemaType",
-        "StoredSchema", "Strategy", "effective_strategy", "partitions_max", "resolve_policies", "schema_id",
+        "StoredSchema", "Strategy", "TopicOpen", "effective_strategy", "partitions_max", "resolve_policies",
+        "schema_id",
     ],
     "velamq.security": [
         "AuthAction", "AuthResult", "AuthenticationError", "AuthenticationProvider", "AuthenticationProviderBasic",

@@ -203,7 +203,7 @@ class BrokerAdmin:
         now_ms = self._broker.clock.now_ms()
         expired = await expire(t, cursor, now_ms - seconds * 1000, now_ms)
         if s is not None:
-            s.expired.add(expired, 0)
+            s.count_expired(expired)
             s.forget_acked()
 
     async def reset_cursor(

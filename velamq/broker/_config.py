@@ -10,6 +10,11 @@ settings over:
     dataDir=./data
     journalSyncPolicy=fsync            # fsync | none
     managedLedgerMaxEntriesPerLedger=50000
+    brokerTopicIdleUnloadSeconds=60     # an idle topic unloads after this long (0: never)
+
+The storage's entry logs and garbage collector take BookKeeper's key names (bookkeeper.conf):
+gcWaitTime (ms), minorCompactionThreshold, minorCompactionInterval (s), majorCompactionThreshold,
+majorCompactionInterval (s), compactionRateByBytes, logSizeLimit (bytes), flushInterval (ms).
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from velamq import _limits
+from velamq.storage import StorageConfig
+
+_STORAGE = StorageConfig(data_dir=Path("."))  # the storage's defaults
 
 # Pulsar config key -> our field name.
 _KEYS = {
@@ -39,6 +47,18 @@ _KEYS = {
     "policyCheckIntervalSeconds": "policy_check_interval_s",
     "defaultRetentionTimeInMinutes": "default_retention_time_minutes",
     "defaultRetentionSizeInMB": "default_retention_size_mb",
+    "brokerTopicIdleUnloadSeconds": "topic_idle_unload_s",
+    "exposeTopicLevelMetricsInPrometheus": "expose_topic_level_metrics",
+    "forceDeleteNamespaceAllowed": "force_delete_namespace_allowed",
+    # bookkeeper.conf names for the storage engine
+    "gcWaitTime": "gc_wait_ms",
+    "minorCompactionThreshold": "gc_minor_threshold",
+    "minorCompactionInterval": "gc_minor_interval_s",
+    "majorCompactionThreshold": "gc_major_threshold",
+    "majorCompactionInterval": "gc_major_interval_s",
+    "compactionRateByBytes": "gc_bytes_per_s",
+    "logSizeLimit": "entry_log_bytes_max",
+    "flushInterval": "flush_interval_ms",
 }
 
 
@@ -70,6 +90,24 @@ class BrokerConfig:
     default_retention_size_mb: int = 0
     # How often TTL, backlog quota, retention, ack-hole redelivery and rates are checked.
     policy_check_interval_s: float = 5.0
+    # A loaded topic with no producer, no consumer and no pending work unloads after this long
+    # without use (0: topics stay loaded). docs/architecture.md, "Topic lifecycle".
+    topic_idle_unload_s: float = 60.0
+    # /metrics: per-namespace figures (False, Pulsar's default) or a sample per topic and
+    # subscription as well (True). At a million topics, per-topic output is hundreds of MiB.
+    expose_topic_level_metrics: bool = False
+    # DELETE /admin/v2/namespaces/{t}/{ns}?force=true deletes the namespace with all its topics
+    # (in batches); refused (405) unless allowed, as in Pulsar.
+    force_delete_namespace_allowed: bool = False
+    # Storage: write cache flush age, entry log size and the garbage collector (docs/storage.md).
+    flush_interval_ms: int = _STORAGE.flush_interval_ms
+    entry_log_bytes_max: int = _STORAGE.entry_log_bytes_max
+    gc_wait_ms: int = round(_STORAGE.gc_interval_s * 1000)
+    gc_minor_threshold: float = _STORAGE.gc_minor_threshold
+    gc_minor_interval_s: float = _STORAGE.gc_minor_interval_s
+    gc_major_threshold: float = _STORAGE.gc_major_threshold
+    gc_major_interval_s: float = _STORAGE.gc_major_interval_s
+    gc_bytes_per_s: int = _STORAGE.gc_bytes_per_s
 
     @property
     def frame_bytes_max(self) -> int:

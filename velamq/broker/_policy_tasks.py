@@ -30,6 +30,7 @@ from velamq._clock import Clock
 from velamq._limits import MIB
 from velamq.broker._entry_info import entry_info
 from velamq.broker._positions import before
+from velamq.broker._rates import NO_RATE
 from velamq.broker._topic import Topic
 from velamq.storage import ManagedCursor, Position
 
@@ -89,7 +90,7 @@ async def check_topic(topic: Topic, clock: Clock) -> None:
             expired = await expire(topic, cursor, cutoff, now_ms)
             subscription = topic.subscriptions.get(name)
             if subscription is not None and expired:
-                subscription.expired.add(expired, 0)
+                subscription.count_expired(expired)
                 subscription.forget_acked()
     await enforce_backlog_quota(topic, now_ms)
     await apply_retention(topic, now_ms)
@@ -99,16 +100,13 @@ async def check_topic(topic: Topic, clock: Clock) -> None:
 
 
 def sample_rates(topic: Topic, now_s: float) -> None:
-    topic.rate_in.sample(now_s)
+    if topic.rate_in is not NO_RATE:
+        topic.rate_in.sample(now_s)
     for producer in topic.producers.values():
         producer.rate_in.sample(now_s)
         producer.chunks_in.sample(now_s)
     for subscription in topic.subscriptions.values():
-        for counter in (subscription.out, subscription.redelivered, subscription.expired, subscription.chunks_out):
-            counter.sample(now_s)
-        for consumer in subscription.consumers:
-            consumer.out.sample(now_s)
-            consumer.chunks_out.sample(now_s)
+        subscription.sample_rates(now_s)
 
 
 # ---- TTL -----------------------------------------------------------------------------------

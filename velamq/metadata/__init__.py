@@ -30,7 +30,7 @@ from velamq.metadata._schema_info import (
     schema_id,
 )
 from velamq.metadata._schema_registry import SchemaRegistry
-from velamq.metadata._store import MetadataStore, partitions_max
+from velamq.metadata._store import MetadataStore, TopicOpen, partitions_max
 
 __all__ = [
     "DEFAULT_CLUSTER",
@@ -46,6 +46,7 @@ __all__ = [
     "SchemaType",
     "StoredSchema",
     "Strategy",
+    "TopicOpen",
     "effective_strategy",
     "partitions_max",
     "resolve_policies",
