@@ -26,6 +26,7 @@ from velamq.broker._config import BrokerConfig
 from velamq.broker._connection import ServerConnection
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker._idle_unload import IdleUnloader
+from velamq.broker._metrics_snapshot import collect
 from velamq.broker._policy_tasks import PolicyTasks
 from velamq.broker._schemas import SchemaRegistry
 from velamq.broker._stats import BrokerMetrics
@@ -87,6 +88,7 @@ class BrokerService:
         return self.storage.publish_buffer
 
     def metrics_snapshot(self) -> BrokerMetrics:
+        """Every loaded topic's figures, taken at once (the console)."""
         return BrokerMetrics(
             connections_active=len(self._connections),
             connections_opened_total=self._connections_opened,
@@ -94,6 +96,25 @@ class BrokerService:
             storage=self.storage.metrics(),
             taken_at_s=self.clock.monotonic_s(),
             policy_checks_total=self.policy_tasks.checks_total,
+            topics_loaded=len(self.topics),
+            topics_unloaded_total=self.idle_unloader.unloaded_total,
+        )
+
+    async def scrape_metrics(self) -> BrokerMetrics:
+        """The /metrics snapshot: per namespace (per topic too with expose_topic_level_metrics),
+        the loaded topics visited a slice at a time (_metrics_snapshot.py)."""
+        taken_at_s = self.clock.monotonic_s()
+        namespaces, topics = await collect(list(self.topics.values()), self.config.expose_topic_level_metrics)
+        return BrokerMetrics(
+            connections_active=len(self._connections),
+            connections_opened_total=self._connections_opened,
+            topics=topics,
+            storage=self.storage.metrics(),
+            taken_at_s=taken_at_s,
+            policy_checks_total=self.policy_tasks.checks_total,
+            namespaces=namespaces,
+            topics_loaded=len(self.topics),
+            topics_unloaded_total=self.idle_unloader.unloaded_total,
         )
 
     # ---- topics --------------------------------------------------------------------------------
