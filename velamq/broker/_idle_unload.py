@@ -84,6 +84,9 @@ class IdleUnloader:
         self._order = itertools.count()
         self._changed: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
+        # The clock time the task sleeps until (None while it does not sleep on the clock): a
+        # test on a ManualClock advances past it once the task sleeps.
+        self.sleeping_until: float | None = None
         self.unloaded_total = 0
         self.batches_total = 0
 
@@ -131,9 +134,14 @@ class IdleUnloader:
                 await self._changed
                 self._changed = None
                 continue
-            wait_s = self._heap[0][0] - self._clock.monotonic_s()
+            now = self._clock.monotonic_s()
+            wait_s = self._heap[0][0] - now
             if wait_s > 0:
-                await self._clock.sleep(wait_s + coalesce_s)
+                self.sleeping_until = now + wait_s + coalesce_s
+                try:
+                    await self._clock.sleep(wait_s + coalesce_s)
+                finally:
+                    self.sleeping_until = None
             batch = self._take_due()
             if batch:
                 try:

@@ -68,6 +68,8 @@ class ProducerCommands:
             request.topic_epoch if request.HasField("topic_epoch") else None,
             lambda: self._producer_queued(request, producer_name),
         )
+        if topic.closed:  # unloaded while this request waited (issue 10): the client retries
+            raise BrokerRequestError(pb.ServiceNotReady, f"topic {topic.full_name} was unloaded, retry")
         error = "connection closed" if self._channel.closed else topic.add_producer(producer)
         if error is not None:
             if topic.exclusive_producer == producer_name and producer_name not in topic.producers:
