@@ -142,19 +142,25 @@ class IdleUnloader:
                     await self._clock.sleep(wait_s + coalesce_s)
                 finally:
                     self.sleeping_until = None
-            batch = self._take_due()
-            if batch:
-                try:
-                    await self._unload(batch)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    log.exception("unloading %d idle topics failed", len(batch))
-                self.unloaded_total += len(batch)
-                self.batches_total += 1
-                if malloc_trim is not None and not self._due_now():
-                    malloc_trim()
+            await self._unload_due()
             await asyncio.sleep(0)  # a batch at a time: other work runs in between
+
+    async def _unload_due(self) -> None:
+        # A method of its own: the batch (a local) is gone while the task sleeps.
+        batch = self._take_due()
+        if not batch:
+            return
+        try:
+            await self._unload(batch)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("unloading %d idle topics failed", len(batch))
+        self.unloaded_total += len(batch)
+        self.batches_total += 1
+        del batch
+        if malloc_trim is not None and not self._due_now():
+            malloc_trim()
 
     def _due_now(self) -> bool:
         return bool(self._heap) and self._heap[0][0] <= self._clock.monotonic_s()

@@ -72,20 +72,25 @@ class PolicyTasks:
     async def _run(self) -> None:
         while True:
             await self._clock.sleep(self._interval_s)
-            topics = list(self._topics())
-            for start in range(0, len(topics), slice_topics):
-                if start:
-                    await asyncio.sleep(0)
-                for topic in topics[start:start + slice_topics]:
-                    if topic.closed:
-                        continue
-                    try:
-                        await check_topic(topic, self._clock)
-                    except asyncio.CancelledError:
-                        raise
-                    except Exception:
-                        log.exception("policy check failed for %s", topic.full_name)
+            await self._round()
             self.checks_total += 1
+
+    async def _round(self) -> None:
+        # A method of its own: its locals (the round's list of topics) are gone while the task
+        # sleeps, so a topic unloaded meanwhile is not kept alive by them.
+        topics = list(self._topics())
+        for start in range(0, len(topics), slice_topics):
+            if start:
+                await asyncio.sleep(0)
+            for topic in topics[start:start + slice_topics]:
+                if topic.closed:
+                    continue
+                try:
+                    await check_topic(topic, self._clock)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("policy check failed for %s", topic.full_name)
 
 
 async def check_topic(topic: Topic, clock: Clock) -> None:

@@ -405,6 +405,7 @@ class Subscription:
         self._closed = True
         if self._delayed is not None:
             self._delayed.close()
+            self._delayed = None  # it points back here (its release callback)
         task = self._task
         if task is not None:
             task.cancel()
