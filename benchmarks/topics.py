@@ -12,10 +12,11 @@ minorCompactionInterval=10 s, majorCompactionInterval=20 s. Per N (a fresh data 
     client procs              client processes; `client CPU` / `broker CPU` seconds per topic say who
                               was the bottleneck
     RSS peak                  the broker's RSS peak during creation, and the most topics loaded at once
-    RSS/loaded topic          (RSS at the end of creation - RSS after every topic unloaded) / topics loaded
+    RSS/loaded topic          (RSS peak - RSS of the broker before creation) / most topics loaded at once
     RSS/unloaded topic        (RSS after every topic unloaded - RSS of the broker before creation) / N
     unload s                  from the end of creation until no topic is loaded (idle unload, 60 s)
-    files, MiB, B/topic       in the data dir, after a clean stop
+    files, MiB, B/topic       in the data dir, after a clean stop (its journal segment holds every record
+                              since it started, up to 64 MiB) and after the restart (which trims it)
     stop s                    SIGTERM to exit
     check s                   `velamq admin storage check` on the stopped data dir (must find nothing)
     restart s                 spawn to "ready" (the broker's own figure in brackets)
@@ -226,6 +227,8 @@ class Step:
     files: int = 0
     data_mib: float = 0.0
     bytes_per_topic: float = 0.0
+    files_restarted: int = 0
+    bytes_per_topic_restarted: float = 0.0
     stop_s: float = 0.0
     check_s: float = 0.0
     check_status: int = -1
@@ -279,6 +282,8 @@ def run_step(base: Path, n: int, args: argparse.Namespace) -> Step:
     conf = base / f"broker-{n}.conf"
     conf.write_text(BROKER_CONF.format(log_bytes=args.log_mib * MIB, idle_s=args.idle_s))
     broker = BrokerProcess(data_dir, ["--config", str(conf)], log_path=base / f"broker-{n}.log")
+    if args.broker_malloc:
+        os.environ["PYTHONMALLOC"] = "malloc"  # the broker's environment (read at its start only)
     broker.start()
     pid = broker.pid
     assert pid is not None
@@ -314,8 +319,8 @@ def run_step(base: Path, n: int, args: argparse.Namespace) -> Step:
         time.sleep(2)  # the last batch's malloc_trim
         rss_unloaded = rss_bytes(pid)
         step.rss_unloaded_mib = rss_unloaded / MIB
-        if step.loaded_at_end:
-            step.rss_per_loaded_topic = (rss_end - rss_unloaded) / step.loaded_at_end
+        if step.loaded_peak:
+            step.rss_per_loaded_topic = (step.rss_peak_mib - step.rss_start_mib) * MIB / step.loaded_peak
         step.rss_per_unloaded_topic = (rss_unloaded - step.rss_start_mib * MIB) / n
 
         started = time.perf_counter()
@@ -333,13 +338,15 @@ def run_step(base: Path, n: int, args: argparse.Namespace) -> Step:
         step.restart_s = time.perf_counter() - started
         ready = re.findall(r"started_in_ms=(\d+)", broker.output)
         step.restart_ready_ms = float(ready[-1]) if ready else 0.0
+        step.files_restarted, size = dir_usage(data_dir)
+        step.bytes_per_topic_restarted = size / n
         sample = random.Random(7).sample(range(n), min(1000, n))
         latencies = asyncio.run(first_sends(broker.service_url, [names[i] for i in sample]))
         step.first_send_p50_ms = statistics.median(latencies) * 1000
         step.first_send_p99_ms = sorted(latencies)[max(0, int(len(latencies) * 0.99) - 1)] * 1000
         elapsed, size, _ = scrape(broker)
         step.metrics_restart_ms, step.metrics_restart_kib = elapsed * 1000, size / 1024
-        if len(namespaces) >= 2:
+        if n >= args.namespace_topics:
             step.delete = delete_namespace(broker, data_dir, namespaces[0], args)
         broker.stop(timeout_s=600)
     finally:
@@ -365,9 +372,9 @@ def delete_namespace(broker: BrokerProcess, data_dir: Path, namespace: str, args
 
     def collected() -> bool:
         values = scrape(broker)[2]
-        return values.get("velamq_storage_gc_runs_total", 0.0) >= runs_before + 3
+        return values.get("velamq_storage_gc_runs_total", 0.0) >= runs_before + 6
 
-    wait_for(collected, 300, "three garbage collection passes")
+    wait_for(collected, 300, "six garbage collection passes (a major one among them)")
     gc_s = time.perf_counter() - started
     _, _, after = scrape(broker)
     _, logs_after = dir_usage(logs_dir)
@@ -400,12 +407,13 @@ def print_table(steps: list[Step]) -> None:
                                                       f"{s.client_cpu_s_per_topic * 1000:.2f}"),
         ("RSS start / peak MiB", lambda s: f"{s.rss_start_mib:.0f} / {s.rss_peak_mib:.0f}"),
         ("topics loaded: peak / at end", lambda s: f"{s.loaded_peak:,} / {s.loaded_at_end:,}"),
-        ("RSS B per loaded topic", lambda s: f"{s.rss_per_loaded_topic:,.0f}"),
+        ("RSS peak growth B per loaded topic", lambda s: f"{s.rss_per_loaded_topic:,.0f}"),
         ("RSS after unload MiB", lambda s: f"{s.rss_unloaded_mib:.0f}"),
         ("RSS B per unloaded topic", lambda s: f"{s.rss_per_unloaded_topic:,.0f}"),
         ("unload s", lambda s: f"{s.unload_s:.0f}"),
         ("files / MiB in data dir", lambda s: f"{s.files} / {s.data_mib:.1f}"),
-        ("disk B per topic", lambda s: f"{s.bytes_per_topic:,.0f}"),
+        ("disk B per topic: stopped / restarted", lambda s: f"{s.bytes_per_topic:,.0f} / "
+                                                            f"{s.bytes_per_topic_restarted:,.0f}"),
         ("clean stop s", lambda s: f"{s.stop_s:.2f}"),
         ("storage check s (exit)", lambda s: f"{s.check_s:.1f} ({s.check_status})"),
         ("restart to ready s (broker's)", lambda s: f"{s.restart_s:.2f} ({s.restart_ready_ms / 1000:.2f})"),
@@ -431,6 +439,8 @@ def main() -> None:
     parser.add_argument("--log-mib", type=int, default=16, help="logSizeLimit in MiB (default 16)")
     parser.add_argument("--dir", type=Path, default=None, help="where the data dirs go (default a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the data dirs")
+    parser.add_argument("--broker-malloc", action="store_true",
+                        help="run the broker with PYTHONMALLOC=malloc (memory of unloaded topics comes back; more CPU)")
     args = parser.parse_args()
     base = args.dir or Path(tempfile.mkdtemp(prefix="velamq-topics-"))
     base.mkdir(parents=True, exist_ok=True)
