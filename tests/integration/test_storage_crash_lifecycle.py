@@ -2,7 +2,7 @@
 the garbage collector rewrites entry logs; after every restart, every acknowledged message is there.
 
 Unload/reload: many topics, each written by short-lived producers (create, send a few messages and wait for
-each receipt, close), so with brokerTopicIdleUnloadSeconds=0.3 topics keep unloading (their cursors
+each receipt, close), so with brokerTopicIdleUnloadSeconds=0.1 topics keep unloading (their cursors
 persisted, their managed ledgers closed and flushed) and loading again while others are written. Each
 topic also has a durable subscription. The kill comes at a random moment once unloads are under way.
 
@@ -114,7 +114,7 @@ class Writers:
                     return
                 continue
             try:
-                producer = self._client.create_producer(log.name, batching_enabled=False, send_timeout_millis=30_000)
+                producer = self._client.create_producer(log.name, batching_enabled=False, send_timeout_millis=10_000)
             except pulsar.PulsarException:
                 if self._stop.wait(0.05):
                     return
@@ -228,8 +228,8 @@ def test_acknowledged_messages_survive_sigkill_while_topics_unload_and_reload(
     tmp_path: Path, seeded: tuple[int, random.Random]
 ) -> None:
     seed, rng = seeded
-    names = [f"persistent://public/default/lifecycle-{i:02d}" for i in range(16)]
-    settings = "brokerTopicIdleUnloadSeconds=0.3\npolicyCheckIntervalSeconds=0.2\n"
+    names = [f"persistent://public/default/lifecycle-{i:02d}" for i in range(32)]
+    settings = "brokerTopicIdleUnloadSeconds=0.1\npolicyCheckIntervalSeconds=0.2\n"
     with broker_with(tmp_path, settings) as broker:
         keep_everything(broker)
         setup = client_for(broker)
@@ -245,7 +245,7 @@ def test_acknowledged_messages_survive_sigkill_while_topics_unload_and_reload(
                 wait_for_metric(broker, "velamq_topics_unloaded_total", unloaded + 10)
                 time.sleep(rng.uniform(0.0, 1.0))
                 broker.kill()
-            client.close()
+                client.close()  # fails what the writers wait for: they stop at once
             broker.start()
             client = client_for(broker)
             try:
@@ -280,8 +280,8 @@ def test_acknowledged_messages_survive_sigkill_during_garbage_collection(
                 wait_for_metric(broker, "velamq_storage_gc_logs_compacted_total", compacted + 3)
                 time.sleep(rng.uniform(0.0, 1.0))
                 broker.kill()
+                client.close()  # fails what the writers wait for: they stop at once
             deleted += churn.deleted
-            client.close()
             broker.start()
             client = client_for(broker)
             try:
