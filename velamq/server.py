@@ -64,6 +64,14 @@ def storage_config(config: BrokerConfig) -> StorageConfig:
         memory_bytes=config.memory_bytes - network_budget_bytes(config.memory_bytes),
         ledger_entries_max=config.ledger_entries_max,
         ledger_bytes_max=config.ledger_megabytes_max * _limits.MIB,
+        flush_interval_ms=config.flush_interval_ms,
+        entry_log_bytes_max=config.entry_log_bytes_max,
+        gc_interval_s=config.gc_wait_ms / 1000,
+        gc_minor_threshold=config.gc_minor_threshold,
+        gc_minor_interval_s=config.gc_minor_interval_s,
+        gc_major_threshold=config.gc_major_threshold,
+        gc_major_interval_s=config.gc_major_interval_s,
+        gc_bytes_per_s=config.gc_bytes_per_s,
     )
 
 

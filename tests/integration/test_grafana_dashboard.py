@@ -22,9 +22,19 @@ from typing import Any
 import pulsar
 import pytest
 
-from velamq.testing import BrokerProcess
+from velamq.testing import BrokerProcess, run_broker
 
 pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """This module reads per-topic and per-subscription samples: topic-level metrics on (by
+    default /metrics sums the topics of each namespace)."""
+    config = tmp_path_factory.mktemp("conf") / "broker.conf"
+    config.write_text("exposeTopicLevelMetricsInPrometheus=true\n")
+    with run_broker(extra_args=["--config", str(config)]) as b:
+        yield b
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "grafana" / "velamq-dashboard.json"
 

@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from interop_helpers import full_name, http, wait_until
 
-from velamq.testing import BrokerProcess
+from velamq.testing import BrokerProcess, run_broker
 
 pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """This module reads per-topic and per-subscription samples: topic-level metrics on (by
+    default /metrics sums the topics of each namespace)."""
+    config = tmp_path_factory.mktemp("conf") / "broker.conf"
+    config.write_text("exposeTopicLevelMetricsInPrometheus=true\n")
+    with run_broker(extra_args=["--config", str(config)]) as b:
+        yield b
 
 sample_re = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
 label_re = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')

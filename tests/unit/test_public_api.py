@@ -53,9 +53,9 @@ PUBLIC_API: dict[str, list[str]] = {
     "velamq.metadata": [
         "BacklogQuota", "DEFAULT_CLUSTER", "DEFAULT_NAMESPACE", "DEFAULT_TENANT", "IncompatibleSchemaError",
         "InvalidSchemaDataError", "MetadataStore", "Policies", "SchemaData", "SchemaRegistry", "SchemaType",
-        "StoredSchema", "Strategy", "allow_auto_update", "decode_version", "effective_strategy", "encode_version",
-        "get_schema_response", "partitions_max", "resolve_policies", "schema_from_payload", "schema_id",
-        "validation_enforced", "TopicListing",
+        "StoredSchema", "Strategy", "TopicOpen", "allow_auto_update", "decode_version", "effective_strategy",
+        "encode_version", "get_schema_response", "partitions_max", "resolve_policies", "schema_from_payload",
+        "schema_id", "validation_enforced", "TopicListing",
     ],
     "velamq.security": [
         "ALGORITHMS", "family_of", "key_family",

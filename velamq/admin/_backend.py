@@ -58,7 +58,22 @@ class BrokerBackend(Protocol):
         ...
 
     def metrics_snapshot(self) -> BrokerMetrics:
-        """Figures taken on the loop; must be cheap (the /metrics scrape calls it each time)."""
+        """Every loaded topic's figures, taken on the loop at once (the console)."""
+        ...
+
+    async def scrape_metrics(self) -> BrokerMetrics:
+        """What /metrics shows: per namespace by default, per topic with the broker's
+        exposeTopicLevelMetricsInPrometheus; the loaded topics are visited a slice at a time."""
+        ...
+
+    @property
+    def force_delete_namespace_allowed(self) -> bool:
+        """Pulsar's forceDeleteNamespaceAllowed: DELETE namespace?force=true may delete its topics."""
+        ...
+
+    async def delete_namespace_topics(self, namespace: str) -> None:
+        """Delete every topic and partitioned topic of a namespace (force delete), in batches, the
+        loop free in between; their metadata rows go too. The namespace itself is the caller's."""
         ...
 
     async def policies_changed(self, namespace: str, topic: str | None) -> None:

@@ -8,7 +8,13 @@ samples add namespace and topic, subscription samples add subscription, as Pulsa
     pulsar_connection_created_total_count{cluster}           counter
     velamq_policy_checks_total{cluster}                      counter (rounds of the policy checker)
     pulsar_topics_count{cluster,namespace}                   gauge   (topics loaded in the broker)
-    per topic {cluster,namespace,topic}:
+    velamq_topics_loaded{cluster}, velamq_topics_unloaded_total{cluster}   idle unloading (issue 10)
+    per namespace {cluster,namespace} (the default; Pulsar's exposeTopicLevelMetricsInPrometheus=false):
+    pulsar_subscriptions_count / producers / consumers_count, pulsar_in/out_messages_total,
+    pulsar_in/out_bytes_total, pulsar_storage_size, pulsar_msg_backlog, velamq_topic_entries,
+    pulsar_rate_in/out, pulsar_throughput_in/out, pulsar_storage_backlog_size
+                                                              the loaded topics of the namespace, summed
+    per topic {cluster,namespace,topic} (with exposeTopicLevelMetricsInPrometheus=true), instead:
     pulsar_subscriptions_count / producers / consumers_count gauge
     pulsar_in_messages_total, pulsar_in_bytes_total           counter
     pulsar_storage_size                                       gauge   bytes
@@ -38,7 +44,7 @@ from typing import Any, Final
 
 from velamq._errors import InvalidTopicNameError
 from velamq._topic_name import TopicName
-from velamq.broker import BrokerMetrics, SubscriptionMetrics, TopicMetrics
+from velamq.broker import BrokerMetrics, NamespaceMetrics, SubscriptionMetrics, TopicMetrics
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -141,6 +147,27 @@ _OPTIONAL_SUBSCRIPTION_FAMILIES: Final = (
 )
 
 
+# One sample per namespace, labels cluster, namespace: its loaded topics summed.
+_NAMESPACE_FAMILIES: Final[tuple[tuple[str, str, str, Callable[[NamespaceMetrics], float]], ...]] = (
+    ("pulsar_subscriptions_count", "gauge", "Subscriptions of the loaded topics", lambda n: n.subscriptions),
+    ("pulsar_producers_count", "gauge", "Producers connected", lambda n: n.producers),
+    ("pulsar_consumers_count", "gauge", "Consumers connected", lambda n: n.consumers),
+    ("pulsar_in_messages_total", "counter", "Messages published to the loaded topics", lambda n: n.msg_in_total),
+    ("pulsar_in_bytes_total", "counter", "Bytes published to the loaded topics", lambda n: n.bytes_in_total),
+    ("pulsar_out_messages_total", "counter", "Messages dispatched", lambda n: n.msg_out_total),
+    ("pulsar_out_bytes_total", "counter", "Bytes dispatched", lambda n: n.bytes_out_total),
+    ("pulsar_storage_size", "gauge", "Bytes the loaded topics' ledgers occupy", lambda n: n.storage_size_bytes),
+    ("pulsar_msg_backlog", "gauge", "Entries not yet acknowledged, summed over every subscription",
+     lambda n: n.backlog_entries),
+    ("velamq_topic_entries", "gauge", "Entries stored for the loaded topics", lambda n: n.entries_total),
+    ("pulsar_rate_in", "gauge", "Messages per second published", lambda n: n.msg_rate_in),
+    ("pulsar_rate_out", "gauge", "Messages per second dispatched", lambda n: n.msg_rate_out),
+    ("pulsar_throughput_in", "gauge", "Bytes per second published", lambda n: n.msg_throughput_in),
+    ("pulsar_throughput_out", "gauge", "Bytes per second dispatched", lambda n: n.msg_throughput_out),
+    ("pulsar_storage_backlog_size", "gauge", "Bytes of the backlog", lambda n: n.backlog_size_bytes),
+)
+
+
 def _optional(
     families: tuple[tuple[str, str, str, str], ...], items: Iterable[object]
 ) -> list[tuple[str, str, str, Callable[[object], float]]]:
@@ -169,13 +196,48 @@ def render(metrics: BrokerMetrics, cluster: str = "standalone") -> str:
                 "Rounds of the broker's policy checks (TTL, retention, backlog quota, ack holes, rates)",
                 [(base, metrics.policy_checks_total)]),
     ]
-    per_namespace = Counter(_namespace(t.topic) for t in metrics.topics)
+    families += [
+        _Family("velamq_topics_loaded", "gauge", "Topics loaded in the broker", [(base, metrics.topics_loaded)]),
+        _Family("velamq_topics_unloaded_total", "counter", "Topics unloaded after being idle",
+                [(base, metrics.topics_unloaded_total)]),
+    ]
+    if metrics.namespaces:
+        per_namespace = Counter({n.namespace: n.topics for n in metrics.namespaces})
+    else:
+        per_namespace = Counter(_namespace(t.topic) for t in metrics.topics)
     families.append(_Family(
         "pulsar_topics_count", "gauge", "Topics loaded in the broker, per namespace",
         [((*base, ("namespace", ns)), n) for ns, n in sorted(per_namespace.items())],
     ))
+    if metrics.topics:
+        families += _topic_families(metrics.topics, base)
+    else:
+        families += _namespace_families(metrics.namespaces, base)
 
-    topics = sorted(metrics.topics, key=lambda t: t.topic)
+    taken = {f.name for f in families}
+    for figures, help_text in ((metrics.storage, "Storage layer figure"), (metrics.limits, "Broker limit figure")):
+        for key in sorted(figures):
+            name = sanitize_metric_name(key)
+            if name in taken:
+                continue  # a key that collides with one of ours must not make the page invalid
+            taken.add(name)
+            kind = "counter" if name.endswith("_total") else "gauge"
+            families.append(_Family(name, kind, help_text, [(base, figures[key])]))
+
+    return "".join(_render_family(f) for f in families)
+
+
+def _namespace_families(namespaces: Iterable[NamespaceMetrics], base: Labels) -> list[_Family]:
+    families = [_Family(name, kind, text) for name, kind, text, _ in _NAMESPACE_FAMILIES]
+    for ns in sorted(namespaces, key=lambda n: n.namespace):
+        labels: Labels = (*base, ("namespace", ns.namespace))
+        for family, (_, _, _, get) in zip(families, _NAMESPACE_FAMILIES, strict=True):
+            family.samples.append((labels, get(ns)))
+    return families
+
+
+def _topic_families(all_topics: Iterable[TopicMetrics], base: Labels) -> list[_Family]:
+    topics = sorted(all_topics, key=lambda t: t.topic)
     subscriptions = [s for t in topics for s in t.subscriptions]
     topic_specs: list[tuple[str, str, str, Callable[[Any], float]]] = [
         *_TOPIC_FAMILIES, *_optional(_OPTIONAL_TOPIC_FAMILIES, topics)
@@ -193,19 +255,7 @@ def render(metrics: BrokerMetrics, cluster: str = "standalone") -> str:
             sub_labels: Labels = (*labels, ("subscription", sub.name))
             for family, (_, _, _, get_sub) in zip(sub_families, sub_specs, strict=True):
                 family.samples.append((sub_labels, get_sub(sub)))
-    families += topic_families + sub_families
-
-    taken = {f.name for f in families}
-    for figures, help_text in ((metrics.storage, "Storage layer figure"), (metrics.limits, "Broker limit figure")):
-        for key in sorted(figures):
-            name = sanitize_metric_name(key)
-            if name in taken:
-                continue  # a key that collides with one of ours must not make the page invalid
-            taken.add(name)
-            kind = "counter" if name.endswith("_total") else "gauge"
-            families.append(_Family(name, kind, help_text, [(base, figures[key])]))
-
-    return "".join(_render_family(f) for f in families)
+    return topic_families + sub_families
 
 
 def _render_family(family: _Family) -> str:

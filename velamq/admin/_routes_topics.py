@@ -131,7 +131,7 @@ async def delete_topic(call: Call) -> Response:
 async def list_topics(call: Call) -> Response:
     ns = namespace_of(call)
     await require_namespace(call, ns)
-    return Response.json(await namespace_topics(call.backend.metadata, ns, (call.params["domain"],)))
+    return await namespace_topics(call.backend.metadata, ns, (call.params["domain"],))
 
 
 async def list_partitioned_topics(call: Call) -> Response:

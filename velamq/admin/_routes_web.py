@@ -42,7 +42,7 @@ async def health(call: Call) -> Response:
 
 
 async def metrics(call: Call) -> Response:
-    snapshot = call.backend.metrics_snapshot()
+    snapshot = await call.backend.scrape_metrics()
     text = await asyncio.to_thread(_metrics.render, snapshot, DEFAULT_CLUSTER)
     return Response(200, text.encode(), _metrics.CONTENT_TYPE)
 

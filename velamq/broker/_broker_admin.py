@@ -8,8 +8,10 @@ ids are (ledger_id, entry_id). Everything runs on the broker loop; nothing here 
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
+from typing import Any
 
 from velamq._errors import AlreadyExistsError, NotFoundError, PreconditionFailedError
 from velamq._topic_name import TopicName
@@ -35,6 +37,9 @@ from velamq.metadata import MetadataStore, Policies
 from velamq.storage import ManagedCursor, Position
 
 _EARLIEST = "earliest"
+# Topics a namespace force-delete deletes at once (their deletions share journal groups and
+# metadata transactions); the next batch follows when they are done.
+namespace_delete_batch = 500
 
 
 class BrokerAdmin:
@@ -45,6 +50,9 @@ class BrokerAdmin:
 
     def __init__(self, broker: BrokerService) -> None:
         self._broker = broker
+        # namespace -> its force delete running (a request that times out leaves it running; the
+        # next request for the namespace waits for the same one)
+        self._namespace_deletions: dict[str, asyncio.Task[None]] = {}
 
     # ---- what the admin server shows ----------------------------------------------------------
 
@@ -70,6 +78,13 @@ class BrokerAdmin:
 
     def metrics_snapshot(self) -> BrokerMetrics:
         return self._broker.metrics_snapshot()
+
+    async def scrape_metrics(self) -> BrokerMetrics:
+        return await self._broker.scrape_metrics()
+
+    @property
+    def force_delete_namespace_allowed(self) -> bool:
+        return self._broker.config.force_delete_namespace_allowed
 
     async def policies_changed(self, namespace: str, topic: str | None) -> None:
         await self._broker.policies_changed(namespace, topic)
@@ -98,6 +113,33 @@ class BrokerAdmin:
 
     def topic_rate_history(self, topic: str) -> RateSeries | None:
         return self._broker.rate_history.topic_series(topic)
+    async def delete_namespace_topics(self, namespace: str) -> None:
+        """Force-delete every topic of a namespace: partitioned topics one by one (each deletes
+        its partitions), the other topics a batch of `namespace_delete_batch` at a time, read a
+        page at a time from the metadata store. Each deletion is delete_topic's, so a crash midway
+        leaves whole topics, deleted or not, and the next delete goes on. The work is a task of
+        its own: a caller that gives up (an admin request that times out) does not stop it."""
+        task = self._namespace_deletions.get(namespace)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._delete_namespace_topics(namespace))
+            self._namespace_deletions[namespace] = task
+            task.add_done_callback(self._namespace_deleted)
+        await asyncio.shield(task)
+
+    def _namespace_deleted(self, task: asyncio.Task[None]) -> None:
+        for namespace, running in list(self._namespace_deletions.items()):
+            if running is task:
+                del self._namespace_deletions[namespace]
+        if not task.cancelled():
+            task.exception()  # retrieved: a caller that waited has seen it
+
+    async def _delete_namespace_topics(self, namespace: str) -> None:
+        metadata = self.metadata
+        for parent in await metadata.list_partitioned_topics(namespace):
+            await _forgiving(self.delete_partitioned_topic(parent, force=True))
+        for domain in ("persistent", "non-persistent"):
+            while page := await metadata.list_topics_page(namespace, "", namespace_delete_batch, domain):
+                await asyncio.gather(*(_forgiving(self.delete_topic(name, force=True)) for name in page))
 
     # ---- topics --------------------------------------------------------------------------------
 
@@ -284,7 +326,7 @@ class BrokerAdmin:
         now_ms = self._broker.clock.now_ms()
         expired = await expire(t, cursor, now_ms - seconds * 1000, now_ms)
         if s is not None:
-            s.expired.add(expired, 0)
+            s.count_expired(expired)
             s.forget_acked()
 
     async def reset_cursor(
@@ -320,3 +362,11 @@ class BrokerAdmin:
                     out.append(((entry.position.ledger_id, entry.position.entry_id), entry.data))
             position = t.ledger.next_position(entries[-1].position)
         return out
+
+
+async def _forgiving(deletion: Coroutine[Any, Any, None]) -> None:
+    """A deletion that may find its topic gone already (deleted meanwhile by someone else)."""
+    try:
+        await deletion
+    except NotFoundError:
+        pass

@@ -12,8 +12,13 @@ settings over:
     managedLedgerMaxEntriesPerLedger=50000
     brokerMaxConnections=0             # 0: derived from the file descriptor limit (docs/operations.md)
     diskUsageThreshold=0.95            # read-only above it (BookKeeper's names)
+    brokerTopicIdleUnloadSeconds=60    # an idle topic unloads after this long (0: never)
 
 docs/operations.md lists every limit and threshold and what the broker does at each.
+
+The storage's entry logs and garbage collector take BookKeeper's key names (bookkeeper.conf):
+gcWaitTime (ms), minorCompactionThreshold, minorCompactionInterval (s), majorCompactionThreshold,
+majorCompactionInterval (s), compactionRateByBytes, logSizeLimit (bytes), flushInterval (ms).
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from velamq import _limits
+from velamq.storage import StorageConfig
+
+_STORAGE = StorageConfig(data_dir=Path("."))  # the storage's defaults
 
 # Pulsar config key -> our field name.
 _KEYS = {
@@ -53,6 +61,18 @@ _KEYS = {
     "diskCheckInterval": "disk_check_interval_ms",
     "writeBufferHighWaterMarkBytes": "write_buffer_high_bytes",
     "writeBufferLowWaterMarkBytes": "write_buffer_low_bytes",
+    "brokerTopicIdleUnloadSeconds": "topic_idle_unload_s",
+    "exposeTopicLevelMetricsInPrometheus": "expose_topic_level_metrics",
+    "forceDeleteNamespaceAllowed": "force_delete_namespace_allowed",
+    # bookkeeper.conf names for the storage engine
+    "gcWaitTime": "gc_wait_ms",
+    "minorCompactionThreshold": "gc_minor_threshold",
+    "minorCompactionInterval": "gc_minor_interval_s",
+    "majorCompactionThreshold": "gc_major_threshold",
+    "majorCompactionInterval": "gc_major_interval_s",
+    "compactionRateByBytes": "gc_bytes_per_s",
+    "logSizeLimit": "entry_log_bytes_max",
+    "flushInterval": "flush_interval_ms",
 }
 
 
@@ -104,6 +124,24 @@ class BrokerConfig:
     # resumes below the low one (Netty's WriteBufferWaterMark).
     write_buffer_high_bytes: int = _limits.write_buffer_high_bytes
     write_buffer_low_bytes: int = _limits.write_buffer_low_bytes
+    # A loaded topic with no producer, no consumer and no pending work unloads after this long
+    # without use (0: topics stay loaded). docs/architecture.md, "Topic lifecycle".
+    topic_idle_unload_s: float = 60.0
+    # /metrics: per-namespace figures (False, Pulsar's default) or a sample per topic and
+    # subscription as well (True). At a million topics, per-topic output is hundreds of MiB.
+    expose_topic_level_metrics: bool = False
+    # DELETE /admin/v2/namespaces/{t}/{ns}?force=true deletes the namespace with all its topics
+    # (in batches); refused (405) unless allowed, as in Pulsar.
+    force_delete_namespace_allowed: bool = False
+    # Storage: write cache flush age, entry log size and the garbage collector (docs/storage.md).
+    flush_interval_ms: int = _STORAGE.flush_interval_ms
+    entry_log_bytes_max: int = _STORAGE.entry_log_bytes_max
+    gc_wait_ms: int = round(_STORAGE.gc_interval_s * 1000)
+    gc_minor_threshold: float = _STORAGE.gc_minor_threshold
+    gc_minor_interval_s: float = _STORAGE.gc_minor_interval_s
+    gc_major_threshold: float = _STORAGE.gc_major_threshold
+    gc_major_interval_s: float = _STORAGE.gc_major_interval_s
+    gc_bytes_per_s: int = _STORAGE.gc_bytes_per_s
 
     def __post_init__(self) -> None:
         if not 0 < self.disk_usage_lwm_threshold <= self.disk_usage_threshold <= 1:

@@ -76,6 +76,8 @@ class ConsumerCommands:
             request.initialPosition == pb.CommandSubscribe.Earliest,
             start,
         )
+        if topic.closed:  # unloaded while this request waited (issue 10): the client retries
+            raise BrokerRequestError(pb.ServiceNotReady, f"topic {topic.full_name} was unloaded, retry")
         _check_subscribe(topic, subscription, sub_type, request.subscription)
         if not subscription.consumers:
             subscription.sub_type = sub_type

@@ -18,6 +18,10 @@ Every `policy_check_interval_s` of the broker's clock, for each loaded topic:
     ack holes        redelivers entries that are stuck unacknowledged behind acknowledged ones for
                      longer than `ack_hole_redelivery_ms` (BR-4, the article's "active redelivery")
     rates            samples the counters behind msgRateIn / msgRateOut
+
+Only loaded topics are visited (an unloaded topic has no producer, no consumer and no pending work;
+its policies apply again when it loads), and a round visits them a slice at a time with the loop
+free in between, so that at hundreds of thousands of loaded topics a round never holds it for long.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from velamq._clock import Clock
 from velamq._limits import MIB
 from velamq.broker._entry_info import entry_info
 from velamq.broker._positions import before
+from velamq.broker._rates import NO_RATE
 from velamq.broker._topic import Topic
 from velamq.storage import ManagedCursor, Position
 
@@ -37,6 +42,8 @@ log = logging.getLogger(__name__)
 
 expire_scan_entries_max = 20_000  # per subscription and check: bounds the work of one round
 read_batch_entries = 500
+# Topics checked between two yields to the loop.
+slice_topics = 500
 
 
 class PolicyTasks:
@@ -65,7 +72,17 @@ class PolicyTasks:
     async def _run(self) -> None:
         while True:
             await self._clock.sleep(self._interval_s)
-            for topic in list(self._topics()):
+            await self._round()
+            self.checks_total += 1
+
+    async def _round(self) -> None:
+        # A method of its own: its locals (the round's list of topics) are gone while the task
+        # sleeps, so a topic unloaded meanwhile is not kept alive by them.
+        topics = list(self._topics())
+        for start in range(0, len(topics), slice_topics):
+            if start:
+                await asyncio.sleep(0)
+            for topic in topics[start:start + slice_topics]:
                 if topic.closed:
                     continue
                 try:
@@ -74,7 +91,6 @@ class PolicyTasks:
                     raise
                 except Exception:
                     log.exception("policy check failed for %s", topic.full_name)
-            self.checks_total += 1
 
 
 async def check_topic(topic: Topic, clock: Clock) -> None:
@@ -89,7 +105,7 @@ async def check_topic(topic: Topic, clock: Clock) -> None:
             expired = await expire(topic, cursor, cutoff, now_ms)
             subscription = topic.subscriptions.get(name)
             if subscription is not None and expired:
-                subscription.expired.add(expired, 0)
+                subscription.count_expired(expired)
                 subscription.forget_acked()
     await enforce_backlog_quota(topic, now_ms)
     await apply_retention(topic, now_ms)
@@ -99,16 +115,13 @@ async def check_topic(topic: Topic, clock: Clock) -> None:
 
 
 def sample_rates(topic: Topic, now_s: float) -> None:
-    topic.rate_in.sample(now_s)
+    if topic.rate_in is not NO_RATE:
+        topic.rate_in.sample(now_s)
     for producer in topic.producers.values():
         producer.rate_in.sample(now_s)
         producer.chunks_in.sample(now_s)
     for subscription in topic.subscriptions.values():
-        for counter in (subscription.out, subscription.redelivered, subscription.expired, subscription.chunks_out):
-            counter.sample(now_s)
-        for consumer in subscription.consumers:
-            consumer.out.sample(now_s)
-            consumer.chunks_out.sample(now_s)
+        subscription.sample_rates(now_s)
 
 
 # ---- TTL -----------------------------------------------------------------------------------

@@ -91,6 +91,8 @@ class ProducerCommands:
         # The reply is built before the producer is registered anywhere, and sent right after: a
         # producer exists only together with its success reply.
         reply = self._success_reply(request, producer)
+        if topic.closed:  # unloaded while this request waited (issue 10): the client retries
+            raise BrokerRequestError(pb.ServiceNotReady, f"topic {topic.full_name} was unloaded, retry")
         error = "connection closed" if self._channel.closed else topic.add_producer(producer)
         if error is not None:
             if topic.exclusive_producer == producer_name and producer_name not in topic.producers:

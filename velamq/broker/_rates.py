@@ -7,6 +7,7 @@ interval; the hot path only adds to totals, and the broker samples every `interv
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 
 @dataclass(slots=True)
@@ -18,6 +19,11 @@ class RateCounter:
     _last_messages: int = 0
     _last_bytes: int = 0
     _last_time_s: float = 0.0
+
+    @classmethod
+    def since(cls, now_s: float) -> RateCounter:
+        """A counter made at now_s (made on first use): its first rate covers the time since."""
+        return cls(_last_time_s=now_s)
 
     def add(self, messages: int, size_bytes: int) -> None:
         self.messages_total += messages
@@ -31,3 +37,27 @@ class RateCounter:
         self._last_messages = self.messages_total
         self._last_bytes = self.bytes_total
         self._last_time_s = now_s
+
+
+# What a counter reads before anything was counted: shared by every topic and subscription that
+# counted nothing yet (most loaded topics are idle), so they do not each carry one. Never add to
+# it: the owner swaps in a RateCounter of its own first.
+NO_RATE: Final = RateCounter()
+
+
+@dataclass(slots=True)
+class SubscriptionRates:
+    """A subscription's counters, made on its first dispatch (an idle subscription has none)."""
+
+    out: RateCounter
+    redelivered: RateCounter
+    expired: RateCounter
+    chunks_out: RateCounter
+
+    @classmethod
+    def since(cls, now_s: float) -> SubscriptionRates:
+        return cls(*(RateCounter.since(now_s) for _ in range(4)))
+
+    def sample(self, now_s: float) -> None:
+        for counter in (self.out, self.redelivered, self.expired, self.chunks_out):
+            counter.sample(now_s)

@@ -9,6 +9,10 @@ The limits of docs/operations.md live next to it: the listener's connection caps
 the network's share of the memory budget (_net_budget.py), the disk guard that turns the broker
 read-only (_disk_guard.py), and crash-safe topic deletes (_topic_deletion.py), whose interrupted
 ones `start` finishes before it listens.
+
+Topic lifecycle (docs/architecture.md): a topic loads on first use (one metadata operation, its
+managed ledger and compacted store looked up in one trip), stays loaded while used, and unloads
+after `topic_idle_unload_s` without use (_idle_unload.py); the next use loads it again.
 """
 
 from __future__ import annotations
@@ -24,13 +28,15 @@ from typing import Any
 from velamq import __version__, _limits
 from velamq._clock import Clock, system_clock
 from velamq._log_limit import RateLimitedLog
-from velamq._topic_name import PartitionRole, TopicName, partition_role
+from velamq._topic_name import TopicName
 from velamq.broker._compaction import CompactedView, compacted_store_name
 from velamq.broker._config import BrokerConfig
 from velamq.broker._connection import ServerConnection
 from velamq.broker._disk_guard import DiskGuard, DiskThresholds, DiskUsage, StorageHealth, statvfs_usage
 from velamq.broker._errors import BrokerRequestError
+from velamq.broker._idle_unload import IdleUnloader
 from velamq.broker._listener import ConnectionLimits, Listener, fd_soft_limit
+from velamq.broker._metrics_snapshot import collect
 from velamq.broker._net_budget import NetworkBudget
 from velamq.broker._policy_tasks import PolicyTasks
 from velamq.broker._rate_history import RateHistory
@@ -39,7 +45,7 @@ from velamq.broker._stats import BrokerMetrics
 from velamq.broker._topic import Topic
 from velamq.broker._topic_deletion import finish_interrupted_deletions
 from velamq.broker._topic_stats import topic_metrics
-from velamq.metadata import MetadataStore, Policies, resolve_policies
+from velamq.metadata import MetadataStore, Policies, TopicOpen, resolve_policies
 from velamq.protocol import pb
 from velamq.storage import PublishBuffer, Storage
 
@@ -103,6 +109,12 @@ class BrokerService:
         )
         self.policy_tasks = PolicyTasks(clock, config.policy_check_interval_s, lambda: self.topics.values())
         self.rate_history = RateHistory(clock, lambda: self.topics.values(), config.rate_history_interval_s)
+        self.idle_unloader = IdleUnloader(
+            clock, config.topic_idle_unload_s, lambda t: self.topics.get(t.full_name) is t, self._unload_idle
+        )
+        # namespace -> (its stored policies, their resolution): shared by the topics that have no
+        # topic policies of their own, so resolving costs nothing per topic load.
+        self._resolved: dict[str, tuple[dict[str, object], Policies]] = {}
         self.broker_port = config.broker_port
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         self._connections: set[ServerConnection] = set()
@@ -131,6 +143,38 @@ class BrokerService:
         return self.storage.publish_buffer
 
     def metrics_snapshot(self) -> BrokerMetrics:
+        """Every loaded topic's figures, taken at once (the console)."""
+        return BrokerMetrics(
+            connections_active=len(self._connections),
+            connections_opened_total=self._connections_opened,
+            topics=tuple(topic_metrics(t) for t in self.topics.values()),
+            storage=self.storage.metrics(),
+            taken_at_s=self.clock.monotonic_s(),
+            policy_checks_total=self.policy_tasks.checks_total,
+            limits=self._limits(),
+            topics_loaded=len(self.topics),
+            topics_unloaded_total=self.idle_unloader.unloaded_total,
+        )
+
+    async def scrape_metrics(self) -> BrokerMetrics:
+        """The /metrics snapshot: per namespace (per topic too with expose_topic_level_metrics),
+        the loaded topics visited a slice at a time (_metrics_snapshot.py)."""
+        taken_at_s = self.clock.monotonic_s()
+        namespaces, topics = await collect(list(self.topics.values()), self.config.expose_topic_level_metrics)
+        return BrokerMetrics(
+            connections_active=len(self._connections),
+            connections_opened_total=self._connections_opened,
+            topics=topics,
+            storage=self.storage.metrics(),
+            taken_at_s=taken_at_s,
+            policy_checks_total=self.policy_tasks.checks_total,
+            limits=self._limits(),
+            namespaces=namespaces,
+            topics_loaded=len(self.topics),
+            topics_unloaded_total=self.idle_unloader.unloaded_total,
+        )
+
+    def _limits(self) -> dict[str, float]:
         limits: dict[str, float] = {
             **self.network.metrics(),
             **self.disk_guard.metrics(),
@@ -139,15 +183,7 @@ class BrokerService:
         }
         if self._listener is not None:
             limits |= self._listener.metrics()
-        return BrokerMetrics(
-            connections_active=len(self._connections),
-            connections_opened_total=self._connections_opened,
-            topics=tuple(topic_metrics(t) for t in self.topics.values()),
-            storage=self.storage.metrics(),
-            taken_at_s=self.clock.monotonic_s(),
-            policy_checks_total=self.policy_tasks.checks_total,
-            limits=limits,
-        )
+        return limits
 
     def close_producers(self, reason: str) -> None:
         """The broker turned read-only: every producer is closed (its client fails or keeps its
@@ -166,11 +202,18 @@ class BrokerService:
         return await self.metadata.get_partitions(str(name))
 
     async def policies_for(self, name: TopicName) -> Policies:
-        """Topic policy over namespace policy over the broker default, field by field."""
+        """Topic policy over namespace policy over the broker default, field by field. (All three
+        reads are answered from the metadata store's caches for an ordinary topic.)"""
         namespace = await self.metadata.get_policies(name.namespace)
         topic = await self.metadata.get_topic_policies(str(name.partitioned_parent))
         own = await self.metadata.get_topic_policies(str(name)) if name.partition_index >= 0 else {}
-        return resolve_policies(namespace, {**topic, **own}, self.default_policies)
+        if topic or own:
+            return resolve_policies(namespace, {**topic, **own}, self.default_policies)
+        resolved = self._resolved.get(name.namespace)
+        if resolved is None or resolved[0] != namespace:
+            resolved = (namespace, resolve_policies(namespace, {}, self.default_policies))
+            self._resolved[name.namespace] = resolved
+        return resolved[1]
 
     async def _schema_policies(self, name: TopicName) -> tuple[dict[str, Any], dict[str, Any]]:
         """The stored namespace and topic policies the schema settings are read from."""
@@ -195,10 +238,13 @@ class BrokerService:
         full = str(name)
         topic = self.topics.get(full)
         if topic is not None:
+            self._used(topic)
             return topic
         loading = self._loading.get(full)
         if loading is not None:
-            return await asyncio.shield(loading)
+            topic = await asyncio.shield(loading)
+            self._used(topic)
+            return topic
         future: asyncio.Future[Topic] = asyncio.get_running_loop().create_future()
         self._loading[full] = future
         try:
@@ -212,32 +258,34 @@ class BrokerService:
         finally:
             self._loading.pop(full, None)
 
+    def _used(self, topic: Topic) -> None:
+        topic.last_used_s = self.clock.monotonic_s()
+        self.idle_unloader.track(topic)
+
     async def _load_topic(self, name: TopicName, create: bool) -> Topic:
+        """One metadata operation (the topic's row: found, or created), then the managed ledger
+        and the compacted store, looked up in the same trip to the storage database."""
         full = str(name)
         self._check_not_deleting(full)
-        await self.check_namespace(name)
-        if not await self.metadata.topic_exists(full):
-            parent_partitions = 0
-            if name.partition_index >= 0:
-                parent_partitions = await self.metadata.get_partitions(str(name.partitioned_parent))
-            role = partition_role(name, parent_partitions)
-            if role is PartitionRole.OUT_OF_RANGE:
-                raise BrokerRequestError(
-                    pb.NotAllowedError,
-                    f"{full} is beyond the {parent_partitions} partitions of {name.partitioned_parent}",
-                )
-            if role is PartitionRole.ORDINARY:
-                if await self.metadata.get_partitions(full) > 0:
-                    raise BrokerRequestError(pb.NotAllowedError, f"{full} is a partitioned topic; use its partitions")
-                if not (create and self.config.allow_auto_topic_creation):
-                    raise BrokerRequestError(pb.TopicNotFound, f"topic {full} does not exist")
-            await self.metadata.create_topic(full, exist_ok=True)
-        ledger = await self.storage.open_ledger(full)
+        found = await self.metadata.open_topic(full, create and self.config.allow_auto_topic_creation)
+        if found is TopicOpen.NO_NAMESPACE:
+            raise BrokerRequestError(pb.TopicNotFound, f"namespace {name.namespace} does not exist")
+        if found is TopicOpen.IS_PARTITIONED:
+            raise BrokerRequestError(pb.NotAllowedError, f"{full} is a partitioned topic; use its partitions")
+        if found is TopicOpen.OUT_OF_RANGE:
+            raise BrokerRequestError(
+                pb.NotAllowedError, f"{full} is beyond the partitions of {name.partitioned_parent}"
+            )
+        if found is TopicOpen.NOT_FOUND:
+            raise BrokerRequestError(pb.TopicNotFound, f"topic {full} does not exist")
+        store_name = compacted_store_name(full)
+        ledger, store = await asyncio.gather(
+            self.storage.open_ledger(full), self.storage.open_ledger_if_exists(store_name)
+        )
         topic = Topic(name, ledger, self.clock)
         await topic.apply_policies(await self.policies_for(name))
-        store_name = compacted_store_name(full)
-        if await self.storage.ledger_exists(store_name):
-            view = await CompactedView.load(await self.storage.open_ledger(store_name))
+        if store is not None:
+            view = await CompactedView.load(store)
             if view is None:  # a compaction that never finished
                 await self.storage.delete_ledger(store_name)
             topic.set_compacted_view(view)
@@ -245,6 +293,7 @@ class BrokerService:
             await topic.close()
             self._check_not_deleting(full)
         self.topics[full] = topic
+        self._used(topic)
         return topic
 
     def _check_not_deleting(self, full: str) -> None:
@@ -256,9 +305,23 @@ class BrokerService:
         """Close a loaded topic: clients are disconnected (they reconnect and it loads again),
         cursors persisted, memory freed."""
         topic.disconnect_clients()
-        self.topics.pop(topic.full_name, None)
-        await topic.close()
-        await topic.ledger.close()
+        await self._close_topics([topic])
+
+    async def _unload_idle(self, topics: list[Topic]) -> None:
+        """The idle unloader's batch: no clients to disconnect (an idle topic has none)."""
+        await self._close_topics(topics)
+
+    async def _close_topics(self, topics: list[Topic]) -> None:
+        """Unload topics together: out of the table at once (a lookup from now on loads the topic
+        again, after its managed ledger is closed), then closed concurrently, so that their cursor
+        writes and entries share one journal group and one flush."""
+        for topic in topics:
+            if self.topics.get(topic.full_name) is topic:
+                del self.topics[topic.full_name]
+            topic.closed = True
+        if len(topics) > 1024 and len(self.topics) < len(topics):
+            self.topics = dict(self.topics)  # a dict never shrinks by itself: give its table back
+        await asyncio.gather(*(_close_topic(t) for t in topics))
 
     async def delete(self, topic: str) -> None:
         """Delete a topic's data: the loaded topic (its clients disconnected), its ledger and its
@@ -276,17 +339,14 @@ class BrokerService:
         await self.storage.delete_ledger(compacted_store_name(topic))
 
     async def topics_of_namespace(self, namespace: str, mode: int) -> list[str]:
+        """Read from the metadata store a page at a time (nothing of it holds the loop)."""
         if not await self.metadata.namespace_exists(namespace):
             return []
-        names = set(await self.metadata.list_topics(namespace))
-        for parent in await self.metadata.list_partitioned_topics(namespace):
-            n = await self.metadata.get_partitions(parent)
-            names.update(str(TopicName.parse(parent).partition(i)) for i in range(n))
-        want = {
-            pb.CommandGetTopicsOfNamespace.PERSISTENT: ("persistent://",),
-            pb.CommandGetTopicsOfNamespace.NON_PERSISTENT: ("non-persistent://",),
-        }.get(mode, ("persistent://", "non-persistent://"))  # type: ignore[call-overload]
-        return sorted(n for n in names if n.startswith(want))
+        domains = {
+            pb.CommandGetTopicsOfNamespace.PERSISTENT: ("persistent",),
+            pb.CommandGetTopicsOfNamespace.NON_PERSISTENT: ("non-persistent",),
+        }.get(mode, ("persistent", "non-persistent"))  # type: ignore[call-overload]
+        return await self.metadata.namespace_topic_names(namespace, domains)
 
     def new_producer_name(self) -> str:
         return f"{self.config.cluster_name}-0-{next(self._producer_counter)}"
@@ -319,6 +379,7 @@ class BrokerService:
         self.broker_port = self._listener.start(self.config.bind_address, self.config.broker_port)
         self.policy_tasks.start()
         self.rate_history.start()
+        self.idle_unloader.start()
 
     async def close(self) -> None:
         """Stop listening and checking, drop connections, close topics (persists cursors)."""
@@ -328,6 +389,7 @@ class BrokerService:
         self.network.close()
         await self.policy_tasks.close()
         await self.rate_history.close()
+        await self.idle_unloader.close()
         for connection in list(self._connections):
             connection.close()
         for topic in list(self.topics.values()):
@@ -343,3 +405,8 @@ class _AlwaysWritable:
     @property
     def writable(self) -> bool:
         return True
+
+
+async def _close_topic(topic: Topic) -> None:
+    await topic.close()
+    await topic.ledger.close()

@@ -8,13 +8,20 @@ Redeliveries (nack, consumer gone, Key_Shared consumer without permits, delayed 
 due) go to the replay set and are sent before new entries, in position order, so a key never
 overtakes itself. A seek bumps the epoch so a read that was in flight across the seek is thrown
 away.
+
+A subscription without consumers is small (most subscriptions of a million topics are): its
+dispatch task, consumer selector, in-flight bookkeeping, delayed-delivery tracker and rate counters
+exist only while they have something to do. When the last consumer leaves, the entries it had out
+are not kept in a replay set: the read position goes back to the first unacknowledged entry, so
+the next consumer reads them again from the log, in order (unless some of them carry a
+redelivery count, which only the in-flight bookkeeping remembers).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from velamq import _limits
 from velamq._clock import Clock
@@ -25,7 +32,7 @@ from velamq.broker._consumer_selector import ConsumerSelector, SubType
 from velamq.broker._delayed import DelayedDeliveryTracker
 from velamq.broker._entry_info import entry_info
 from velamq.broker._in_flight import InFlight
-from velamq.broker._rates import RateCounter
+from velamq.broker._rates import NO_RATE, RateCounter, SubscriptionRates
 from velamq.storage import Entry, ManagedCursor, ManagedLedger, Position
 
 log = logging.getLogger(__name__)
@@ -43,12 +50,39 @@ dispatch_retry_s = 1.0
 # size), whatever the permits: permits count messages, not memory.
 read_bytes_max = _limits.dispatch_read_bytes_max
 
+_NO_CONSUMERS: tuple[ServerConsumer, ...] = ()
+
 
 class Subscription:
     """A named cursor over a topic's log and the consumers reading through it. It owns what is in
     flight (_in_flight.py): which entry is out at which consumer, which must go again and how
     often each went; acknowledgements move the cursor, a seek resets everything. Its own
     dispatch task is the only code that reads entries for it and sends them to consumers."""
+
+    __slots__ = (
+        "_closed",
+        "_delayed",
+        "_epoch",
+        "_in_flight",
+        "_partition_index",
+        "_rates",
+        "_read_size",
+        "_selector",
+        "_sub_type",
+        "_task",
+        "_waiter",
+        "_wake_pending",
+        "clock",
+        "compacted_view",
+        "cursor",
+        "delayed_delivery",
+        "durable",
+        "ledger",
+        "name",
+        "read_compacted",
+        "read_position",
+        "resetting",
+    )
 
     def __init__(
         self,
@@ -65,61 +99,127 @@ class Subscription:
         self.cursor = cursor
         self.durable = durable
         self.clock = clock
-        self._selector = ConsumerSelector(sub_type, partition_index)
+        self._sub_type = sub_type
+        self._partition_index = partition_index
+        self._selector: ConsumerSelector | None = None  # while consumers are attached
         self.read_position = ledger.next_position(cursor.mark_delete_position)
-        self._in_flight = InFlight()
+        self._in_flight: InFlight | None = None  # while something is out or waits for redelivery
         self.delayed_delivery = True  # topic policy; off: deliver_at_time is ignored
-        self._delayed = DelayedDeliveryTracker(clock, self._release_delayed)
+        self._delayed: DelayedDeliveryTracker | None = None  # while delayed entries wait
         # read_compacted subscriptions read the compacted view up to its horizon (set by the topic).
         self.read_compacted = False
         self.compacted_view: CompactedView | None = None
         self._epoch = 0
         self._read_size = _ReadSize()
-        self._wake = asyncio.Event()
-        self._waiting = False  # the dispatch task waits for a wake-up
+        self._wake_pending = False
+        self._waiter: asyncio.Future[None] | None = None  # the dispatch task waits for a wake-up
+        self._task: asyncio.Task[None] | None = None  # the dispatch task, while consumers are attached
         self._closed = False
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"dispatch:{name}")
-        self.out = RateCounter()
-        self.redelivered = RateCounter()
-        self.expired = RateCounter()
-        self.chunks_out = RateCounter()
+        self._rates: SubscriptionRates | None = None
         # Set while consumers are closed by a seek: a non-durable subscription must survive it.
         self.resetting = False
+
+    # ---- counters (made on first use) --------------------------------------------------------
+
+    def _counting(self) -> SubscriptionRates:
+        rates = self._rates
+        if rates is None:
+            rates = self._rates = SubscriptionRates.since(self.clock.monotonic_s())
+        return rates
+
+    @property
+    def out(self) -> RateCounter:
+        return self._rates.out if self._rates is not None else NO_RATE
+
+    @property
+    def redelivered(self) -> RateCounter:
+        return self._rates.redelivered if self._rates is not None else NO_RATE
+
+    @property
+    def expired(self) -> RateCounter:
+        return self._rates.expired if self._rates is not None else NO_RATE
+
+    @property
+    def chunks_out(self) -> RateCounter:
+        return self._rates.chunks_out if self._rates is not None else NO_RATE
+
+    def count_expired(self, entries: int) -> None:
+        """Entries acknowledged by TTL or an admin expire."""
+        if entries:
+            self._counting().expired.add(entries, 0)
+
+    def sample_rates(self, now_s: float) -> None:
+        if self._rates is not None:
+            self._rates.sample(now_s)
+        for consumer in self.consumers:
+            consumer.out.sample(now_s)
+            consumer.chunks_out.sample(now_s)
 
     # ---- consumers -------------------------------------------------------------------------------
 
     @property
     def sub_type(self) -> SubType:
-        return self._selector.sub_type
+        return self._sub_type
 
     @sub_type.setter
     def sub_type(self, value: SubType) -> None:
         """Only while no consumer is attached: the first consumer decides the type."""
-        self._selector.sub_type = value
+        self._sub_type = value
+        if self._selector is not None:
+            self._selector.sub_type = value
 
     @property
-    def consumers(self) -> list[ServerConsumer]:
-        return self._selector.consumers
+    def consumers(self) -> Sequence[ServerConsumer]:
+        return self._selector.consumers if self._selector is not None else _NO_CONSUMERS
+
+    def _flight(self) -> InFlight:
+        in_flight = self._in_flight
+        if in_flight is None:
+            in_flight = self._in_flight = InFlight()
+        return in_flight
 
     def add_consumer(self, consumer: ServerConsumer, sticky_ranges: list[tuple[int, int]] | None = None) -> None:
         """Raises HashRangeOverlapError for bad sticky ranges; the caller checks type rules."""
         joined_at = None
         if self.consumers and self.ledger.next_position(self.cursor.mark_delete_position) < self.read_position:
             joined_at = self.read_position  # entries are out: keys moving to it must wait for them
-        demoted = self._selector.add(consumer, sticky_ranges, joined_at)
+        selector = self._selector
+        if selector is None:
+            selector = ConsumerSelector(self._sub_type, self._partition_index)
+        demoted = selector.add(consumer, sticky_ranges, joined_at)
+        self._selector = selector
         if demoted is not None:
-            self._in_flight.take_back_all(demoted, count_redelivery=False)
+            self._flight().take_back_all(demoted, count_redelivery=False)
         self.wake()
 
     def remove_consumer(self, consumer: ServerConsumer) -> None:
-        if consumer not in self.consumers:
+        selector = self._selector
+        if selector is None or consumer not in selector.consumers:
             return
-        demoted = self._selector.remove(consumer)
-        self._in_flight.take_back_all(consumer, count_redelivery=False)
-        if demoted is not None:
-            # The old active consumer's unacked entries go to the new one, in order.
-            self._in_flight.take_back_all(demoted, count_redelivery=False)
+        demoted = selector.remove(consumer)
+        in_flight = self._in_flight
+        if in_flight is not None:
+            in_flight.take_back_all(consumer, count_redelivery=False)
+            if demoted is not None:
+                # The old active consumer's unacked entries go to the new one, in order.
+                in_flight.take_back_all(demoted, count_redelivery=False)
+        if not selector.consumers:
+            self._selector = None
+            self._release_idle_state()
         self.wake()
+
+    def _release_idle_state(self) -> None:
+        """The last consumer left: drop what only consumers need. Entries that were out go back to
+        the log (the read position rewinds to the first unacknowledged entry) unless some carry a
+        redelivery count, which only the in-flight bookkeeping remembers."""
+        in_flight = self._in_flight
+        if in_flight is None or not in_flight.redelivery_counts:
+            self._in_flight = None
+            self._epoch += 1  # a read in flight belongs to the consumers that left
+            self.read_position = self.ledger.next_position(self.cursor.mark_delete_position)
+        if self._delayed is not None and not len(self._delayed):
+            self._delayed.close()
+            self._delayed = None
 
     def disconnect_consumers(self) -> None:
         """Close every consumer from the broker's side; clients subscribe again."""
@@ -128,7 +228,12 @@ class Subscription:
             consumer.close_by_broker()
 
     def is_active(self, consumer: ServerConsumer) -> bool:
-        return self._selector.is_active(consumer)
+        return self._selector is not None and self._selector.is_active(consumer)
+
+    @property
+    def idle(self) -> bool:
+        """No consumer, nothing waiting for delivery, no read in progress: the topic may unload."""
+        return not self.consumers and not self._delayed and self._task is None
 
     # ---- flow, acks, redelivery ------------------------------------------------------------------
 
@@ -144,8 +249,10 @@ class Subscription:
             full.append(position)
         if full:
             self.cursor.ack(full)
-            for position in full:
-                self._in_flight.forget(position)
+            in_flight = self._in_flight
+            if in_flight is not None:
+                for position in full:
+                    in_flight.forget(position)
         self._after_ack()
 
     def acknowledge_cumulative(self, position: Position, ack_set: list[int] | None) -> None:
@@ -153,8 +260,10 @@ class Subscription:
             # Everything before the batch is acknowledged; the batch itself only partly.
             position = _positions.before(position)
         self.cursor.ack_cumulative(position)
-        for p in [p for p in self._in_flight.pending if p <= position]:
-            self._in_flight.forget(p)
+        in_flight = self._in_flight
+        if in_flight is not None:
+            for p in [p for p in in_flight.pending if p <= position]:
+                in_flight.forget(p)
         self._after_ack()
 
     def _partial_ack(self, position: Position, ack_set: list[int]) -> bool:
@@ -176,9 +285,11 @@ class Subscription:
             return p <= mark_delete or self.cursor.is_acked(p)
 
         in_flight = self._in_flight
-        for position in [p for p in in_flight.pending if gone(p)] + [p for p in in_flight.replay if gone(p)]:
-            in_flight.forget(position)
-        self._delayed.discard_if(gone)
+        if in_flight is not None:
+            for position in [p for p in in_flight.pending if gone(p)] + [p for p in in_flight.replay if gone(p)]:
+                in_flight.forget(position)
+        if self._delayed is not None:
+            self._delayed.discard_if(gone)
         if self.read_position <= mark_delete:
             self.read_position = self.ledger.next_position(mark_delete)
         self._after_ack()
@@ -187,38 +298,44 @@ class Subscription:
     def redeliver_stuck_holes(self, threshold_s: float) -> int:
         """BR-4: entries still unacknowledged behind acknowledged ones after threshold_s go back
         to the replay set (to any consumer), so the mark-delete position can move on."""
+        in_flight = self._in_flight
+        if in_flight is None or not in_flight.pending:
+            return 0
         acked = self.cursor.individually_acked.ranges()
         if not acked:
             return 0
-        stuck = self._in_flight.stuck_behind(acked[-1][1], self.clock.monotonic_s(), threshold_s)
+        stuck = in_flight.stuck_behind(acked[-1][1], self.clock.monotonic_s(), threshold_s)
         for position in stuck:
-            self._in_flight.take_back(position, count_redelivery=True)
-        self.redelivered.add(len(stuck), 0)
+            in_flight.take_back(position, count_redelivery=True)
         if stuck:
+            self._counting().redelivered.add(len(stuck), 0)
             self.wake()
         return len(stuck)
 
     def redeliver(self, consumer: ServerConsumer, positions: list[Position] | None) -> None:
         """A consumer's nack: all its unacked entries (None) or the listed ones go to the replay set."""
+        in_flight = self._flight()
         if positions is None:
-            self._in_flight.take_back_all(consumer, count_redelivery=True)
+            in_flight.take_back_all(consumer, count_redelivery=True)
         else:
-            mine = [p for p in positions if self._in_flight.pending.get(p) is consumer]
+            mine = [p for p in positions if in_flight.pending.get(p) is consumer]
             for position in mine:
-                self._in_flight.take_back(position, count_redelivery=True)
-            self.redelivered.add(len(mine), 0)
+                in_flight.take_back(position, count_redelivery=True)
+            if mine:
+                self._counting().redelivered.add(len(mine), 0)
         self.wake()
 
     def _after_ack(self) -> None:
-        if self.sub_type != SubType.KEY_SHARED:
+        if self._sub_type != SubType.KEY_SHARED or self._selector is None:
             return
         first_unacked = self.ledger.next_position(self.cursor.mark_delete_position)
-        if self._selector.release_joined(first_unacked) or self._in_flight.replay:
+        if self._selector.release_joined(first_unacked) or (self._in_flight is not None and self._in_flight.replay):
             self.wake()
 
     def _release_delayed(self, due: list[Position]) -> None:
+        in_flight = self._flight()
         for position in due:
-            self._in_flight.due_after_delay(position)
+            in_flight.due_after_delay(position)
         self.wake()
 
     # ---- positions -------------------------------------------------------------------------------
@@ -235,9 +352,12 @@ class Subscription:
         self._epoch += 1
         self.cursor.reset(mark_delete)
         self.read_position = self.ledger.next_position(mark_delete)
-        self._in_flight.clear(self.consumers)
-        self._selector.forget_joins()
-        self._delayed.clear()
+        if self._in_flight is not None:
+            self._in_flight.clear(list(self.consumers))
+        if self._selector is not None:
+            self._selector.forget_joins()
+        if self._delayed is not None:
+            self._delayed.clear()
         self.wake()
 
     async def seek_target(self, message_id: tuple[int, int] | None, publish_time_ms: int | None) -> Position:
@@ -261,7 +381,7 @@ class Subscription:
 
     @property
     def delayed_messages(self) -> int:
-        return len(self._delayed)
+        return len(self._delayed) if self._delayed is not None else 0
 
     @property
     def unacked_messages(self) -> int:
@@ -270,50 +390,73 @@ class Subscription:
     # ---- dispatch --------------------------------------------------------------------------------
 
     def wake(self) -> None:
-        self._wake.set()
+        """Something changed: the dispatch task runs a round (started if consumers are attached;
+        without consumers there is nothing to dispatch)."""
+        self._wake_pending = True
+        waiter = self._waiter
+        if waiter is not None:
+            if not waiter.done():
+                waiter.set_result(None)
+        elif self._task is None and not self._closed and self.consumers:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"dispatch:{self.name}")
 
     @property
     def dispatch_idle(self) -> bool:
         """The dispatcher has done all it can and waits for something to change (tests use it to
         check that nothing more is sent)."""
-        return self._waiting and not self._wake.is_set()
+        return self._task is None or (self._waiter is not None and not self._wake_pending)
 
     async def close(self) -> None:
         self._closed = True
-        self._wake.set()
-        self._delayed.close()
-        self._task.cancel()
-        try:
-            await self._task
-        except asyncio.CancelledError:
-            pass
+        if self._delayed is not None:
+            self._delayed.close()
+            self._delayed = None  # it points back here (its release callback)
+        task = self._task
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
 
     async def _run(self) -> None:
-        while not self._closed:
-            self._waiting = True
-            await self._wake.wait()
-            self._waiting = False
-            self._wake.clear()
-            try:
-                await self._dispatch_round()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                # A failed read (corrupt entry, I/O error) must not kill dispatch for good.
-                log.exception("dispatch failed for subscription %s on %s", self.name, self.ledger.name)
-                await self.clock.sleep(dispatch_retry_s)
-                self._wake.set()
+        """The dispatch task: a round per wake-up, while consumers are attached."""
+        loop = asyncio.get_running_loop()
+        try:
+            while not self._closed:
+                if not self._wake_pending:
+                    if not self.consumers:
+                        return  # wake() starts a new task when consumers come
+                    self._waiter = loop.create_future()
+                    try:
+                        await self._waiter
+                    finally:
+                        self._waiter = None
+                    continue
+                self._wake_pending = False
+                try:
+                    await self._dispatch_round()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    # A failed read (corrupt entry, I/O error) must not kill dispatch for good.
+                    log.exception("dispatch failed for subscription %s on %s", self.name, self.ledger.name)
+                    await self.clock.sleep(dispatch_retry_s)
+                    self._wake_pending = True
+        finally:
+            self._task = None
 
     async def _dispatch_round(self) -> None:
         while not self._closed:
-            if self._selector.permits_available() <= 0:
+            selector = self._selector
+            if selector is None or selector.permits_available() <= 0:
                 return
             epoch = self._epoch
-            replay = self._in_flight.replay
+            replay = self._in_flight.replay if self._in_flight is not None else set()
             if replay:
                 positions = sorted(replay)[: self._read_size.count(read_entries_max)]
                 entries = await _positions.read_at(self.ledger, positions)
-                if epoch != self._epoch:
+                if epoch != self._epoch or self._selector is None:
                     continue
                 # Undeliverable ones are put back by _deliver; positions gone from storage are dropped.
                 replay.difference_update(positions)
@@ -326,13 +469,13 @@ class Subscription:
                     continue
                 # Replay drained, or Key_Shared with blocked keys: new entries may still go to
                 # consumers that have permits (their keys are not blocked).
-            if len(replay) >= replay_entries_max or len(self._delayed) >= delayed_entries_max:
+            if len(replay) >= replay_entries_max or self.delayed_messages >= delayed_entries_max:
                 return
-            count = self._read_size.count(min(max(self._selector.permits_available(), 1), read_entries_max))
+            count = self._read_size.count(min(max(selector.permits_available(), 1), read_entries_max))
             view = self.compacted_view if self.read_compacted else None
             if view is not None and self.read_position <= view.horizon:
                 entries = await view.read_from(self.read_position, count)
-                if epoch != self._epoch:
+                if epoch != self._epoch or self._selector is None:
                     continue
                 if not entries:
                     self.read_position = self.ledger.next_position(view.horizon)
@@ -342,7 +485,7 @@ class Subscription:
                 if last is None or self.read_position > last:
                     return
                 entries = await self.ledger.read_entries(self.read_position, count)
-                if epoch != self._epoch:
+                if epoch != self._epoch or self._selector is None:
                     continue
                 if not entries:
                     return
@@ -350,11 +493,14 @@ class Subscription:
             self._deliver(entries, replaying=False)
 
     def _deliver(self, entries: list[Entry], replaying: bool) -> bool:
+        selector = self._selector
+        assert selector is not None, "the dispatch round checks for consumers after every read"
         now = self.clock.now_ms()
         monotonic_now = self.clock.monotonic_s()
-        key_shared = self.sub_type == SubType.KEY_SHARED
-        may_delay = self.delayed_delivery and self.sub_type in (SubType.SHARED, SubType.KEY_SHARED)
-        in_flight = self._in_flight
+        key_shared = self._sub_type == SubType.KEY_SHARED
+        may_delay = self.delayed_delivery and self._sub_type in (SubType.SHARED, SubType.KEY_SHARED)
+        in_flight = self._flight()
+        rates = self._counting()
         # A key with an entry waiting in the replay set must not be overtaken by a newer entry.
         blocked_keys: set[bytes] = set(in_flight.replay_keys.values()) if key_shared and not replaying else set()
         delivered = False
@@ -367,9 +513,9 @@ class Subscription:
                 continue
             info = entry_info(entry.data)
             if may_delay and info.deliver_at_ms > now and position not in in_flight.redelivery_counts:
-                self._delayed.add(position, info.deliver_at_ms)
+                self._delay(position, info.deliver_at_ms)
                 continue
-            consumer = None if info.sticky_key in blocked_keys else self._selector.select(info.sticky_key, position)
+            consumer = None if info.sticky_key in blocked_keys else selector.select(info.sticky_key, position)
             if consumer is None or consumer.permits <= 0 or not consumer.channel.writable:
                 in_flight.replay.add(position)
                 if key_shared:
@@ -384,12 +530,18 @@ class Subscription:
                 self.cursor.batch_ack_set(position),
             )
             in_flight.sent(position, consumer, monotonic_now)
-            self.out.add(info.num_messages, len(entry.data))
+            rates.out.add(info.num_messages, len(entry.data))
             if info.is_chunk:
-                self.chunks_out.add(1, len(entry.data))
+                rates.chunks_out.add(1, len(entry.data))
                 consumer.chunks_out.add(1, len(entry.data))
             delivered = True
         return delivered
+
+    def _delay(self, position: Position, deliver_at_ms: int) -> None:
+        delayed = self._delayed
+        if delayed is None:
+            delayed = self._delayed = DelayedDeliveryTracker(self.clock, self._release_delayed)
+        delayed.add(position, deliver_at_ms)
 
 
 class _ReadSize:

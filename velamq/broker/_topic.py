@@ -3,6 +3,11 @@
 Publish path: SEND → ProducerCommands.on_send → Topic.publish → ManagedLedger.append (durable under the sync policy) →
 receipt and a wake-up of every subscription's dispatcher. Positions are assigned in call order,
 so receipts for one producer go out in the order its sends arrived.
+
+A loaded topic that nobody uses is small: `__slots__`, a rate counter, locks and events made on
+first use, policies shared with the other topics of its namespace, and subscriptions that keep
+nothing but their cursor while they have no consumer. `idle` says whether the broker may unload
+it (docs/architecture.md, "Topic lifecycle").
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from velamq.broker._dedup import DUPLICATE_POSITION, Deduplication
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker._positions import end_of_log
 from velamq.broker._producer import ServerProducer
-from velamq.broker._rates import RateCounter
+from velamq.broker._rates import NO_RATE, RateCounter
 from velamq.broker._subscription import Subscription
 from velamq.metadata import Policies
 from velamq.protocol import pb
@@ -30,8 +35,13 @@ from velamq.storage import ManagedCursor, ManagedLedger, Position, Storage
 log = logging.getLogger(__name__)
 
 
+_NOT_RUN = CompactionStatus()
+
+
 class _NonDurableOwner:
     """A cursor owner that forwards to the ledger but never persists: the cursors of readers."""
+
+    __slots__ = ("_ledger",)
 
     def __init__(self, ledger: ManagedLedger) -> None:
         self._ledger = ledger
@@ -59,6 +69,32 @@ class Topic:
     access mode and epoch, compacted view). It is the only writer of its ledger; everything here
     runs on the broker loop."""
 
+    __slots__ = (
+        "_compaction_task",
+        "_producers_changed",
+        "_producers_waiting",
+        "_subscribe_lock",
+        "backlog_quota_exceeded",
+        "chunks_published",
+        "clock",
+        "closed",
+        "compacted",
+        "compaction",
+        "dedup",
+        "exclusive_producer",
+        "full_name",
+        "idle_queued",
+        "last_used_s",
+        "ledger",
+        "name",
+        "partition_index",
+        "policies",
+        "producers",
+        "rate_in",
+        "subscriptions",
+        "topic_epoch",
+    )
+
     def __init__(self, name: TopicName, ledger: ManagedLedger, clock: Clock) -> None:
         self.name = name
         self.full_name = str(name)
@@ -67,13 +103,13 @@ class Topic:
         self.partition_index = name.partition_index
         self.producers: dict[str, ServerProducer] = {}
         self.subscriptions: dict[str, Subscription] = {}
-        self.rate_in = RateCounter()
+        self.rate_in: RateCounter = NO_RATE  # its own counter from the first publish on
         self.chunks_published = 0
         self.closed = False
         self.dedup: Deduplication | None = None
         self.policies = Policies()
         self.compacted: CompactedView | None = None
-        self.compaction = CompactionStatus()
+        self.compaction = _NOT_RUN
         self._compaction_task: asyncio.Task[None] | None = None
         # The backlog quota policy in force while the quota is exceeded (producers refused).
         self.backlog_quota_exceeded: str | None = None
@@ -81,8 +117,13 @@ class Topic:
         # a producer reconnecting with an older epoch has been fenced.
         self.topic_epoch = 0
         self.exclusive_producer: str | None = None
-        self._producers_changed = asyncio.Event()
-        self._subscribe_lock = asyncio.Lock()
+        self._producers_changed: asyncio.Event | None = None  # made when a producer waits
+        self._producers_waiting = 0  # WaitForExclusive producers waiting for their turn
+        self._subscribe_lock: asyncio.Lock | None = None  # made by the first subscription
+        # The broker's clock when this topic was last looked up, and whether the broker's idle
+        # check holds an entry for it (docs/architecture.md, "Topic lifecycle").
+        self.last_used_s = clock.monotonic_s()
+        self.idle_queued = False
 
     # ---- producers -------------------------------------------------------------------------------
 
@@ -102,7 +143,9 @@ class Topic:
             del self.producers[producer.name]
             if self.exclusive_producer == producer.name:
                 self.exclusive_producer = None
-            self._producers_changed.set()
+            if self._producers_changed is not None:
+                self._producers_changed.set()
+            self.last_used_s = self.clock.monotonic_s()
 
     async def admit_producer(
         self, producer: ServerProducer, request_epoch: int | None, on_queued: Callable[[], None]
@@ -135,8 +178,14 @@ class Topic:
             if not queued:
                 queued = True
                 on_queued()
+            if self._producers_changed is None:
+                self._producers_changed = asyncio.Event()
             self._producers_changed.clear()
-            await self._producers_changed.wait()
+            self._producers_waiting += 1
+            try:
+                await self._producers_changed.wait()
+            finally:
+                self._producers_waiting -= 1
         if self.exclusive_producer != producer.name or request_epoch is None or request_epoch < self.topic_epoch:
             self.topic_epoch += 1
         self.exclusive_producer = producer.name
@@ -179,7 +228,10 @@ class Topic:
             future = asyncio.get_running_loop().create_future()
             future.set_exception(exc)
         producer.rate_in.add(num_messages, len(entry))
-        self.rate_in.add(num_messages, len(entry))
+        rate_in = self.rate_in
+        if rate_in is NO_RATE:
+            rate_in = self.rate_in = RateCounter.since(self.clock.monotonic_s())
+        rate_in.add(num_messages, len(entry))
         future.add_done_callback(self._appended)
         if dedup is not None and dedup_checked:
             seq = max(sequence_id, highest_sequence_id)
@@ -203,6 +255,11 @@ class Topic:
         start: Position | None,
     ) -> Subscription:
         """The named subscription, created if needed. `start` is the non-durable start mark-delete."""
+        existing = self.subscriptions.get(name)
+        if existing is not None:
+            return existing
+        if self._subscribe_lock is None:
+            self._subscribe_lock = asyncio.Lock()
         async with self._subscribe_lock:
             existing = self.subscriptions.get(name)
             if existing is not None:
@@ -253,6 +310,19 @@ class Topic:
     @property
     def in_use(self) -> bool:
         return bool(self.producers) or any(s.consumers for s in self.subscriptions.values())
+
+    @property
+    def idle(self) -> bool:
+        """Nobody uses it and it has no work pending: no producer (or one waiting to be admitted),
+        no consumer, no dispatch running, no delayed entry waiting, no compaction, no append in
+        flight. Only an idle topic may be unloaded."""
+        if self.producers or self._producers_waiting or self.ledger.pending_appends:
+            return False
+        if self._compaction_task is not None and not self._compaction_task.done():
+            return False
+        if self._subscribe_lock is not None and self._subscribe_lock.locked():
+            return False
+        return all(s.idle for s in self.subscriptions.values())
 
     def disconnect_clients(self) -> None:
         """Close every producer and consumer from the broker's side (delete, unload)."""

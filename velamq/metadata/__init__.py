@@ -38,7 +38,7 @@ from velamq.metadata._schema_info import (
 )
 from velamq.metadata._schema_json import get_schema_response, schema_from_payload
 from velamq.metadata._schema_registry import SchemaRegistry
-from velamq.metadata._store import MetadataStore, partitions_max
+from velamq.metadata._store import MetadataStore, TopicOpen, partitions_max
 from velamq.metadata._topic_pages import TopicListing
 
 __all__ = [
@@ -56,6 +56,7 @@ __all__ = [
     "StoredSchema",
     "Strategy",
     "TopicListing",
+    "TopicOpen",
     "allow_auto_update",
     "decode_version",
     "effective_strategy",

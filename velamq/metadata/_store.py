@@ -3,26 +3,30 @@
 Every call validates and normalises its names here on the loop (so bad input fails fast with
 InvalidTopicNameError), then runs one operation of `_ops.py` in the store's SQLite thread.
 
-The broker asks `get_partitions` and `namespace_exists` on every lookup, so their answers are cached
-on the loop side (a dict each, bounded by `cache_entries_max`, oldest entry evicted first). A write
-that can change an answer bumps that cache's generation before it is sent and drops the entry when
-it completes; a read only fills the cache if no such write started meanwhile, so a read racing a
-write never leaves a stale answer behind.
+What the broker asks on every lookup and every topic load is cached on the loop side (`_caches.py`):
+whether a namespace exists and its policies (per namespace), and per namespace its partitioned
+topics and the names that carry topic policies, so that `get_partitions` and `get_topic_policies`
+of an ordinary topic cost no trip to the thread, and a million topics cost a few cache entries.
+`open_topic` does the whole existence check (and the creation) of a topic load in one operation.
+Big listings come a page at a time (`list_topics_page`), so no single operation holds the thread
+for long.
 """
 
 from __future__ import annotations
 
+import enum
 import functools
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
-from typing import Any, Final, TypeVar, cast
+from typing import Any, Final, TypeVar
 
 from velamq._clock import Clock, system_clock
 from velamq._errors import InvalidTopicNameError, PreconditionFailedError
 from velamq._topic_name import TopicName
 from velamq.metadata import _ops
+from velamq.metadata._caches import NamespaceCache, ReadCache, namespace_rows_max_default
 from velamq.metadata._schema import connect
 from velamq.metadata._schema_registry import SchemaRegistry
 from velamq.metadata._topic_pages import TopicListing, page_rows_max, topics_page
@@ -30,8 +34,12 @@ from velamq.metadata._worker import SqliteWorker, ops_in_flight_max_default
 
 T = TypeVar("T")
 
-# Entries each read cache keeps at most (one short string and an int or bool each).
+# Entries each read cache keeps at most (one per namespace).
 cache_entries_max_default: Final = 100_000
+# Names a listing reads per operation: a page, so other operations get their turn in between.
+list_page_default: Final = 10_000
+# Namespace names already checked (the check is a regular expression per part; lookups repeat it).
+_checked_namespaces_max: Final = 10_000
 # A partitioned topic has at most this many partitions (Pulsar's maxNumPartitionsPerPartitionedTopic
 # is unlimited by default, but every partition costs a ledger; this bounds one admin call's cost).
 partitions_max: Final = 10_000
@@ -46,11 +54,20 @@ def _check_tenant(tenant: str) -> str:
     return tenant
 
 
+_checked_namespaces: dict[str, str] = {}
+
+
 def _check_namespace(ns: str) -> tuple[str, str]:
     """'tenant/ns' (or V1 'tenant/cluster/ns') -> (namespace, tenant)."""
+    tenant = _checked_namespaces.get(ns) if isinstance(ns, str) else None
+    if tenant is not None:
+        return ns, tenant
     parts = ns.split("/") if isinstance(ns, str) else []
     if len(parts) not in (2, 3) or len(ns) > 512 or not all(_NAME_PART_RE.match(p) for p in parts):
         raise InvalidTopicNameError(str(ns), "expected tenant/namespace")
+    if len(_checked_namespaces) >= _checked_namespaces_max:
+        _checked_namespaces.clear()
+    _checked_namespaces[ns] = parts[0]
     return ns, parts[0]
 
 
@@ -86,33 +103,15 @@ def _tenant_info(info: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class _ReadCache:
-    """A bounded dict plus the generation counter described in the module docstring."""
+class TopicOpen(enum.Enum):
+    """What MetadataStore.open_topic found or did."""
 
-    def __init__(self, entries_max: int) -> None:
-        self._entries: dict[str, Any] = {}
-        self._entries_max = entries_max
-        self.generation = 0
-
-    def get(self, key: str) -> Any:
-        return self._entries.get(key)
-
-    def put_if_current(self, key: str, value: Any, generation: int) -> None:
-        if generation != self.generation:
-            return
-        if key not in self._entries and len(self._entries) >= self._entries_max:
-            del self._entries[next(iter(self._entries))]
-        self._entries[key] = value
-
-    def begin_write(self) -> None:
-        self.generation += 1
-
-    def invalidate(self, key: str) -> None:
-        self._entries.pop(key, None)
-
-    def clear(self) -> None:
-        self.generation += 1
-        self._entries.clear()
+    EXISTS = _ops.TOPIC_EXISTS
+    CREATED = _ops.TOPIC_CREATED
+    NO_NAMESPACE = _ops.TOPIC_NO_NAMESPACE  # the topic's namespace does not exist
+    IS_PARTITIONED = _ops.TOPIC_IS_PARTITIONED  # a partitioned topic: use its partitions
+    NOT_FOUND = _ops.TOPIC_NOT_FOUND  # no such topic, and creating it was not asked for
+    OUT_OF_RANGE = _ops.TOPIC_OUT_OF_RANGE  # -partition-N beyond its partitioned topic's partitions
 
 
 class MetadataStore:
@@ -125,6 +124,7 @@ class MetadataStore:
         ops_in_flight_max: int = ops_in_flight_max_default,
         cache_entries_max: int = cache_entries_max_default,
         clock: Clock = system_clock,
+        namespace_rows_max: int = namespace_rows_max_default,
     ) -> None:
         self.path = Path(path)
         self._worker = SqliteWorker(
@@ -133,8 +133,15 @@ class MetadataStore:
         # Topic schemas, in the same file and thread; deleting a topic (below) deletes its history
         # in the same transaction once no topic of its schema id is left.
         self.schemas = SchemaRegistry(self._worker.run, clock)
-        self._partitions = _ReadCache(cache_entries_max)
-        self._namespaces = _ReadCache(cache_entries_max)
+        self._namespaces: ReadCache[bool] = ReadCache(cache_entries_max)
+        # namespace -> its policies as stored (JSON text: every reader gets a fresh dict of it)
+        self._policies: ReadCache[str] = ReadCache(cache_entries_max)
+        # namespace -> {partitioned topic: partitions}
+        self._partitions: NamespaceCache[dict[str, int]] = NamespaceCache(cache_entries_max, namespace_rows_max)
+        # namespace -> names that carry topic policies
+        self._topic_policies: NamespaceCache[frozenset[str]] = NamespaceCache(
+            cache_entries_max, namespace_rows_max
+        )
 
     async def start(self) -> None:
         """Open the file, create the schema, and add what is missing of standalone/public/default."""
@@ -144,27 +151,45 @@ class MetadataStore:
     async def close(self) -> None:
         """Finish the queued operations, then close. Later calls raise MetadataError."""
         await self._worker.close()
-        self._partitions.clear()
-        self._namespaces.clear()
+        for cache in self._caches:
+            cache.clear()
+
+    @property
+    def _caches(self) -> tuple[ReadCache[Any], ...]:
+        return (self._namespaces, self._policies, self._partitions, self._topic_policies)
 
     async def _run(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
         return await self._worker.run(functools.partial(fn, **kwargs))
 
-    async def _cached(self, cache: _ReadCache, key: str, fn: Callable[..., T], /, **kwargs: Any) -> T:
+    async def _cached(self, cache: ReadCache[T], key: str, fn: Callable[..., T], /, **kwargs: Any) -> T:
         hit = cache.get(key)
         if hit is not None:
-            return cast(T, hit)
+            return hit
         generation = cache.generation
         value = await self._run(fn, **kwargs)
         cache.put_if_current(key, value, generation)
         return value
 
-    async def _write(self, cache: _ReadCache, key: str, fn: Callable[..., T], /, **kwargs: Any) -> T:
-        cache.begin_write()
+    async def _per_namespace(self, cache: NamespaceCache[T], ns: str, fn: Callable[..., T | None]) -> T | None:
+        """The namespace's whole answer (None: too large to cache, ask per topic)."""
+        cached, value = cache.lookup(ns)
+        if cached:
+            return value
+        generation = cache.generation
+        value = await self._run(fn, ns=ns, rows_max=cache.rows_max)
+        cache.put_if_current(ns, value, generation)
+        return value
+
+    async def _write(
+        self, caches: Collection[ReadCache[Any]], key: str, fn: Callable[..., T], /, **kwargs: Any
+    ) -> T:
+        for cache in caches:
+            cache.begin_write()
         try:
             return await self._run(fn, **kwargs)
         finally:
-            cache.invalidate(key)
+            for cache in caches:
+                cache.invalidate(key)
 
     # ------------------------------------------------------------------------ clusters
 
@@ -202,7 +227,7 @@ class MetadataStore:
         if policies is not None and not isinstance(policies, dict):
             raise PreconditionFailedError("namespace policies must be a JSON object")
         await self._write(
-            self._namespaces, ns, _ops.create_namespace, ns=ns, tenant=tenant, policies=dict(policies or {})
+            self._caches, ns, _ops.create_namespace, ns=ns, tenant=tenant, policies=dict(policies or {})
         )
 
     async def namespace_exists(self, ns: str) -> bool:
@@ -216,19 +241,21 @@ class MetadataStore:
         """PreconditionFailedError while the namespace still has topics or partitioned topics.
         Topic policies and schemas left in it (of topics never created) go with it."""
         ns, _ = _check_namespace(ns)
-        await self._write(self._namespaces, ns, _ops.delete_namespace, ns=ns)
+        await self._write(self._caches, ns, _ops.delete_namespace, ns=ns)
 
     async def get_policies(self, ns: str) -> dict[str, Any]:
-        """The policies set on the namespace (Pulsar field names); unset ones are absent."""
+        """The policies set on the namespace (Pulsar field names); unset ones are absent. A fresh
+        dict each time: the caller may change it."""
         ns, _ = _check_namespace(ns)
-        return await self._run(_ops.get_policies, ns=ns)
+        text = await self._cached(self._policies, ns, _ops.get_policies_text, ns=ns)
+        return _ops.loads(text)
 
     async def set_policy(self, ns: str, key: str, value: Any) -> None:
         """Set one policy (e.g. "deduplicationEnabled"); a value of None removes it."""
         ns, _ = _check_namespace(ns)
         if not isinstance(key, str) or not key:
             raise PreconditionFailedError("policy name must be a non-empty string")
-        await self._run(_ops.set_policy, ns=ns, key=key, value=value)
+        await self._write((self._policies,), ns, _ops.set_policy, ns=ns, key=key, value=value)
 
     # ------------------------------------------------------------------------ topics
 
@@ -238,27 +265,34 @@ class MetadataStore:
             raise PreconditionFailedError(f"Partitioned topic name must not end in -partition-N: {tn}")
         name = str(tn)
         await self._write(
-            self._partitions, name, _ops.create_partitioned_topic,
+            (self._partitions,), tn.namespace, _ops.create_partitioned_topic,
             topic=name, ns=tn.namespace, partitions=_check_partitions(partitions),
         )
 
     async def get_partitions(self, topic: str) -> int:
         """Partitions of a partitioned topic; 0 for anything else (non-partitioned or unknown)."""
-        name = str(_check_topic(topic))
-        return await self._cached(self._partitions, name, _ops.get_partitions, topic=name)
+        tn = _check_topic(topic)
+        name = str(tn)
+        known = await self._per_namespace(self._partitions, tn.namespace, _ops.partitioned_of_namespace)
+        if known is not None:
+            return known.get(name, 0)
+        return await self._run(_ops.get_partitions, topic=name)
 
     async def update_partitions(self, topic: str, partitions: int) -> None:
         """Grow a partitioned topic. Fewer partitions: PreconditionFailedError; the same: no-op."""
-        name = str(_check_topic(topic))
+        tn = _check_topic(topic)
         await self._write(
-            self._partitions, name, _ops.update_partitions, topic=name, partitions=_check_partitions(partitions)
+            (self._partitions,), tn.namespace, _ops.update_partitions,
+            topic=str(tn), partitions=_check_partitions(partitions),
         )
 
     async def delete_partitioned_topic(self, topic: str) -> None:
         """Delete a partitioned topic and the rows of whichever of its partitions exist (and its
         policies and schemas, as delete_topic)."""
-        name = str(_check_topic(topic))
-        await self._write(self._partitions, name, _ops.delete_partitioned_topic, topic=name)
+        tn = _check_topic(topic)
+        await self._write(
+            (self._partitions, self._topic_policies), tn.namespace, _ops.delete_partitioned_topic, topic=str(tn)
+        )
 
     async def list_partitioned_topics(self, ns: str) -> list[str]:
         ns, _ = _check_namespace(ns)
@@ -272,15 +306,30 @@ class MetadataStore:
     async def topic_exists(self, topic: str) -> bool:
         return await self._run(_ops.topic_exists, topic=str(_check_topic(topic)))
 
+    async def open_topic(self, topic: str, create: bool) -> TopicOpen:
+        """Everything the broker checks before loading a topic, in one operation: the topic's row
+        exists (EXISTS), or was made now (CREATED: a partition of an existing partitioned topic,
+        or, with `create`, a new topic), or why not."""
+        tn = _check_topic(topic)
+        parent = tn.partitioned_parent
+        found = await self._run(
+            _ops.open_topic, topic=str(tn), ns=tn.namespace, parent=str(parent), create=create,
+        )
+        return TopicOpen(found)
+
     async def delete_topic(self, topic: str) -> None:
         """Delete a topic's row, and its topic policies and schemas unless another topic still
         carries them (a partition's are its partitioned topic's; schemas are shared by the two
         domains): deleting a topic leaves no rows (BR-8)."""
         tn = _check_topic(topic)
-        await self._run(_ops.delete_topic, topic=str(tn), policy_key=str(tn.partitioned_parent))
+        await self._write(
+            (self._topic_policies,), tn.namespace, _ops.delete_topic,
+            topic=str(tn), policy_key=str(tn.partitioned_parent),
+        )
 
     async def list_topics(self, ns: str) -> list[str]:
-        """Non-partitioned topics and the partitions that exist, both domains, sorted."""
+        """Non-partitioned topics and the partitions that exist, both domains, sorted. One
+        operation: at a million topics, prefer list_topics_page."""
         ns, _ = _check_namespace(ns)
         return await self._run(_ops.list_topics, ns=ns)
 
@@ -292,12 +341,59 @@ class MetadataStore:
             raise PreconditionFailedError(f"offset must be >= 0 and limit between 1 and {page_rows_max}")
         return await self._run(topics_page, ns=ns, search=search, offset=offset, limit=limit)
 
+    async def list_topics_page(
+        self, ns: str, after: str = "", limit: int = 1000, domain: str = "persistent"
+    ) -> list[str]:
+        """A page of the topics of one domain of a namespace (non-partitioned topics and the
+        partitions that exist), in name order: the first `limit` full names greater than `after`
+        ("" for the first page; pass the last name of a page to get the next). Each page is one
+        range scan, as cheap at the millionth topic as at the first."""
+        ns, _ = _check_namespace(ns)
+        if domain not in ("persistent", "non-persistent"):
+            raise PreconditionFailedError(f"unknown domain {domain!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise PreconditionFailedError("limit must be a positive integer")
+        return await self._run(_ops.list_topics_page, prefix=f"{domain}://{ns}/", after=after, limit=limit)
+
+    async def count_topics(self, ns: str) -> int:
+        """Rows of the namespace's topics (non-partitioned topics and partitions that exist)."""
+        ns, _ = _check_namespace(ns)
+        return await self._run(_ops.count_topics, ns=ns)
+
+    async def namespace_topic_names(self, ns: str, domains: Collection[str]) -> list[str]:
+        """The topics of a namespace as Pulsar lists them, sorted: non-partitioned topics and
+        every partition of each partitioned topic of the given domains (Pulsar creates partitions
+        eagerly, velamq lazily: they are listed all the same). Read a page at a time."""
+        ns, _ = _check_namespace(ns)
+        names: list[str] = []
+        for domain in sorted(domains):
+            after = ""
+            while True:
+                page = await self.list_topics_page(ns, after, list_page_default, domain)
+                names += page
+                if len(page) < list_page_default:
+                    break
+                after = page[-1]
+        expanded: list[str] = []
+        for parent in await self.list_partitioned_topics(ns):
+            parent_name = TopicName.parse(parent)
+            if parent_name.domain in domains:
+                partitions = await self.get_partitions(parent)
+                expanded += (str(parent_name.partition(i)) for i in range(partitions))
+        if expanded:
+            names = sorted(set(names).union(expanded))
+        return names
+
     # ------------------------------------------------------------------------ topic policies
 
     async def get_topic_policies(self, topic: str) -> dict[str, Any]:
         """Policies set on a topic (Pulsar's TopicPolicies field names, see _policies.py); {} if none
         or if there is no such topic. A partition answers with its partitioned topic's policies."""
-        key = str(_check_topic(topic).partitioned_parent)
+        parent = _check_topic(topic).partitioned_parent
+        carriers = await self._per_namespace(self._topic_policies, parent.namespace, _ops.topic_policy_names)
+        key = str(parent)
+        if carriers is not None and key not in carriers:
+            return {}
         return await self._run(_ops.get_topic_policies, policy_key=key)
 
     async def set_topic_policy(self, topic: str, key: str, value: Any) -> None:
@@ -310,7 +406,10 @@ class MetadataStore:
         if not isinstance(key, str) or not key:
             raise PreconditionFailedError("policy name must be a non-empty string")
         parent = tn.partitioned_parent
-        await self._run(_ops.set_topic_policy, policy_key=str(parent), ns=parent.namespace, key=key, value=value)
+        await self._write(
+            (self._topic_policies,), parent.namespace, _ops.set_topic_policy,
+            policy_key=str(parent), ns=parent.namespace, key=key, value=value,
+        )
 
     async def list_topic_policies(self, ns: str) -> list[str]:
         """Names (full topic names) that have topic policies in a namespace, sorted."""
@@ -336,6 +435,6 @@ class MetadataStore:
         tn = _check_topic(topic)
         name = str(tn)
         await self._write(
-            self._partitions, name, _ops.finish_deletion,
+            (self._partitions, self._topic_policies), tn.namespace, _ops.finish_deletion,
             name=name, partitioned=partitioned, policy_key=str(tn.partitioned_parent),
         )

@@ -150,6 +150,9 @@ class SqliteWorker:
                     self._execute(conn, jobs)
                 if len(jobs) != len(batch):
                     break  # _STOP: everything queued before it has run
+                # Hold nothing of a batch while waiting for the next: objects that outlive their
+                # use pin the allocator's arenas, and memory freed around them is not given back.
+                del batch, jobs
         finally:
             conn.close()
             self._deliver(loop, stopped, None, None)

@@ -121,7 +121,7 @@ class ManagedLedger:
         self._current_bytes = 0  # record bytes assigned in the current ledger (rollover by size)
         self._assigned_total = 0  # also the ordinal the next entry gets
         self._handle: LedgerHandle | None = None
-        self._reads = ReadPath(self, ctx)
+        self._reads: ReadPath | None = ReadPath(self, ctx)  # None once closed
         self._cursors: dict[str, ManagedCursor] = {}
         self._persistence = CursorPersistence(name, ml_id, self._cursors, ctx)
         self._state: Literal["open", "closing", "closed"] = "open"
@@ -169,7 +169,7 @@ class ManagedLedger:
             state_ = CursorState.from_json_bytes(raw, f"cursor {cursor_name!r} of {name}")
             cursor = ml._cursors[state_.name] = ManagedCursor.from_state(state_, ml)
             cursor.clip_to(end)
-            ml._reads.note_position(cursor.mark_delete_position)
+            ml._read_path().note_position(cursor.mark_delete_position)
         return ml
 
     def _start_ledger(self) -> None:
@@ -249,7 +249,7 @@ class ManagedLedger:
     @property
     def tail_active(self) -> bool:
         """Whether new entries go to the tail cache (the topic has an active cursor, ME-3)."""
-        return self._reads.tail_active(self._assigned_total)
+        return self._reads is not None and self._reads.tail_active(self._assigned_total)
 
     # -- the log's shape (_ledger_list answers) ------------------------------------------------
 
@@ -300,11 +300,17 @@ class ManagedLedger:
 
     async def read_entries(self, start: Position, max_entries: int) -> list[Entry]:
         """Up to max_entries durable entries from start on (inclusive), across ledgers."""
-        return await self._reads.read_entries(start, max_entries)
+        return await self._read_path().read_entries(start, max_entries)
 
     async def find_first(self, predicate: Callable[[bytes], bool]) -> Position | None:
         """Binary search for the first entry whose data satisfies a predicate monotone over the log."""
-        return await self._reads.find_first(self._list.durable_spans(), predicate)
+        return await self._read_path().find_first(self._list.durable_spans(), predicate)
+
+    def _read_path(self) -> ReadPath:
+        reads = self._reads
+        if reads is None:
+            raise LedgerClosedError(f"managed ledger {self.name} is closed")
+        return reads
 
     def check_readable(self) -> None:
         if self._state == "closed":
@@ -352,7 +358,7 @@ class ManagedLedger:
             raise ValueError(f"initial must be 'earliest' or 'latest', not {initial!r}")
         cursor = ManagedCursor(name, self, mark_delete)
         self._cursors[name] = cursor
-        self._reads.note_position(mark_delete)
+        self._read_path().note_position(mark_delete)
         await self._persistence.write_now(cursor)  # before it is handed out
         return cursor
 
@@ -409,7 +415,11 @@ class ManagedLedger:
             while entry_id >= 0 and pop(Position(state.ledger_id, entry_id)) is not None:
                 entry_id -= 1
         self._cursors.clear()
-        self._reads = ReadPath(self, self._ctx)  # drops the index hint
+        # The read path and the journal handle point back at this object: without them a closed
+        # log is freed by reference counting as soon as its owner lets go (an unloaded topic's
+        # memory comes back at once, not at the next full collection of the cyclic GC).
+        self._reads = None
+        self._handle = None
 
     async def delete(self) -> list[int]:
         """Close without persisting cursors (Storage.delete_ledger); returns the ledger ids."""

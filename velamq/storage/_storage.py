@@ -311,6 +311,22 @@ class Storage:
         finally:
             del self._opening[name]
 
+    async def open_ledger_if_exists(self, name: str) -> ManagedLedger | None:
+        """The managed ledger of that name if it exists (open, or stored), else None; nothing is
+        created. Asked together with other opens in one turn of the loop, the lookup shares their
+        trip to the database (the broker asks for a topic and its compacted store at once)."""
+        self._check_started()
+        while name in self._deleting:
+            await asyncio.shield(self._deleting[name])
+        if name in self._open or name in self._opening:
+            return await self.open_ledger(name)
+        if name in self._deleted:
+            return None
+        assert self._reader is not None
+        if await self._reader.load(name) is None:
+            return None
+        return await self.open_ledger(name)
+
     async def ledger_exists(self, name: str) -> bool:
         """Whether a managed ledger of that name exists (open, or in the storage database)."""
         self._check_started()

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
-from admin_harness import Admin, wait_until
+from admin_harness import Admin, start_admin, wait_until
 
 from velamq.admin import _metrics
-from velamq.broker import BrokerMetrics, SubscriptionMetrics, TopicMetrics
+from velamq.broker import BrokerConfig, BrokerMetrics, SubscriptionMetrics, TopicMetrics
 
 SNAPSHOT = BrokerMetrics(
     connections_active=3,
@@ -171,7 +173,13 @@ def test_metrics_render_with_pulsar_names() -> None:
     assert families["velamq_policy_checks_total"].samples == {c: 5}
 
 
-def test_metrics_endpoint_shows_the_broker(admin: Admin) -> None:
+@pytest.fixture
+def topic_level_admin(tmp_path: Path) -> Iterator[Admin]:
+    yield from start_admin(tmp_path, config=BrokerConfig(expose_topic_level_metrics=True))
+
+
+def test_metrics_endpoint_shows_each_topic_with_expose_topic_level_metrics(topic_level_admin: Admin) -> None:
+    admin = topic_level_admin
     topic = "persistent://public/default/orders"
     client = admin.client()
     consumer = client.subscribe(topic, "sub-a", subscription_type="shared")
@@ -203,6 +211,42 @@ def test_metrics_endpoint_shows_the_broker(admin: Admin) -> None:
     assert families["pulsar_out_messages_total"].samples[sub_a] == 3
     assert families["velamq_policy_checks_total"].type == "counter"
     assert any(name.startswith("velamq_storage") or name.startswith("velamq_journal") for name in families)
+
+
+def test_metrics_endpoint_sums_topics_per_namespace_by_default(admin: Admin) -> None:
+    """Pulsar's exposeTopicLevelMetricsInPrometheus=false: the loaded topics of a namespace summed,
+    no topic or subscription label, whatever the number of topics."""
+    client = admin.client()
+    consumers = [client.subscribe(f"orders-{i}", "sub-a", subscription_type="shared") for i in range(3)]
+    producer = client.create_producer("orders-0")
+    for i in range(4):
+        producer.send(b"m%d" % i)
+    consumers[0].acknowledge(consumers[0].receive(10_000))
+
+    def scrape() -> dict[str, Family]:
+        reply = admin.request("GET", "/metrics")
+        assert reply.status == 200
+        return parse_prometheus(reply.body.decode())
+
+    c = (("cluster", "standalone"),)
+    ns = (*c, ("namespace", "public/default"))
+    def settled() -> bool:
+        families = scrape()  # everything dispatched, the ack applied
+        return families["pulsar_out_messages_total"].samples.get(ns) == 4 and \
+            families["pulsar_msg_backlog"].samples.get(ns) == 3
+
+    wait_until(settled)
+    families = scrape()
+    assert families["pulsar_topics_count"].samples == {ns: 3}
+    assert families["velamq_topics_loaded"].samples == {c: 3}
+    assert families["pulsar_subscriptions_count"].samples == {ns: 3}
+    assert families["pulsar_producers_count"].samples == {ns: 1}
+    assert families["pulsar_consumers_count"].samples == {ns: 3}
+    assert families["pulsar_in_messages_total"].samples == {ns: 4}
+    assert families["pulsar_msg_backlog"].samples == {ns: 3}  # one of the four acknowledged
+    assert families["velamq_topic_entries"].samples == {ns: 4}
+    assert "pulsar_subscription_back_log" not in families
+    assert all("topic" not in dict(labels) for f in families.values() for labels in f.samples)
 
 
 def test_metrics_with_no_topics_and_special_values() -> None:

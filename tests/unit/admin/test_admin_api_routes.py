@@ -12,6 +12,7 @@ from admin_harness import Admin, Reply, start_admin
 
 from velamq.admin._http import Response
 from velamq.admin._router import Call
+from velamq.broker import BrokerConfig, _broker_admin
 
 P = "/admin/v2/persistent/public/default"
 NP = "/admin/v2/non-persistent/public/default"
@@ -114,6 +115,40 @@ def test_namespace_errors(admin: Admin) -> None:
     assert admin.request("PUT", f"{P}/keep").status == 204
     assert_error(admin.request("DELETE", "/admin/v2/namespaces/public/default"), 409)
     assert_error(admin.request("DELETE", "/admin/v2/namespaces/public/default?force=true"), 405)
+
+
+@pytest.fixture
+def force_admin(tmp_path: Path) -> Iterator[Admin]:
+    yield from start_admin(tmp_path, config=BrokerConfig(force_delete_namespace_allowed=True))
+
+
+def test_force_delete_of_a_namespace_deletes_its_topics_in_batches(
+    force_admin: Admin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """forceDeleteNamespaceAllowed: every topic goes (loaded ones with their clients, partitioned
+    ones with their partitions, more topics than a batch), then the namespace; nothing is left in
+    the metadata store or in storage."""
+    admin = force_admin
+    monkeypatch.setattr(_broker_admin, "namespace_delete_batch", 7)
+    ns_path = "/admin/v2/namespaces/public/doomed"
+    assert admin.request("PUT", ns_path).status == 204
+    base = "/admin/v2/persistent/public/doomed"
+    for i in range(20):
+        assert admin.request("PUT", f"{base}/t{i}").status == 204
+    assert admin.request("PUT", f"{base}/parted/partitions", "3").status == 204
+    assert admin.request("PUT", "/admin/v2/non-persistent/public/doomed/np").status == 204
+    client = admin.client()
+    producer = client.create_producer("persistent://public/doomed/t3")
+    producer.send(b"x")
+    client.subscribe("persistent://public/doomed/parted", "s")  # loads the partitions
+    assert admin.request("DELETE", ns_path).status == 409  # not empty, not forced
+    assert admin.request("DELETE", ns_path + "?force=true").status == 204
+    assert admin.request("GET", ns_path).status == 404
+    assert admin.run(admin.metadata.list_topics_page("public/doomed", limit=100)) == []
+    storage = admin.broker.server.storage
+    stored = admin.run(storage.ledger_names("persistent://public/doomed/", 100))
+    assert [n for n in stored if "/doomed/" in n] == []
+    assert not [t for t in admin.broker.server.broker.topics if "/doomed/" in t]
 
 
 def test_deduplication(admin: Admin) -> None:

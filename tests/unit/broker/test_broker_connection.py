@@ -38,7 +38,7 @@ def test_handshake_then_produce_and_consume(tmp_path: Path) -> None:
             assert message.message.message_id.entryId == receipt.send_receipt.message_id.entryId
             connection.connection_lost(None)
             loaded = service.loaded_topic(topic)
-            assert loaded is not None and loaded.producers == {} and loaded.subscriptions["s"].consumers == []
+            assert loaded is not None and loaded.producers == {} and not loaded.subscriptions["s"].consumers
 
     asyncio.run(main())
 

@@ -17,11 +17,13 @@ from velamq._errors import (
     NotFoundError,
     PreconditionFailedError,
 )
-from velamq.metadata import MetadataStore, partitions_max
+from velamq.metadata import MetadataStore, TopicOpen, partitions_max
 
 Body = Callable[[MetadataStore], Awaitable[Any]]
 
 T = "persistent://public/default/t"
+T_PLAIN = "persistent://public/default/plain"
+T_P = "persistent://public/default/p"
 
 
 def run(path: Path, body: Body) -> Any:
@@ -441,14 +443,96 @@ def test_cache_is_bounded(db: Path) -> None:
         await store.start()
         try:
             for i in range(50):
-                assert await store.get_partitions(f"t{i}") == 0
-            assert len(store._partitions._entries) <= 10
-            await store.create_partitioned_topic("t3", 2)
-            assert await store.get_partitions("t3") == 2
+                await store.create_namespace(f"public/n{i}")
+                assert await store.get_partitions(f"public/n{i}/t") == 0
+            assert len(store._partitions) <= 10
+            await store.create_partitioned_topic("public/n3/t", 2)
+            assert await store.get_partitions("public/n3/t") == 2
         finally:
             await store.close()
 
     asyncio.run(main())
+
+
+def test_a_million_topics_cost_one_cache_entry_per_namespace(db: Path) -> None:
+    """Partition counts and topic policies are cached per namespace, not per topic; a namespace
+    with more rows than the cache takes is asked per topic, with the same answers."""
+    async def main() -> None:
+        store = MetadataStore(db, namespace_rows_max=3)
+        await store.start()
+        try:
+            for i in range(5):
+                await store.create_partitioned_topic(f"p{i}", i + 1)
+            await store.create_topic("plain")
+            await store.set_topic_policy("plain", "messageTTLInSeconds", 7)
+            for _ in range(2):  # the first round fills the caches, the second reads them
+                assert [await store.get_partitions(f"p{i}") for i in range(5)] == [1, 2, 3, 4, 5]
+                assert await store.get_partitions("plain") == 0
+                assert await store.get_topic_policies("plain") == {"messageTTLInSeconds": 7}
+                assert await store.get_topic_policies("p1") == {}
+            assert len(store._partitions) == 1 and store._partitions.lookup("public/default") == (True, None)
+            assert store._topic_policies.lookup("public/default") == (True, frozenset({T_PLAIN}))
+            await store.set_topic_policy("p1", "messageTTLInSeconds", 9)
+            assert await store.get_topic_policies("p1-partition-0") == {"messageTTLInSeconds": 9}
+            await store.delete_partitioned_topic("p1")
+            assert await store.get_topic_policies("p1") == {}
+            assert await store.get_partitions("p1") == 0
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
+def test_policy_reads_are_fresh_copies_and_follow_writes(db: Path) -> None:
+    async def body(s: MetadataStore) -> None:
+        first = await s.get_policies("public/default")
+        first["messageTTLInSeconds"] = 1  # changing a copy changes nothing stored
+        assert await s.get_policies("public/default") == {}
+        await s.set_policy("public/default", "messageTTLInSeconds", 5)
+        assert await s.get_policies("public/default") == {"messageTTLInSeconds": 5}
+
+    run(db, body)
+
+
+def test_open_topic_checks_and_creates_in_one_operation(db: Path) -> None:
+    async def body(s: MetadataStore) -> None:
+        assert await s.open_topic("a", create=False) is TopicOpen.NOT_FOUND
+        assert not await s.topic_exists("a")
+        assert await s.open_topic("a", create=True) is TopicOpen.CREATED
+        assert await s.open_topic("a", create=False) is TopicOpen.EXISTS
+        assert await s.open_topic("public/nope/a", create=True) is TopicOpen.NO_NAMESPACE
+        await s.create_partitioned_topic("p", 2)
+        assert await s.open_topic("p", create=True) is TopicOpen.IS_PARTITIONED
+        assert await s.open_topic("p-partition-1", create=False) is TopicOpen.CREATED
+        assert await s.list_topics("public/default") == ["persistent://public/default/a", f"{T_P}-partition-1"]
+
+    run(db, body)
+
+
+def test_topic_listings_come_in_pages_of_one_domain(db: Path) -> None:
+    async def body(s: MetadataStore) -> None:
+        await s.create_namespace("public/other")
+        names = [f"persistent://public/default/t{i:03d}" for i in range(25)]
+        await asyncio.gather(*(s.create_topic(n) for n in names))
+        await s.create_topic("non-persistent://public/default/np")
+        await s.create_topic("persistent://public/other/x")
+        await s.create_namespace("public/default-2")  # a namespace whose name extends the other's
+        await s.create_topic("persistent://public/default-2/x")
+        pages: list[list[str]] = []
+        after = ""
+        while page := await s.list_topics_page("public/default", after, 10):
+            pages.append(page)
+            after = page[-1]
+        assert [len(p) for p in pages] == [10, 10, 5] and [n for p in pages for n in p] == names
+        assert await s.list_topics_page("public/default", domain="non-persistent") == [
+            "non-persistent://public/default/np"]
+        assert await s.count_topics("public/default") == 26
+        await s.create_partitioned_topic("persistent://public/default/t005x", 2)
+        listed = await s.namespace_topic_names("public/default", ("persistent",))
+        assert listed == sorted([*names, "persistent://public/default/t005x-partition-0",
+                                 "persistent://public/default/t005x-partition-1"])
+
+    run(db, body)
 
 
 # ----------------------------------------------------------------------------- concurrency

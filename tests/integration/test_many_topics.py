@@ -1,0 +1,164 @@
+"""20 000 topics on one broker (issue 10, the CI-sized version of benchmarks/topics.py).
+
+Each topic is created as a new user would: velamq's client subscribes (durable, from the earliest),
+produces one 100-byte message and closes both, 200 topics at a time, in two namespaces of 10 000. The
+broker process then shows that:
+
+- the data directory holds a handful of files, however many topics (format 1 had five per topic);
+- idle topics unload (brokerTopicIdleUnloadSeconds) and the broker's RSS falls back: by at least
+  2 KiB for each topic that was loaded (a loaded idle topic takes 4-5 KiB; the SQLite page caches,
+  which grew with the databases, stay);
+- a topic loads again transparently: the message sent before the unload is received after it;
+- deleting a namespace's 10 000 topics, then the garbage collector, gives their entry logs back, and
+  `velamq admin storage check` finds nothing orphaned.
+
+The broker runs with PYTHONMALLOC=malloc so that the memory of unloaded topics goes back to the system
+(CPython's own allocator keeps an arena while any object in it lives: docs/architecture.md, "Topic
+lifecycle"); the test then fails if unloading leaves the topics' objects alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from velamq.client import AdminClient, AsyncClient
+from velamq.testing import BrokerProcess, run_broker
+
+pytestmark = pytest.mark.timeout(240)
+
+per_namespace = 10_000
+namespaces = ("many/a", "many/b")
+in_flight = 200
+idle_unload_s = 15
+log_bytes = 256 * 1024
+PAYLOAD = b"m" * 100
+
+
+def name_of(namespace: str, i: int) -> str:
+    return f"persistent://{namespace}/t-{i:05d}"
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def metric(broker: BrokerProcess, name: str) -> float:
+    with urllib.request.urlopen(f"{broker.admin_url}/metrics", timeout=60) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(name + "{cluster=\"standalone\"}"):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.25)
+
+
+def files_in(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file()]
+
+
+async def create(url: str, names: list[str]) -> None:
+    async with AsyncClient(url, operation_timeout_s=120) as client:
+        pending = iter(names)
+
+        async def worker() -> None:
+            for name in pending:
+                consumer = await client.subscribe(name, "sub", initial_position="earliest")
+                producer = await client.create_producer(name)
+                await producer.send(PAYLOAD)
+                await producer.close()
+                await consumer.close()
+
+        await asyncio.gather(*(worker() for _ in range(in_flight)))
+
+
+async def receive_first(url: str, names: list[str]) -> list[bytes]:
+    async with AsyncClient(url, operation_timeout_s=60) as client:
+        out = []
+        for name in names:
+            consumer = await client.subscribe(name, "sub", initial_position="earliest")
+            message = await asyncio.wait_for(consumer.receive(), 30)
+            out.append(message.data())
+            await consumer.close()
+        return out
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    config = tmp_path / "broker.conf"
+    config.write_text(
+        f"brokerTopicIdleUnloadSeconds={idle_unload_s}\nforceDeleteNamespaceAllowed=true\n"
+        f"logSizeLimit={log_bytes}\ngcWaitTime=500\nminorCompactionInterval=1\nmajorCompactionInterval=2\n"
+    )
+    os.environ["PYTHONMALLOC"] = "malloc"  # the broker's (read when its interpreter starts)
+    try:
+        with run_broker(tmp_path / "data", extra_args=["--config", str(config)]) as b:
+            yield b
+    finally:
+        os.environ.pop("PYTHONMALLOC", None)
+
+
+def test_twenty_thousand_topics_unload_reload_and_give_their_space_back(broker: BrokerProcess) -> None:
+    admin = AdminClient(broker.admin_url)
+    admin.request("PUT", AdminClient.path("tenants", "many"), {"allowedClusters": ["standalone"]})
+    for ns in namespaces:
+        admin.request("PUT", AdminClient.namespace_path(ns))
+    pid = broker.pid
+    assert pid is not None
+    for ns in namespaces:
+        asyncio.run(create(broker.service_url, [name_of(ns, i) for i in range(per_namespace)]))
+    loaded = metric(broker, "velamq_topics_loaded")
+    loaded_rss = rss_bytes(pid)
+    assert loaded >= 1000  # created within the last idle period: still loaded
+    data_dir = broker.data_dir
+
+    # Files: a handful whatever the number of topics (entry logs grow with the bytes stored).
+    logs_dir = data_dir / "logs"
+    log_files = len(list(logs_dir.glob("*.log")))
+    others = [p for p in files_in(data_dir) if p.parent != logs_dir]
+    assert len(others) <= 10, sorted(str(p.relative_to(data_dir)) for p in others)
+    log_data = sum(p.stat().st_size for p in logs_dir.glob("*.log"))
+    assert log_files <= log_data // log_bytes + 2
+
+    # Unload: every topic, then the RSS falls back from its peak.
+    wait_until(lambda: metric(broker, "velamq_topics_loaded") == 0, "every topic to unload")
+    assert metric(broker, "velamq_topics_unloaded_total") >= 2 * per_namespace
+    wait_until(lambda: loaded_rss - rss_bytes(pid) >= loaded * 2048,
+               f"the RSS to fall back from {loaded_rss >> 20} MiB with {loaded:.0f} topics loaded", timeout_s=30)
+
+    # Reload: what was sent before the unload is received after it.
+    sample = random.Random(5).sample(range(per_namespace), 20)
+    assert asyncio.run(receive_first(broker.service_url, [name_of("many/b", i) for i in sample])) == [PAYLOAD] * 20
+
+    # Delete a namespace's 10 000 topics; the collector gives their entry logs back.
+    admin.request("DELETE", AdminClient.namespace_path("many/a"), query={"force": "true"})
+    wait_until(lambda: sum(p.stat().st_size for p in logs_dir.glob("*.log")) < 0.7 * log_data,
+               "the collector to reclaim the deleted topics' entry logs")
+    assert "many/a" not in admin.request("GET", AdminClient.path("namespaces", "many"))
+
+    # Until the collector has removed every log it emptied (the checker reads while the broker runs).
+    wait_until(lambda: "dead entry log" not in storage_check(data_dir).stdout, "the last dead entry log to go")
+    broker.stop()
+    check = storage_check(data_dir)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "nothing orphaned" in check.stdout
+
+
+def storage_check(data_dir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "velamq", "admin", "storage", "check", "--data-dir",
+                           str(data_dir)], capture_output=True, text=True)
