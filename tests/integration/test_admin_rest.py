@@ -22,8 +22,11 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
-def broker() -> Iterator[BrokerProcess]:
-    with run_broker() as b:
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    # Per-topic samples on /metrics (Pulsar's default is per namespace): the metrics test reads them.
+    config = tmp_path_factory.mktemp("admin-rest") / "broker.conf"
+    config.write_text("exposeTopicLevelMetricsInPrometheus=true\n")
+    with run_broker(extra_args=["--config", str(config)]) as b:
         yield b
 
 

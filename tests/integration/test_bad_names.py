@@ -78,7 +78,9 @@ def test_non_utf8_fields_are_refused_and_nothing_is_registered_or_stored(tmp_pat
 
 def test_odd_names_go_through_and_admin_json_answers(tmp_path: Path, make_client: Any) -> None:
     odd = 'p"\\\u2028\u0001é☃'
-    with run_broker(tmp_path / "data") as broker:
+    config = tmp_path / "broker.conf"
+    config.write_text("exposeTopicLevelMetricsInPrometheus=true\n")  # the odd topic name appears on /metrics
+    with run_broker(tmp_path / "data", extra_args=["--config", str(config)]) as broker:
         client = make_client(broker.service_url)
         local = "odd-é"
         producer = client.create_producer(NS + local, producer_name=odd, properties={"k\u0000": "v\u2029"})

@@ -273,9 +273,9 @@ class BrokerService:
         if found is TopicOpen.IS_PARTITIONED:
             raise BrokerRequestError(pb.NotAllowedError, f"{full} is a partitioned topic; use its partitions")
         if found is TopicOpen.OUT_OF_RANGE:
-            raise BrokerRequestError(
-                pb.NotAllowedError, f"{full} is beyond the partitions of {name.partitioned_parent}"
-            )
+            parent = name.partitioned_parent
+            partitions = await self.metadata.get_partitions(str(parent))
+            raise BrokerRequestError(pb.NotAllowedError, f"{full} is beyond the {partitions} partitions of {parent}")
         if found is TopicOpen.NOT_FOUND:
             raise BrokerRequestError(pb.TopicNotFound, f"topic {full} does not exist")
         store_name = compacted_store_name(full)
