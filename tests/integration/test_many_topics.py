@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -168,9 +169,15 @@ def test_twenty_thousand_topics_unload_reload_and_give_their_space_back(broker: 
     # Until the collector has removed every log it emptied (the checker reads while the broker runs).
     wait_until(lambda: "dead entry log" not in storage_check(data_dir).stdout, "the last dead entry log to go")
     broker.stop()
+    # Offline: nothing orphaned. A log the collector emptied after the last online check may still
+    # be there (its next pass removes it): reclaimable garbage, not an inconsistency.
     check = storage_check(data_dir)
-    assert check.returncode == 0, check.stdout + check.stderr
-    assert "nothing orphaned" in check.stdout
+    if check.returncode != 0:
+        found = re.search(r"(\d+) found", check.stdout)
+        dead_logs = check.stdout.count("dead entry log")
+        assert found is not None and int(found.group(1)) == dead_logs > 0, check.stdout + check.stderr
+    else:
+        assert "nothing orphaned" in check.stdout
 
 
 def storage_check(data_dir: Path) -> subprocess.CompletedProcess[str]:
