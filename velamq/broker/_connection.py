@@ -73,9 +73,13 @@ class ServerConnection(asyncio.Protocol):
     and consumers the client opened on it (through ProducerCommands and ConsumerCommands) and
     detaches them when the socket goes; one bad frame closes this connection and nothing else."""
 
-    def __init__(self, broker: BrokerContext, release: Callable[[], None] | None = None) -> None:
-        """`release` gives the connection's place under the listener's caps back when it closes."""
+    def __init__(
+        self, broker: BrokerContext, release: Callable[[], None] | None = None, *, tls: bool = False
+    ) -> None:
+        """`release` gives the connection's place under the listener's caps back when it closes;
+        `tls`: it came in on the TLS port (brokerServicePortTls)."""
         self._broker = broker
+        self.tls = tls
         self._release = release
         self.state = State.AWAIT_CONNECT
         self.protocol_version = 0
