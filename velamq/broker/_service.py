@@ -29,6 +29,7 @@ from velamq import __version__, _limits
 from velamq._clock import Clock, system_clock
 from velamq._log_limit import RateLimitedLog
 from velamq._topic_name import TopicName
+from velamq.broker._auth_connection import AuthRefresher
 from velamq.broker._compaction import CompactedView, compacted_store_name
 from velamq.broker._config import BrokerConfig
 from velamq.broker._connection import ServerConnection
@@ -134,6 +135,9 @@ class BrokerService:
         self.broker_port_tls = security.broker_port_tls
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         self._connections: set[ServerConnection] = set()
+        self.auth_refresher = AuthRefresher(
+            clock, security.authentication_refresh_check_s, lambda: self._connections
+        )
         self._connections_opened = 0
         self._producer_counter = itertools.count()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -415,6 +419,8 @@ class BrokerService:
             )
             self.broker_port_tls = self._listener_tls.start(self.config.bind_address, self.broker_port_tls)
         self.policy_tasks.start()
+        if self.authentication is not None:
+            self.auth_refresher.start()
         self.rate_history.start()
         self.idle_unloader.start()
 
@@ -426,6 +432,7 @@ class BrokerService:
         await self.disk_guard.close()
         self.network.close()
         await self.policy_tasks.close()
+        await self.auth_refresher.close()
         await self.rate_history.close()
         await self.idle_unloader.close()
         for connection in list(self._connections):
