@@ -210,9 +210,13 @@ class BrokerService:
             "velamq_broker_log_lines_suppressed_total": self.log_limit.suppressed_total,
             "velamq_broker_topics_deleting": len(self.deleting),
         }
-        for listener in (self._listener, self._listener_tls):
-            if listener is not None:
-                limits |= listener.metrics()
+        listeners = [x for x in (self._listener, self._listener_tls) if x is not None]
+        if listeners:  # both share the connection caps; their own counters add up
+            limits |= listeners[0].metrics()
+            limits["velamq_broker_accept_errors_total"] = sum(x.accept_errors_total for x in listeners)
+            limits["velamq_broker_tls_handshake_failures_total"] = sum(
+                x.tls_handshake_failures_total for x in listeners
+            )
         return limits
 
     def close_producers(self, reason: str) -> None:
