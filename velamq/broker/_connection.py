@@ -50,7 +50,7 @@ from velamq import _limits
 from velamq._errors import InvalidTopicNameError, ProtocolError
 from velamq._topic_name import TopicName
 from velamq.broker._auth_connection import ConnectionAuth, RefreshStep, refused_reply
-from velamq.broker._command_authz import denial
+from velamq.broker._command_authz import CHECKED_COMMANDS, denial
 from velamq.broker._consumer import ServerConsumer
 from velamq.broker._consumer_commands import ConsumerCommands
 from velamq.broker._context import BrokerContext
@@ -289,7 +289,7 @@ class ServerConnection(asyncio.Protocol):
             self._reply_error(command, request_id, code, message)
             return
         model = self._broker.authorization
-        if model is not None:
+        if model is not None and command.type in CHECKED_COMMANDS:
             refused = denial(model, self.auth.role, command, self._consumers.topic_of)
             if refused is not None:
                 self._reply_error(command, _request_id(command), pb.AuthorizationError, refused)
