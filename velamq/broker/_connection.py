@@ -349,6 +349,7 @@ class ServerConnection(asyncio.Protocol):
         self._broker.log_limit.warning(
             "authentication-refused", "refusing connection %s (role %s): %s", self.remote_address, self.auth.role, exc
         )
+        self._broker.auth_counters.refused_total += 1
         self.send_command(refused_reply())
         self.close()
 
@@ -357,6 +358,9 @@ class ServerConnection(asyncio.Protocol):
             self.auth.respond(frame.command.authResponse)
         except AuthenticationError as exc:
             self._refuse_credentials(exc)
+            return
+        if self.auth.enabled:
+            self._broker.auth_counters.refreshed_total += 1
 
     def refresh_auth(self, now_ms: int) -> None:
         """The broker's periodic check (AuthRefresher): challenge expired credentials, or close."""
@@ -367,6 +371,7 @@ class ServerConnection(asyncio.Protocol):
             challenge = self.auth.challenge()
             challenge.authChallenge.server_version = self._broker.server_version
             challenge.authChallenge.protocol_version = self.protocol_version
+            self._broker.auth_counters.challenges_total += 1
             self.send_command(challenge)
         elif step is not RefreshStep.NOTHING:
             self._broker.log_limit.info(
