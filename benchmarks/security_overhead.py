@@ -88,10 +88,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batched", type=int, default=300_000, help="messages in the batched run")
     ap.add_argument("--unbatched", type=int, default=50_000, help="messages in the unbatched run")
     ap.add_argument("--size", type=int, default=100, help="payload bytes per message")
+    ap.add_argument("--secured-first", action="store_true", help="run the secured broker first (order bias)")
     args = ap.parse_args(argv)
+    brokers = [("plain", plain_broker), ("TLS + token + authorization", secured_broker)]
+    if args.secured_first:
+        brokers.reverse()
     results: dict[str, list[Row]] = {}
     with tempfile.TemporaryDirectory(prefix="velamq-bench-security-") as tmp:
-        for name, broker in (("plain", plain_broker), ("TLS + token + authorization", secured_broker)):
+        for name, broker in brokers:
             directory = Path(tmp) / name.split()[0]
             directory.mkdir()
             with broker(directory) as (url, pid, options):
