@@ -10,6 +10,7 @@ import pytest
 
 from velamq.broker import BrokerConfig
 from velamq.security import SECURITY_KEYS, TOKEN_PROVIDER, SecurityConfigError
+from velamq.server import VelamqServer
 from velamq.testing._certs import make_test_pki
 
 
@@ -107,3 +108,24 @@ def test_a_broker_needs_one_binary_port(tmp_path: Path) -> None:
     conf.write_text("brokerServicePort=\n")
     with pytest.raises(ValueError, match="brokerServicePortTls"):
         BrokerConfig.from_file(conf)
+
+
+@pytest.mark.parametrize(
+    ("lines", "setting"),
+    [
+        (f"authenticationEnabled=true\nauthenticationProviders={TOKEN_PROVIDER}\ntokenSecretKey=file:///nonexistent/k\n",
+         "tokenSecretKey"),
+        ("brokerServicePortTls=6651\ntlsCertificateFilePath=missing.pem\ntlsKeyFilePath=missing.key\n",
+         "tlsCertificateFilePath"),
+        ("authenticationEnabled=true\nauthenticationProviders=org.example.Custom\n", "authenticationProviders"),
+    ],
+)
+def test_unusable_security_settings_stop_the_server_at_build_naming_the_key(
+    tmp_path: Path, lines: str, setting: str
+) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"dataDir={tmp_path / 'data'}\n{lines}")
+    config = BrokerConfig.from_file(conf)
+    with pytest.raises(SecurityConfigError) as refused:
+        VelamqServer(config)
+    assert refused.value.setting == setting
