@@ -121,7 +121,7 @@ class AdminServer:
         *,
         advertised_address: str | None = None,
         timeout_s: float = _limits.admin_timeout_s,
-        max_connections: int = connections_max,
+        max_connections: int | None = None,
         authentication: AuthenticationService | None = None,
         authorization: AuthorizationModel | None = None,
         security: SecuritySettings | None = None,
@@ -131,7 +131,7 @@ class AdminServer:
         self._advertised_address = advertised_address or host
         self._requested_port = port
         self._timeout_s = timeout_s
-        self._max_connections = max_connections
+        self._max_connections = connections_max if max_connections is None else max_connections
         self._router = build_router()
         self._security = AdminSecurity(authentication, authorization, security)
         self._tls_port_requested = security.web_port_tls if security is not None and security.tls else None
