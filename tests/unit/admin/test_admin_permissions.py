@@ -71,6 +71,10 @@ def test_topic_grants_merge_with_the_namespace_and_revoke_only_at_topic_level(se
     assert status(secured, "GET", f"{TOPIC}/subscriptions", "reader") == 403
     again = secured.as_superuser("DELETE", f"{TOPIC}/permissions/reader")
     assert again.status == 412 and again.json() == {"reason": "Permissions are not set at the topic level"}
+    # deleting the topic drops its own grants (the namespace's stay)
+    assert secured.as_superuser("DELETE", f"{TOPIC}?force=true").status == 204
+    assert secured.as_superuser("GET", f"{TOPIC}/permissions").json() == {"app": ["produce"]}
+    assert not secured.model.allowed("app", AuthAction.consume, FULL)
     # the non-persistent domain has the same routes
     assert secured.as_superuser("GET", "/admin/v2/non-persistent/public/default/np/permissions").json() == {
         "app": ["produce"],
