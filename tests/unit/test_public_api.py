@@ -21,10 +21,10 @@ PUBLIC_API: dict[str, list[str]] = {
         "PreconditionFailedError", "ProtocolError", "ServerError", "StorageError", "VelamqError", "__version__",
     ],
     "velamq.client": [
-        "AdminClient", "AdminError", "AdminReply", "AlreadyClosedError", "AsyncClient", "AuthenticationError",
-        "AuthorizationError", "AvroSchema", "BatchReceivePolicy", "BlockingConsumer", "BlockingOrderedConsumer",
+        "AdminClient", "AdminError", "AdminReply", "AlreadyClosedError", "AsyncClient", "Authentication",
+        "AuthenticationBasic", "AuthenticationError", "AuthenticationTLS", "AuthenticationToken", "AuthorizationError", "AvroSchema", "BatchReceivePolicy", "BlockingConsumer", "BlockingOrderedConsumer",
         "BlockingProducer", "BlockingReader", "BrokerError", "BytesSchema", "ChecksumError", "Client", "ClientConfig",
-        "ConnectError", "Consumer", "ConsumerAssignError", "ConsumerBusyError", "ConsumerConfig",
+        "ConnectAuthenticationError", "ConnectError", "ConnectionSecurity", "CredentialsError", "Consumer", "ConsumerAssignError", "ConsumerBusyError", "ConsumerConfig",
         "ConsumerNotFoundError", "DeadLetterPolicy", "IncompatibleSchemaError", "InvalidConfigurationError",
         "InvalidTopicError", "JsonSchema", "KeySharedPolicy", "MemoryBufferIsFullError", "Message", "MessageId",
         "MessageRouter", "MessageTooBigError", "Messages", "NotAllowedError", "OperationTimeoutError",
@@ -32,7 +32,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "ProducerBlockedQuotaExceededError", "ProducerBusyError", "ProducerConfig", "ProducerFencedError",
         "ProducerInterceptor", "ProducerMessage", "ProducerQueueIsFullError", "Reader", "ReceivedBatch", "Record",
         "Schema", "SendTimeoutError", "ServiceNotReadyError", "StringSchema", "SubscriptionNotFoundError",
-        "TooManyRequestsError", "TopicNotFoundError", "TopicTerminatedError", "boost_hash", "error_from_server",
+        "TlsHandshakeError", "TooManyRequestsError", "TopicNotFoundError", "TopicTerminatedError", "boost_hash", "error_from_server",
         "java_string_hash", "murmur3_32_hash", "sign_safe_mod",
     ],
     "velamq.protocol": [

@@ -8,6 +8,13 @@ and every producer, consumer and reader it made; closing it closes them all.
 
 Options are given as keyword arguments with Pulsar's names in snake_case, or as a ProducerConfig /
 ConsumerConfig (keywords then override its fields).
+
+A secured broker, with the official client's option names:
+
+    AsyncClient("pulsar+ssl://broker:6651", authentication=AuthenticationToken(token_or_supplier),
+                tls_trust_certs_file_path="ca.pem", tls_validate_hostname=True)
+    AsyncClient("pulsar+ssl://broker:6651", authentication=AuthenticationTLS("me.pem", "me-key.pem"),
+                tls_trust_certs_file_path="ca.pem")          # mutual TLS: the role is the CN
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from velamq.client._consumer import Consumer
 from velamq.client._errors import AlreadyClosedError, InvalidConfigurationError, OperationTimeoutError, is_retriable
 from velamq.client._lookup import LookupService
 from velamq.client._message import MessageId
-from velamq.client._pool import ConnectionPool, parse_service_url
+from velamq.client._pool import ConnectionPool, parse_service_url, uses_tls
 from velamq.client._producer import Producer
 from velamq.client._reader import Reader
 
@@ -66,6 +73,8 @@ class AsyncClient:
         self.config = config
         self.clock = clock
         self.pool = ConnectionPool(config)
+        if uses_tls(service_url):
+            self.pool.ssl_context()  # unreadable TLS files fail here, not at the first connection
         self.request_ids: itertools.count[int] = itertools.count()
         self._producer_ids: itertools.count[int] = itertools.count()
         self._consumer_ids: itertools.count[int] = itertools.count()

@@ -1,7 +1,8 @@
 """Binary-protocol discovery: partitioned metadata, topic lookup with redirects, namespace topics.
 
     PARTITIONED_METADATA  -> partitions (0: not a partitioned topic)
-    LOOKUP                -> Connect: use brokerServiceUrl (through the service URL when
+    LOOKUP                -> Connect: use brokerServiceUrl, or brokerServiceUrlTls when the service
+                                      URL is pulsar+ssl:// (through the service URL when
                                       proxy_through_service_url); Redirect: ask that broker again,
                                       with its authoritative flag, at most max_lookup_redirects times
     GET_TOPICS_OF_NAMESPACE -> the namespace's topics (pattern subscriptions filter them here)
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 from velamq.client._config import ClientConfig
 from velamq.client._errors import ConnectError
-from velamq.client._pool import ConnectionPool
+from velamq.client._pool import ConnectionPool, uses_tls
 from velamq.protocol import pb
 
 T = pb.BaseCommand
@@ -37,6 +38,7 @@ class LookupService:
         self.service_url = service_url
         self.config = config
         self._request_ids = request_ids
+        self._tls = uses_tls(service_url)
 
     def new_request_id(self) -> int:
         return next(self._request_ids)
@@ -61,7 +63,7 @@ class LookupService:
             command.lookupTopic.request_id = request_id
             command.lookupTopic.authoritative = authoritative
             reply = (await connection.request(command, request_id)).lookupTopicResponse
-            target = reply.brokerServiceUrl or url
+            target = self._target(topic, reply) or url
             if reply.response == pb.CommandLookupTopicResponse.Redirect:
                 url = target
                 authoritative = reply.authoritative
@@ -70,6 +72,16 @@ class LookupService:
                 return BrokerAddress(target, self.service_url)
             return BrokerAddress(target, target)
         raise ConnectError(f"lookup of {topic} redirected more than {self.config.max_lookup_redirects} times")
+
+    def _target(self, topic: str, reply: pb.CommandLookupTopicResponse) -> str:
+        """A TLS client stays on TLS: the broker's TLS URL, never a plain one (no silent downgrade)."""
+        if not self._tls:
+            return reply.brokerServiceUrl
+        if reply.brokerServiceUrlTls:
+            return reply.brokerServiceUrlTls
+        if not reply.brokerServiceUrl or uses_tls(reply.brokerServiceUrl):
+            return reply.brokerServiceUrl
+        raise ConnectError(f"lookup of {topic}: the broker has no TLS address (only {reply.brokerServiceUrl})")
 
     async def get_schema(self, topic: str, version: bytes | None = None) -> pb.CommandGetSchemaResponse:
         """A version of the topic's schema (None: the latest). The broker's refusal (TopicNotFound
