@@ -18,11 +18,14 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from velamq.client._auth import Authentication
 from velamq.client._errors import InvalidConfigurationError
 from velamq.client._tls_context import client_ssl_context
+
+if TYPE_CHECKING:
+    from velamq.client._admin_client import AdminClient
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +69,11 @@ class ConnectionSecurity:
             options["tls_private_key_file_path"] = self.tls_private_key_file_path
         return options
 
-    def admin_client(self, admin_url: str, **kwargs: Any) -> Any:
+    def admin_client(self, admin_url: str, **kwargs: Any) -> AdminClient:
         """velamq's AdminClient for `admin_url` with these credentials and TLS settings."""
-        from velamq.client._admin_client import AdminClient  # the admin client imports this module
+        from velamq.client._admin_client import AdminClient as Admin  # it imports this module
 
-        return AdminClient(admin_url, security=self, **kwargs)
+        return Admin(admin_url, security=self, **kwargs)
 
 
 def ssl_context_for(
