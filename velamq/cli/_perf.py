@@ -127,6 +127,8 @@ def shares(total: int, weights: list[int]) -> list[int]:
 
 
 def build_plans(args: argparse.Namespace) -> tuple[list[WorkerPlan], StopRule, RunShape]:
+    if getattr(args, "security", None) is None:
+        resolve_connection(args)
     command = args.perf_command
     topics = topic_names(args)
     producing = command in ("produce", "end-to-end")
