@@ -32,6 +32,7 @@ from velamq._log_limit import RateLimitedLog
 from velamq.admin import AdminServer
 from velamq.broker import BrokerAdmin, BrokerConfig, BrokerService, DiskUsage
 from velamq.metadata import MetadataStore
+from velamq.security import AuthenticationService, AuthorizationModel, build_authentication_service
 from velamq.storage import Storage, StorageConfig
 
 log = logging.getLogger("velamq.server")
@@ -95,6 +96,15 @@ class VelamqServer:
         self.clock = clock
         self.storage = Storage(storage_config(config), clock)
         self.metadata = MetadataStore(config.data_dir / "metadata.db")
+        # One of each for the whole process, shared by the binary port and the admin API. A bad
+        # key or password file fails here, at start.
+        security = config.security
+        self.authentication: AuthenticationService | None = build_authentication_service(security, clock=clock)
+        self.authorization: AuthorizationModel | None = None
+        if security.authorization_enabled:
+            self.authorization = AuthorizationModel(
+                security.super_user_roles, allow_wildcards=security.authorization_allow_wildcards_matching
+            )
         self.broker = BrokerService(
             config,
             self.storage,
@@ -102,6 +112,8 @@ class VelamqServer:
             clock,
             storage_health=StorageWriteHealth(self.storage),
             disk_stat=disk_stat,
+            authentication=self.authentication,
+            authorization=self.authorization,
         )
         self._asyncio_log = RateLimitedLog(logging.getLogger("asyncio"), clock)
         limits = {} if admin_connections_max is None else {"max_connections": admin_connections_max}
@@ -123,8 +135,19 @@ class VelamqServer:
         return self.admin.web_service_url
 
     @property
+    def service_url_tls(self) -> str | None:
+        return self.broker.service_url_tls
+
+    @property
     def broker_port(self) -> int:
+        """The plain binary port (a LookupError on a TLS-only broker)."""
+        if self.broker.broker_port is None:
+            raise LookupError("this broker has no plain binary port (brokerServicePort is empty)")
         return self.broker.broker_port
+
+    @property
+    def broker_port_tls(self) -> int | None:
+        return self.broker.broker_port_tls
 
     @property
     def http_port(self) -> int:
@@ -134,6 +157,8 @@ class VelamqServer:
         asyncio.get_running_loop().set_exception_handler(self._asyncio_error)
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         await self.metadata.start()
+        if self.authorization is not None:
+            await load_authorization(self.authorization, self.metadata)
         await self.storage.start()
         await self.broker.start()
         await self.admin.start()
@@ -152,6 +177,15 @@ class VelamqServer:
         message = str(context.get("message", "asyncio error"))
         exc = context.get("exception")
         self._asyncio_log.error(f"{message}:{type(exc).__name__}", "%s: %r", message, exc)
+
+
+async def load_authorization(model: AuthorizationModel, metadata: MetadataStore) -> None:
+    """Every tenant's adminRoles and every namespace's auth_policies, read once at start; from then
+    on whoever changes them (the admin API) updates the model as well."""
+    for tenant in await metadata.list_tenants():
+        model.load_tenant(tenant, await metadata.get_tenant(tenant))
+        for namespace in await metadata.list_namespaces(tenant):
+            model.load_namespace(namespace, await metadata.get_policies(namespace))
 
 
 class StorageWriteHealth:

@@ -19,16 +19,36 @@ docs/operations.md lists every limit and threshold and what the broker does at e
 The storage's entry logs and garbage collector take BookKeeper's key names (bookkeeper.conf):
 gcWaitTime (ms), minorCompactionThreshold, minorCompactionInterval (s), majorCompactionThreshold,
 majorCompactionInterval (s), compactionRateByBytes, logSizeLimit (bytes), flushInterval (ms).
+
+Security (docs/security.md) takes Pulsar's keys as they are (velamq.security.SECURITY_KEYS:
+brokerServicePortTls, webServicePortTls, tls*, authenticationEnabled, authenticationProviders,
+authorizationEnabled, superUserRoles, anonymousUserRole, token*, basicAuthConf, ...); they become
+`config.security`, a velamq.security.SecuritySettings. `brokerServicePort=` left empty means no
+plain binary port (a TLS-only broker), as in Pulsar.
+
+A real Pulsar standalone.conf / broker.conf is accepted as it is: the keys velamq does not use are
+ignored, as Pulsar ignores keys it does not know, and listed in one log line at start (with a
+"did you mean" for a near miss of a key velamq does use, so a misspelt security key is noticed).
+
+Relative paths of the TLS files and basicAuthConf are taken from the config file's directory; when
+no such file is there but one is under the working directory (where Pulsar resolves them, e.g. the
+official suite's `tlsCertificateFilePath=test-conf/broker-cert.pem`), that one.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+import difflib
+import logging
+import re
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from velamq import _limits
+from velamq.security import SECURITY_KEYS, SecuritySettings
 from velamq.storage import StorageConfig
+
+log = logging.getLogger(__name__)
 
 _STORAGE = StorageConfig(data_dir=Path("."))  # the storage's defaults
 
@@ -82,7 +102,7 @@ class BrokerConfig:
     policy defaults. Immutable; with_overrides() and from_file() make changed copies."""
 
     data_dir: Path = Path("./data")
-    broker_port: int = 6650
+    broker_port: int | None = 6650  # None: no plain pulsar:// port (brokerServicePort= empty)
     http_port: int = 8080
     bind_address: str = "0.0.0.0"
     advertised_address: str = "localhost"
@@ -142,6 +162,8 @@ class BrokerConfig:
     gc_major_threshold: float = _STORAGE.gc_major_threshold
     gc_major_interval_s: float = _STORAGE.gc_major_interval_s
     gc_bytes_per_s: int = _STORAGE.gc_bytes_per_s
+    # TLS ports, authentication and authorization under Pulsar's keys (docs/security.md).
+    security: SecuritySettings = field(default_factory=SecuritySettings)
 
     def __post_init__(self) -> None:
         if not 0 < self.disk_usage_lwm_threshold <= self.disk_usage_threshold <= 1:
@@ -154,6 +176,8 @@ class BrokerConfig:
             raise ValueError("expected 0 <= writeBufferLowWaterMarkBytes <= writeBufferHighWaterMarkBytes")
         if self.handshake_timeout_s <= 0 or self.disk_check_interval_ms <= 0:
             raise ValueError("connectionHandshakeTimeoutSeconds and diskCheckInterval must be positive")
+        if self.broker_port is None and self.security.broker_port_tls is None:
+            raise ValueError("no binary port: set brokerServicePort or brokerServicePortTls")
 
     @property
     def frame_bytes_max(self) -> int:
@@ -164,25 +188,74 @@ class BrokerConfig:
 
     @classmethod
     def from_file(cls, path: Path, base: BrokerConfig | None = None) -> BrokerConfig:
+        """The settings of a key=value file over `base`. Security keys replace base.security as a
+        whole when the file has any; keys velamq does not use are logged once and ignored."""
         base = base or cls()
         types = {f.name: f.type for f in fields(cls)}
         values: dict[str, Any] = {}
+        security: dict[str, str] = {}
+        ignored: list[str] = []
         for lineno, raw in enumerate(path.read_text().splitlines(), 1):
-            line = raw.split("#", 1)[0].strip()
-            if not line:
+            line = raw.strip()
+            if not line or line.startswith(("#", "!")):
                 continue
             if "=" not in line:
                 raise ValueError(f"{path}:{lineno}: expected key=value, got {raw!r}")
             key, value = (part.strip() for part in line.split("=", 1))
+            value = _INLINE_COMMENT.sub("", value)
+            if key in SECURITY_KEYS:
+                security[key] = value
+                continue
             name = _KEYS.get(key, key)
-            if name not in types:
-                raise ValueError(f"{path}:{lineno}: unknown setting {key!r}")
+            if name not in types or name == "security":
+                ignored.append(key)
+                continue
+            if name in _OPTIONAL_PORTS and not value:
+                values[name] = None
+                continue
             values[name] = _convert(str(types[name]), value, f"{path}:{lineno}")
+        if ignored:
+            _log_ignored(path, ignored)
+        if security:
+            values["security"] = SecuritySettings.from_properties(_resolve_paths(security, path.parent), path.parent)
         return replace(base, **values)
+
+
+# velamq's files allow a comment after a value ("x=1   # why"); a '#' inside a value stays.
+_INLINE_COMMENT: Final = re.compile(r"\s+#.*$")
+# Keys whose empty value means "no such port" (Pulsar's Optional<Integer> ports).
+_OPTIONAL_PORTS: Final = frozenset({"broker_port"})
+# Security keys that name a file (relative to the config file, see the module docstring).
+_PATH_KEYS: Final = ("tlsCertificateFilePath", "tlsKeyFilePath", "tlsTrustCertsFilePath", "basicAuthConf")
+
+
+def _resolve_paths(props: dict[str, str], config_dir: Path) -> dict[str, str]:
+    resolved = dict(props)
+    for key in _PATH_KEYS:
+        value = props.get(key, "").strip()
+        if not value or "://" in value or value.startswith("data:") or Path(value).is_absolute():
+            continue
+        beside, here = config_dir / value, Path.cwd() / value
+        resolved[key] = str(here if not beside.exists() and here.exists() else beside)
+    return resolved
+
+
+def _log_ignored(path: Path, ignored: list[str]) -> None:
+    known = [*_KEYS, *SECURITY_KEYS]
+    hints = []
+    for key in ignored:
+        near = difflib.get_close_matches(key, known, n=1, cutoff=0.85)
+        if near:
+            hints.append(f"{key} (did you mean {near[0]}?)")
+    level = logging.WARNING if hints else logging.INFO
+    extra = f"; close to settings velamq uses: {', '.join(hints)}" if hints else ""
+    log.log(level, "%s: %d settings velamq does not use, ignored: %s%s", path, len(ignored), ", ".join(ignored), extra)
 
 
 def _convert(type_name: str, value: str, where: str) -> Any:
     try:
+        if type_name.endswith("| None"):
+            type_name = type_name.removesuffix("| None").strip()
         if "Path" in type_name:
             return Path(value)
         if type_name == "bool":

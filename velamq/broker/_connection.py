@@ -4,10 +4,15 @@ Lifecycle (state table):
 
     state            command                      next state    action
     AWAIT_CONNECT    CONNECT                      CONNECTED     reply CONNECTED (version, max size)
+    AWAIT_CONNECT    CONNECT, credentials refused CLOSED        ERROR(AuthenticationError), close
     AWAIT_CONNECT    anything else                CLOSED        close: the client must connect first
     AWAIT_CONNECT    a frame over 64 KiB          CLOSED        close (only CONNECT may come first)
     AWAIT_CONNECT    handshake timeout (clock)    CLOSED        close
     CONNECTED        a handled command            CONNECTED     handle it
+    CONNECTED        a command the role may not   CONNECTED     refuse the request (AuthorizationError)
+                     run (authorizationEnabled)
+    CONNECTED        credentials expired (clock)  CONNECTED     AUTH_CHALLENGE; unanswered or refused
+                                                                AUTH_RESPONSE: close
     CONNECTED        a string field not UTF-8     CONNECTED     refuse the request (ERROR), or close
                                                                 if it has no request id
     CONNECTED        bad frame / unknown command  CLOSED        log, close this connection only (OP-6)
@@ -19,7 +24,9 @@ module keeps discovery (PARTITIONED_METADATA, LOOKUP, GET_TOPICS_OF_NAMESPACE, G
 GET_OR_CREATE_SCHEMA) and turns a handler's refusal (BrokerRequestError) into the reply the client
 expects.
 
-The handshake deadline and the keep-alive are _liveness.py's (Liveness). Writes, water marks and
+Authentication (CONNECT, AUTH_CHALLENGE/AUTH_RESPONSE) is _auth_connection.py's; the per-command
+authorization table is _command_authz.py's. The handshake deadline and the keep-alive are
+_liveness.py's (Liveness). Writes, water marks and
 read pauses are _transport_flow.py's (TransportFlow): every frame produced
 during one loop iteration goes out in one write, dispatch stops while the connection is not
 writable, and reading stops while the publish buffer is full or partial frames are over their
@@ -42,6 +49,8 @@ from typing import Any
 from velamq import _limits
 from velamq._errors import InvalidTopicNameError, ProtocolError
 from velamq._topic_name import TopicName
+from velamq.broker._auth_connection import ConnectionAuth, RefreshStep, refused_reply
+from velamq.broker._command_authz import denial
 from velamq.broker._consumer import ServerConsumer
 from velamq.broker._consumer_commands import ConsumerCommands
 from velamq.broker._context import BrokerContext
@@ -54,6 +63,7 @@ from velamq.broker._text_fields import non_utf8_field
 from velamq.broker._transport_flow import TransportFlow
 from velamq.metadata import encode_version
 from velamq.protocol import Frame, FrameDecoder, encode_command, pb
+from velamq.security import AuthenticationError
 from velamq.storage import PublishBuffer
 
 log = logging.getLogger(__name__)
@@ -73,9 +83,14 @@ class ServerConnection(asyncio.Protocol):
     and consumers the client opened on it (through ProducerCommands and ConsumerCommands) and
     detaches them when the socket goes; one bad frame closes this connection and nothing else."""
 
-    def __init__(self, broker: BrokerContext, release: Callable[[], None] | None = None) -> None:
-        """`release` gives the connection's place under the listener's caps back when it closes."""
+    def __init__(
+        self, broker: BrokerContext, release: Callable[[], None] | None = None, *, tls: bool = False
+    ) -> None:
+        """`release` gives the connection's place under the listener's caps back when it closes;
+        `tls`: it came in on the TLS port (brokerServicePortTls)."""
         self._broker = broker
+        self.tls = tls
+        self.auth = ConnectionAuth(broker.authentication, None)
         self._release = release
         self.state = State.AWAIT_CONNECT
         self.protocol_version = 0
@@ -103,7 +118,7 @@ class ServerConnection(asyncio.Protocol):
             T.GET_TOPICS_OF_NAMESPACE: self._spawn(self._on_get_topics),
             T.GET_SCHEMA: self._spawn(self._on_get_schema),
             T.GET_OR_CREATE_SCHEMA: self._spawn(self._on_get_or_create_schema),
-            T.AUTH_RESPONSE: lambda f: None,
+            T.AUTH_RESPONSE: self._on_auth_response,
             T.PRODUCER: self._spawn(self._producers.on_producer),
             T.SEND: self._producers.on_send,
             T.CLOSE_PRODUCER: self._producers.on_close_producer,
@@ -130,6 +145,9 @@ class ServerConnection(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peer = transport.get_extra_info("peername")
         self.remote_address = f"{peer[0]}:{peer[1]}" if peer else "?"
+        ssl_object = transport.get_extra_info("ssl_object") if self.tls else None
+        if ssl_object is not None:
+            self.auth.peer_cert_der = ssl_object.getpeercert(binary_form=True)
         self._broker.connection_opened(self)
         self._liveness.start()
 
@@ -270,6 +288,12 @@ class ServerConnection(asyncio.Protocol):
             code = pb.InvalidTopicName if bad.rsplit(".", 1)[-1] == "topic" else pb.NotAllowedError
             self._reply_error(command, request_id, code, message)
             return
+        model = self._broker.authorization
+        if model is not None:
+            refused = denial(model, self.auth.role, command, self._consumers.topic_of)
+            if refused is not None:
+                self._reply_error(command, _request_id(command), pb.AuthorizationError, refused)
+                return
         handler(frame)
 
     def _spawn(self, handler: Callable[[Frame], Coroutine[Any, Any, None]]) -> Callable[[Frame], None]:
@@ -306,14 +330,50 @@ class ServerConnection(asyncio.Protocol):
         if bad is not None:
             raise ProtocolError(f"connect.{bad} is not valid UTF-8")
         self.protocol_version = min(connect.protocol_version, _limits.protocol_version_max)
+        try:
+            self.auth.connect(connect)
+        except AuthenticationError as exc:
+            self._refuse_credentials(exc)
+            return
         self.state = State.CONNECTED
         self._liveness.connected()
         reply = pb.BaseCommand(type=T.CONNECTED)
         reply.connected.server_version = self._broker.server_version
         reply.connected.protocol_version = self.protocol_version
         reply.connected.max_message_size = self._broker.config.max_message_bytes
-        reply.connected.feature_flags.supports_auth_refresh = False
+        reply.connected.feature_flags.supports_auth_refresh = self.auth.enabled
         self.send_command(reply)
+
+    def _refuse_credentials(self, exc: AuthenticationError) -> None:
+        # The reason (never the credentials) goes to the log; the client learns only that it failed.
+        self._broker.log_limit.warning(
+            "authentication-refused", "refusing connection %s (role %s): %s", self.remote_address, self.auth.role, exc
+        )
+        self.send_command(refused_reply())
+        self.close()
+
+    def _on_auth_response(self, frame: Frame) -> None:
+        try:
+            self.auth.respond(frame.command.authResponse)
+        except AuthenticationError as exc:
+            self._refuse_credentials(exc)
+
+    def refresh_auth(self, now_ms: int) -> None:
+        """The broker's periodic check (AuthRefresher): challenge expired credentials, or close."""
+        if self.state is not State.CONNECTED:
+            return
+        step = self.auth.refresh_step(now_ms)
+        if step is RefreshStep.CHALLENGE:
+            challenge = self.auth.challenge()
+            challenge.authChallenge.server_version = self._broker.server_version
+            challenge.authChallenge.protocol_version = self.protocol_version
+            self.send_command(challenge)
+        elif step is not RefreshStep.NOTHING:
+            self._broker.log_limit.info(
+                f"auth-refresh-{step.name}", "closing connection %s (role %s): %s",
+                self.remote_address, self.auth.role, step.value,
+            )
+            self.close()
 
     def _send_ping(self) -> None:
         self.send_command(pb.BaseCommand(type=T.PING, ping=pb.CommandPing()))
@@ -343,7 +403,9 @@ class ServerConnection(asyncio.Protocol):
         r = reply.lookupTopicResponse
         r.request_id = request.request_id
         r.response = pb.CommandLookupTopicResponse.Connect
-        r.brokerServiceUrl = broker.service_url
+        # Both URLs where both ports are open: the client takes the one of its own scheme.
+        if broker.service_url_plain:
+            r.brokerServiceUrl = broker.service_url_plain
         if broker.service_url_tls:
             r.brokerServiceUrlTls = broker.service_url_tls
         r.authoritative = True

@@ -174,6 +174,13 @@ class ConsumerCommands:
             if topic is not None:
                 self._broker.spawn(topic.remove_subscription(subscription.name, delete_cursor=False))
 
+    def topic_of(self, consumer_id: int) -> tuple[str, str] | None:
+        """(topic, subscription) of an open consumer, for the per-command authorization."""
+        consumer = self._consumers.get(consumer_id)
+        if consumer is None:
+            return None
+        return consumer.subscription.ledger.name, consumer.subscription.name
+
     def forget(self, consumer: ServerConsumer) -> None:
         if self._consumers.get(consumer.consumer_id) is consumer:
             del self._consumers[consumer.consumer_id]

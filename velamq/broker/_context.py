@@ -17,6 +17,7 @@ from velamq.broker._disk_guard import DiskGuard
 from velamq.broker._net_budget import NetworkBudget
 from velamq.broker._schemas import BrokerSchemas
 from velamq.metadata import Policies
+from velamq.security import AuthenticationService, AuthorizationModel
 from velamq.storage import PublishBuffer
 
 if TYPE_CHECKING:
@@ -80,12 +81,27 @@ class BrokerContext(ProducerBroker, Protocol):
     def server_version(self) -> str: ...
 
     @property
+    def authentication(self) -> AuthenticationService | None:
+        """CONNECT's credentials are checked by it (None: authentication disabled)."""
+        ...
+
+    @property
+    def authorization(self) -> AuthorizationModel | None:
+        """Commands are checked against it (None: authorization disabled)."""
+        ...
+
+    @property
     def listeners(self) -> set[str]:
         """Advertised listener names LOOKUP accepts."""
         ...
 
     @property
     def service_url(self) -> str: ...
+
+    @property
+    def service_url_plain(self) -> str | None:
+        """pulsar:// of the plain port; None on a TLS-only broker."""
+        ...
 
     @property
     def service_url_tls(self) -> str | None: ...

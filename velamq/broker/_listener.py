@@ -14,6 +14,11 @@ a 292 MB log in 75 s. Here:
                                     line a minute at most
     nothing more to accept          return to the loop (at most accepts_per_wakeup per wake-up)
 
+A TLS port (brokerServicePortTls) is the same loop with an SSLContext: the handshake runs in
+asyncio's SSL transport before the protocol sees a byte, and before each accepted connection the
+ReloadingServerContext compares its files' mtimes (at most once per tlsCertRefreshCheckDurationSec),
+so a renewed certificate is used by the next connection without a restart.
+
 The caps are counted from accept to close of each connection (ConnectionLimits), so a connection
 is refused before any object is built for it.
 """
@@ -31,6 +36,7 @@ from dataclasses import dataclass, field
 from velamq import _limits
 from velamq._clock import Clock
 from velamq._log_limit import RateLimitedLog
+from velamq.security import ReloadingServerContext, SecurityError
 
 log = logging.getLogger(__name__)
 
@@ -102,9 +108,20 @@ class Listener:
     receives the callback that gives the connection's slot back (call it once it is closed)."""
 
     def __init__(
-        self, factory: ProtocolFactory, limits: ConnectionLimits, clock: Clock, log_limit: RateLimitedLog
+        self,
+        factory: ProtocolFactory,
+        limits: ConnectionLimits,
+        clock: Clock,
+        log_limit: RateLimitedLog,
+        *,
+        tls: ReloadingServerContext | None = None,
+        handshake_timeout_s: float | None = None,
     ) -> None:
+        """`tls`: serve TLS with that context (checked for renewed files before each accept);
+        `handshake_timeout_s` bounds the TLS handshake."""
         self._factory = factory
+        self._tls = tls
+        self._handshake_timeout_s = handshake_timeout_s
         self.limits = limits
         self._clock = clock
         self._log = log_limit
@@ -186,8 +203,18 @@ class Listener:
 
     async def _serve(self, conn: socket.socket, slot: _Slot) -> None:
         assert self._loop is not None
+        tls = None
+        if self._tls is not None:
+            try:
+                self._tls.check()
+            except SecurityError:
+                pass  # logged by check(); the previous certificate stays in use
+            tls = self._tls.context
         try:
-            await self._loop.connect_accepted_socket(lambda: self._factory(slot.release), sock=conn)
+            await self._loop.connect_accepted_socket(
+                lambda: self._factory(slot.release), sock=conn, ssl=tls,
+                ssl_handshake_timeout=self._handshake_timeout_s if tls is not None else None,
+            )
         except Exception as exc:
             conn.close()
             slot.release()

@@ -29,6 +29,7 @@ from velamq import __version__, _limits
 from velamq._clock import Clock, system_clock
 from velamq._log_limit import RateLimitedLog
 from velamq._topic_name import TopicName
+from velamq.broker._auth_connection import AuthRefresher
 from velamq.broker._compaction import CompactedView, compacted_store_name
 from velamq.broker._config import BrokerConfig
 from velamq.broker._connection import ServerConnection
@@ -47,6 +48,7 @@ from velamq.broker._topic_deletion import finish_interrupted_deletions
 from velamq.broker._topic_stats import topic_metrics
 from velamq.metadata import MetadataStore, Policies, TopicOpen, resolve_policies
 from velamq.protocol import pb
+from velamq.security import AuthenticationService, AuthorizationModel, ReloadingServerContext
 from velamq.storage import PublishBuffer, Storage
 
 log = logging.getLogger(__name__)
@@ -67,8 +69,14 @@ class BrokerService:
         *,
         storage_health: StorageHealth | None = None,
         disk_stat: Callable[[Path], DiskUsage] | None = None,
+        authentication: AuthenticationService | None = None,
+        authorization: AuthorizationModel | None = None,
     ) -> None:
-        """`storage_health` tells whether storage accepts appends (velamq/server.py adapts
+        """`authentication` checks CONNECT's credentials (None: everyone is let in, no role);
+        `authorization` decides per command (None: authorizationEnabled=false); the composition
+        root builds one of each for the broker and the admin API.
+
+        `storage_health` tells whether storage accepts appends (velamq/server.py adapts
         Storage; without it only disk usage decides); `disk_stat` reads the disk usage of a path
         (statvfs by default; tests pass a fake filesystem). The network's share of the memory
         budget is its share of config.memory_bytes (the composition root gives storage the rest)."""
@@ -77,6 +85,13 @@ class BrokerService:
         self.metadata = metadata
         self.clock = clock
         self.log_limit = RateLimitedLog(log, clock)
+        self.authentication = authentication
+        self.authorization = authorization
+        # pulsar+ssl:// on brokerServicePortTls; the certificate files are re-read when they change.
+        security = config.security
+        self.tls: ReloadingServerContext | None = None
+        if security.broker_port_tls is not None and security.tls is not None:
+            self.tls = ReloadingServerContext(security.tls, clock)
         self.network = NetworkBudget.share_of(config.memory_bytes, clock)
         self.disk_guard = DiskGuard(
             config.data_dir,
@@ -99,6 +114,7 @@ class BrokerService:
             config.max_connections or _limits.connections_max_for(fd_soft_limit()), config.max_connections_per_ip
         )
         self._listener: Listener | None = None
+        self._listener_tls: Listener | None = None
         self.server_version = f"velamq {__version__}"
         self.listeners: set[str] = set()
         self.topics: dict[str, Topic] = {}
@@ -116,19 +132,32 @@ class BrokerService:
         # topic policies of their own, so resolving costs nothing per topic load.
         self._resolved: dict[str, tuple[dict[str, object], Policies]] = {}
         self.broker_port = config.broker_port
+        self.broker_port_tls = security.broker_port_tls
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         self._connections: set[ServerConnection] = set()
+        self.auth_refresher = AuthRefresher(
+            clock, security.authentication_refresh_check_s, lambda: self._connections
+        )
         self._connections_opened = 0
         self._producer_counter = itertools.count()
         self._tasks: set[asyncio.Task[Any]] = set()
 
     @property
     def service_url(self) -> str:
+        """pulsar:// of the plain port; pulsar+ssl:// when there is only the TLS port."""
+        if self.broker_port is None:
+            return self.service_url_tls or ""
         return f"pulsar://{self.config.advertised_address}:{self.broker_port}"
 
     @property
+    def service_url_plain(self) -> str | None:
+        return None if self.broker_port is None else self.service_url
+
+    @property
     def service_url_tls(self) -> str | None:
-        return None
+        if self.tls is None or self.broker_port_tls is None:
+            return None
+        return f"pulsar+ssl://{self.config.advertised_address}:{self.broker_port_tls}"
 
     @property
     def connections_active(self) -> int:
@@ -181,8 +210,9 @@ class BrokerService:
             "velamq_broker_log_lines_suppressed_total": self.log_limit.suppressed_total,
             "velamq_broker_topics_deleting": len(self.deleting),
         }
-        if self._listener is not None:
-            limits |= self._listener.metrics()
+        for listener in (self._listener, self._listener_tls):
+            if listener is not None:
+                limits |= listener.metrics()
         return limits
 
     def close_producers(self, reason: str) -> None:
@@ -356,6 +386,9 @@ class BrokerService:
     def new_connection(self, release: Callable[[], None]) -> ServerConnection:
         return ServerConnection(self, release)
 
+    def new_tls_connection(self, release: Callable[[], None]) -> ServerConnection:
+        return ServerConnection(self, release, tls=True)
+
     def connection_opened(self, connection: ServerConnection) -> None:
         self._connections.add(connection)
         self._connections_opened += 1
@@ -375,19 +408,31 @@ class BrokerService:
         disk starts read-only), then listen."""
         await finish_interrupted_deletions(self)
         await self.disk_guard.start()
-        self._listener = Listener(self.new_connection, self.connection_limits, self.clock, self.log_limit)
-        self.broker_port = self._listener.start(self.config.bind_address, self.config.broker_port)
+        # Both ports count against the same connection caps.
+        if self.config.broker_port is not None:
+            self._listener = Listener(self.new_connection, self.connection_limits, self.clock, self.log_limit)
+            self.broker_port = self._listener.start(self.config.bind_address, self.config.broker_port)
+        if self.tls is not None and self.broker_port_tls is not None:
+            self._listener_tls = Listener(
+                self.new_tls_connection, self.connection_limits, self.clock, self.log_limit,
+                tls=self.tls, handshake_timeout_s=self.config.handshake_timeout_s,
+            )
+            self.broker_port_tls = self._listener_tls.start(self.config.bind_address, self.broker_port_tls)
         self.policy_tasks.start()
+        if self.authentication is not None:
+            self.auth_refresher.start()
         self.rate_history.start()
         self.idle_unloader.start()
 
     async def close(self) -> None:
         """Stop listening and checking, drop connections, close topics (persists cursors)."""
-        if self._listener is not None:
-            self._listener.close()
+        for listener in (self._listener, self._listener_tls):
+            if listener is not None:
+                listener.close()
         await self.disk_guard.close()
         self.network.close()
         await self.policy_tasks.close()
+        await self.auth_refresher.close()
         await self.rate_history.close()
         await self.idle_unloader.close()
         for connection in list(self._connections):

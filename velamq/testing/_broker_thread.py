@@ -11,6 +11,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Coroutine, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,11 +28,26 @@ class BrokerThread:
     """One VelamqServer on a loop of its own thread. Call start() once and stop() once."""
 
     def __init__(
-        self, data_dir: Path, clock: Clock = system_clock, *, config: BrokerConfig | None = None, **options: Any
+        self,
+        data_dir: Path,
+        clock: Clock = system_clock,
+        *,
+        config: BrokerConfig | None = None,
+        plain_port: bool = True,
+        **options: Any,
     ) -> None:
+        """The ports of `config` become free ones: the plain binary port (none if not
+        `plain_port`), the HTTP port and the TLS ports its security settings have."""
         base = config or BrokerConfig()
-        self.config = base.with_overrides(
-            data_dir=data_dir, broker_port=0, http_port=0, bind_address="127.0.0.1", advertised_address="127.0.0.1"
+        security = base.security
+        security = replace(
+            security,
+            broker_port_tls=None if security.broker_port_tls is None else 0,
+            web_port_tls=None if security.web_port_tls is None else 0,
+        )
+        self.config = replace(
+            base, data_dir=data_dir, broker_port=0 if plain_port else None, http_port=0,
+            bind_address="127.0.0.1", advertised_address="127.0.0.1", security=security,
         )
         self._clock = clock
         self._options = options
