@@ -244,7 +244,8 @@ def _log_ignored(path: Path, ignored: list[str]) -> None:
     known = [*_KEYS, *SECURITY_KEYS]
     hints = []
     for key in ignored:
-        near = difflib.get_close_matches(key, known, n=1, cutoff=0.85)
+        # A typo, not another Pulsar key that extends one of ours (allowAutoTopicCreationType).
+        near = [k for k in difflib.get_close_matches(key, known, n=1, cutoff=0.85) if abs(len(k) - len(key)) <= 2]
         if near:
             hints.append(f"{key} (did you mean {near[0]}?)")
     level = logging.WARNING if hints else logging.INFO
