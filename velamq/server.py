@@ -116,14 +116,16 @@ class VelamqServer:
             authorization=self.authorization,
         )
         self._asyncio_log = RateLimitedLog(logging.getLogger("asyncio"), clock)
-        limits = {} if admin_connections_max is None else {"max_connections": admin_connections_max}
         self.admin = AdminServer(
             BrokerAdmin(self.broker),
             config.bind_address,
             config.http_port,
             advertised_address=config.advertised_address,
             timeout_s=admin_timeout_s,
-            **limits,
+            max_connections=admin_connections_max,
+            authentication=self.authentication,
+            authorization=self.authorization,
+            security=security,
         )
 
     @property

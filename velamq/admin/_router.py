@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from velamq.admin._auth_http import OPEN_CALLER, AdminSecurity, Caller
 from velamq.admin._http import HttpError, Request, Response
 
 if TYPE_CHECKING:
@@ -25,12 +26,17 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """What a handler gets: the broker, the request, the path parameters and this server's URL."""
+    """What a handler gets: the broker, the request, the path parameters, this server's URLs, who
+    called (its role, already authenticated and authorized for the route) and the server's security
+    (whose authorization model routes update after they change tenants or grants)."""
 
     backend: BrokerBackend
     request: Request
     params: Mapping[str, str]
-    web_service_url: str  # "http://host:port" of this admin server
+    web_service_url: str  # "http://host:port" of this admin server ("https://..." if TLS only)
+    web_service_url_tls: str | None = None  # "https://host:port" when the server has a TLS port
+    caller: Caller = OPEN_CALLER
+    security: AdminSecurity | None = None
 
 
 Handler = Callable[[Call], Awaitable[Response]]
@@ -116,6 +122,11 @@ class Router:
 
     def resolve(self, method: str, segments: tuple[str, ...]) -> tuple[Handler, dict[str, str]]:
         """The handler and path parameters for a request; HttpError 404 or 405 if there is none."""
+        route, params = self.resolve_route(method, segments)
+        return route.handler, params
+
+    def resolve_route(self, method: str, segments: tuple[str, ...]) -> tuple[Route, dict[str, str]]:
+        """The route (its pattern names its access rule) and path parameters; 404 or 405."""
         wanted = "GET" if method == "HEAD" else method
         allowed: set[str] = set()
         for route in self._routes:
@@ -123,7 +134,7 @@ class Router:
             if params is None:
                 continue
             if route.method == wanted:
-                return route.handler, params
+                return route, params
             allowed.add(route.method)
         if allowed:
             if "GET" in allowed:

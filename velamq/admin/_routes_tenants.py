@@ -18,6 +18,7 @@ from velamq._errors import PreconditionFailedError
 from velamq.admin._http import HttpError, Response
 from velamq.admin._params import bool_param, object_body
 from velamq.admin._router import Call, Router
+from velamq.admin._routes_permissions import forget_tenant, reload_tenant
 from velamq.metadata import DEFAULT_CLUSTER
 
 
@@ -25,7 +26,7 @@ def _cluster_data(call: Call, stored: dict[str, Any]) -> dict[str, Any]:
     backend = call.backend
     data: dict[str, Any] = {
         "serviceUrl": call.web_service_url,
-        "serviceUrlTls": "",
+        "serviceUrlTls": call.web_service_url_tls or "",
         "brokerServiceUrl": backend.service_url,
         "brokerServiceUrlTls": backend.service_url_tls or "",
         "brokerClientTlsEnabled": False,
@@ -73,11 +74,13 @@ async def get_tenant(call: Call) -> Response:
 
 async def create_tenant(call: Call) -> Response:
     await call.backend.metadata.create_tenant(call.params["tenant"], await _tenant_info(call))
+    await reload_tenant(call, call.params["tenant"])
     return Response.no_content()
 
 
 async def update_tenant(call: Call) -> Response:
     await call.backend.metadata.update_tenant(call.params["tenant"], await _tenant_info(call))
+    await reload_tenant(call, call.params["tenant"])  # adminRoles take effect at once
     return Response.no_content()
 
 
@@ -89,6 +92,7 @@ async def delete_tenant(call: Call) -> Response:
         await call.backend.metadata.delete_tenant(call.params["tenant"])
     except PreconditionFailedError as exc:
         raise HttpError(409, str(exc)) from None  # Pulsar answers Conflict here, not 412
+    forget_tenant(call, call.params["tenant"])
     return Response.no_content()
 
 

@@ -151,7 +151,7 @@ async def lookup(call: Call) -> Response:
         "brokerUrl": backend.service_url,
         "brokerUrlTls": backend.service_url_tls or "",
         "httpUrl": call.web_service_url,
-        "httpUrlTls": "",
+        "httpUrlTls": call.web_service_url_tls or "",
         "nativeUrl": backend.service_url,
     })
 

@@ -7,16 +7,20 @@
     GET /console/namespaces/{tenant}/{namespace}          console: a namespace's topics (?q=, ?page=, ?size=)
     GET /console/topics/{domain}/{tenant}/{namespace}/{topic}   console: one topic (or its partitions)
 
-Every console page takes ?refresh=N (seconds, 0 = off) to reload itself. Console pages pass through
-`console_access` first: the one place where the admin API's authentication will stand in front of
-the console. Snapshots are taken on the loop (they are the broker's state); turning them into text
-runs in a worker thread when it can be big (/metrics with many topics). The snapshot records are
-frozen, so reading them from another thread is safe.
+Every console page takes ?refresh=N (seconds, 0 = off) to reload itself. With authentication on,
+the server asks a browser for credentials (401 with WWW-Authenticate: Basic when basic users exist)
+and console pages pass through `console_access`: tenant admins see their tenants, superusers all.
+/metrics needs credentials only with authenticateMetricsEndpoint=true.
+
+Snapshots are taken on the loop (they are the broker's state); turning them into text runs in a
+worker thread when it can be big (/metrics with many topics). The snapshot records are frozen, so
+reading them from another thread is safe.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Final
 
@@ -24,7 +28,7 @@ from velamq._errors import InvalidTopicNameError, NotFoundError
 from velamq._topic_name import TopicName
 from velamq.admin import _console, _metrics
 from velamq.admin._console_html import CONTENT_TYPE, SECURITY_HEADERS, namespace_href, topic_href
-from velamq.admin._http import Response
+from velamq.admin._http import HttpError, Response
 from velamq.admin._params import namespace_of
 from velamq.admin._router import Call, Router
 from velamq.admin._stats_json import topic_stats_json
@@ -51,10 +55,13 @@ async def metrics(call: Call) -> Response:
 
 
 async def console_access(call: Call) -> None:
-    """The gate in front of every console page. The console is open today, as the rest of the admin
-    API is; when the admin server authenticates requests (the security issue), this is where the
-    console asks for the caller's role and refuses with 401 (and a WWW-Authenticate challenge)
-    whoever may not read the broker's state. The console only reads, so "may read" is the test."""
+    """The gate in front of every console page, after the server's own: by then the caller is
+    authenticated (a browser without credentials got 401 with a WWW-Authenticate challenge). A page
+    about a tenant's namespace or topic is for that tenant's adminRoles and superusers (403 for
+    anyone else); the overview shows each caller the tenants it administers."""
+    tenant = call.params.get("tenant")
+    if tenant is not None and not call.caller.is_tenant_admin(tenant):
+        raise HttpError(403, "Don't have permission to administrate resources on this tenant")
 
 
 def _html(text: str, status: int = 200) -> Response:
@@ -96,9 +103,15 @@ def _console_page(handler: ConsoleHandler) -> Callable[[Call], Awaitable[Respons
 async def overview(call: Call, frame: _console.Frame) -> Response:
     metadata = call.backend.metadata
     overview = call.backend.broker_overview(overview_busiest_max)
+    caller = call.caller
+    if not caller.is_superuser():  # a tenant admin sees the busiest topics of its tenants only
+        busiest = tuple(t for t in overview.busiest_topics if caller.is_tenant_admin(TopicName.parse(t[0]).tenant))
+        overview = dataclasses.replace(overview, busiest_topics=busiest)
     rows: list[tuple[str, int, int]] = []
     total = 0
     for tenant in await metadata.list_tenants():
+        if not caller.is_tenant_admin(tenant):
+            continue
         for ns in await metadata.list_namespaces(tenant):
             total += 1
             if len(rows) < overview_namespaces_max:

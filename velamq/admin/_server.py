@@ -13,12 +13,19 @@ the one boundary where errors become HTTP statuses:
 
 A malformed request gets its 4xx and closes its own connection; nothing here can stop the server.
 At most `connections_max` connections are served at once; the next one gets 503 and is closed.
+
+Security (docs/security.md): with `security.web_port_tls` set the server also listens for https
+(Pulsar's webServicePortTls) with a ReloadingServerContext, checked for new certificate files as
+connections arrive; `port=None` leaves the plain port closed. Before its handler runs, every request
+is authenticated (_auth_http.py: Authorization header or the TLS client certificate) and authorized
+for its route (_access.py): 401 and 403 with Pulsar's {"reason": ...} bodies.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from typing import Final
 
@@ -34,6 +41,7 @@ from velamq.admin import (
     _routes_messages,
     _routes_namespace_ops,
     _routes_namespaces,
+    _routes_permissions,
     _routes_policies,
     _routes_schemas,
     _routes_subscriptions,
@@ -42,9 +50,21 @@ from velamq.admin import (
     _routes_topics,
     _routes_web,
 )
+from velamq.admin._access import Need, access_of, check
+from velamq.admin._auth_http import AdminSecurity, Caller
 from velamq.admin._backend import BrokerBackend
 from velamq.admin._http import HttpError, Request, Response, read_request, stream_limit_bytes, write_response
 from velamq.admin._router import Call, Router
+from velamq.security import (
+    AuthenticationError,
+    AuthenticationService,
+    AuthorizationError,
+    AuthorizationModel,
+    InvalidGrantError,
+    ReloadingServerContext,
+    SecurityConfigError,
+    SecuritySettings,
+)
 
 log = logging.getLogger("velamq.admin")
 
@@ -58,6 +78,7 @@ def build_router() -> Router:
     for module in (
         _routes_tenants, _routes_namespaces, _routes_policies, _routes_topics, _routes_topic_ops,
         _routes_subscriptions, _routes_schemas, _routes_web, _routes_messages, _routes_namespace_ops,
+        _routes_permissions,
     ):
         module.register(router)
     return router
@@ -73,6 +94,8 @@ def error_response(exc: BaseException) -> Response:
         return Response.error(409, str(exc))
     if isinstance(exc, PreconditionFailedError | InvalidTopicNameError):
         return Response.error(412, str(exc))
+    if isinstance(exc, InvalidGrantError | AuthenticationError | AuthorizationError):
+        return Response.error(exc.http_status, str(exc))
     if isinstance(exc, VelamqError):
         return Response.error(500, str(exc))
     return Response.error(500, "Internal server error")
@@ -80,40 +103,80 @@ def error_response(exc: BaseException) -> Response:
 
 class AdminServer:
     """The admin tier's HTTP listener: Pulsar's admin REST API, HTTP lookup, /metrics and the
-    console, over one BrokerBackend. It serves requests concurrently but acts on the broker only
-    through the backend, and turns every error into an HTTP status at one place (error_response)."""
+    console, over one BrokerBackend, on a plain port, a TLS port or both. It serves requests
+    concurrently but acts on the broker only through the backend, checks every request's
+    credentials and rights before its handler, and turns every error into an HTTP status at one
+    place (error_response).
+
+    `authentication` None: nobody is asked for credentials. `authorization`: the model shared with
+    the broker, updated by the routes that change tenants and grants; enforced when
+    `security.authorization_enabled`. `security` also gives webServicePortTls with its TLS files and
+    authenticateMetricsEndpoint."""
 
     def __init__(
         self,
         backend: BrokerBackend,
         host: str,
-        port: int,
+        port: int | None,
         *,
         advertised_address: str | None = None,
         timeout_s: float = _limits.admin_timeout_s,
-        max_connections: int = connections_max,
+        max_connections: int | None = None,
+        authentication: AuthenticationService | None = None,
+        authorization: AuthorizationModel | None = None,
+        security: SecuritySettings | None = None,
     ) -> None:
         self._backend = backend
         self._host = host
         self._advertised_address = advertised_address or host
         self._requested_port = port
         self._timeout_s = timeout_s
-        self._max_connections = max_connections
+        self._max_connections = connections_max if max_connections is None else max_connections
         self._router = build_router()
+        self._security = AdminSecurity(authentication, authorization, security)
+        self._tls_port_requested = security.web_port_tls if security is not None and security.tls else None
+        if port is None and self._tls_port_requested is None:
+            raise SecurityConfigError("webServicePort", "neither webServicePort nor webServicePortTls is set")
+        self._tls: ReloadingServerContext | None = None
         self._server: asyncio.Server | None = None
+        self._tls_server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+
+    @staticmethod
+    def _bound_port(server: asyncio.Server | None, what: str) -> int:
+        if server is None or not server.sockets:
+            raise RuntimeError(f"admin server has no {what} listener")
+        return int(server.sockets[0].getsockname()[1])
 
     @property
     def port(self) -> int:
-        """The port actually bound (port 0 asks the OS for a free one)."""
-        if self._server is None or not self._server.sockets:
-            raise RuntimeError("admin server is not started")
-        return int(self._server.sockets[0].getsockname()[1])
+        """The plain port actually bound (port 0 asks the OS for a free one)."""
+        return self._bound_port(self._server, "plain")
+
+    @property
+    def tls_port(self) -> int:
+        """The https port actually bound."""
+        return self._bound_port(self._tls_server, "TLS")
 
     @property
     def web_service_url(self) -> str:
-        """"http://advertised-address:port" of this server, as lookups and the console show it."""
+        """"http://advertised-address:port" of this server, as lookups and the console show it
+        (the https URL when the server has no plain port)."""
+        if self._requested_port is None:
+            return f"https://{self._advertised_address}:{self.tls_port}"
         return f"http://{self._advertised_address}:{self.port}"
+
+    @property
+    def web_service_url_tls(self) -> str | None:
+        """"https://advertised-address:port", or None without a TLS port."""
+        if self._tls_server is None:
+            return None
+        return f"https://{self._advertised_address}:{self.tls_port}"
+
+    @property
+    def tls_context(self) -> ReloadingServerContext | None:
+        """The https port's certificate holder (tests force a reload through it)."""
+        return self._tls
 
     @property
     def connections(self) -> int:
@@ -125,17 +188,32 @@ class AdminServer:
         return self._router
 
     async def start(self) -> None:
-        if self._server is not None:
+        if self._server is not None or self._tls_server is not None:
             raise RuntimeError("admin server already started")
-        self._server = await asyncio.start_server(
-            self._on_connection, self._host, self._requested_port, limit=stream_limit_bytes
-        )
+        settings = self._security.settings
+        if self._tls_port_requested is not None and settings is not None and settings.tls is not None:
+            self._tls = ReloadingServerContext(settings.tls)
+            self._tls_server = await asyncio.start_server(
+                functools.partial(self._on_connection, tls=True), self._host, self._tls_port_requested,
+                limit=stream_limit_bytes, ssl=self._tls.context,
+            )
+        if self._requested_port is not None:
+            try:
+                self._server = await asyncio.start_server(
+                    functools.partial(self._on_connection, tls=False), self._host, self._requested_port,
+                    limit=stream_limit_bytes,
+                )
+            except BaseException:
+                await self.close()
+                raise
 
     async def close(self) -> None:
-        server, self._server = self._server, None
-        if server is None:
+        servers = [s for s in (self._server, self._tls_server) if s is not None]
+        self._server = self._tls_server = None
+        if not servers:
             return
-        server.close()  # stop accepting
+        for server in servers:
+            server.close()  # stop accepting
         pending = set(self._connections)
         if pending:
             # Idle keep-alive connections would wait for their idle timeout; give requests in
@@ -144,12 +222,13 @@ class AdminServer:
             for task in still:
                 task.cancel()
             await asyncio.gather(*still, return_exceptions=True)
-        with contextlib.suppress(Exception):
-            await server.wait_closed()
+        for server in servers:
+            with contextlib.suppress(Exception):
+                await server.wait_closed()
 
     # --------------------------------------------------------------------- connections
 
-    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, tls: bool) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
@@ -157,7 +236,8 @@ class AdminServer:
             if len(self._connections) > self._max_connections:
                 await write_response(writer, Response.error(503, "Too many connections"), keep_alive=False)
                 return
-            await self._serve(reader, writer)
+            peer_cert = self._tls_connection(writer) if tls else None
+            await self._serve(reader, writer, peer_cert)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             pass  # the peer went away or stopped reading: nothing to answer
         except asyncio.CancelledError:
@@ -170,7 +250,19 @@ class AdminServer:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _tls_connection(self, writer: asyncio.StreamWriter) -> bytes | None:
+        """The client certificate (DER) of a TLS connection, if it sent one; and, as connections
+        arrive, a look at whether the certificate files changed (the next handshake uses them)."""
+        if self._tls is not None:
+            with contextlib.suppress(SecurityConfigError):  # logged; the previous certificate stays
+                self._tls.check()
+        ssl_object = writer.get_extra_info("ssl_object")
+        if ssl_object is None:
+            return None
+        cert = ssl_object.getpeercert(binary_form=True)
+        return bytes(cert) if cert else None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer_cert: bytes | None) -> None:
         while True:
             try:
                 request = await read_request(reader, writer)
@@ -179,17 +271,29 @@ class AdminServer:
                 return
             if request is None:
                 return
-            response = await self._respond(request)
-            keep_alive = request.keep_alive and not response.close and self._server is not None
+            response = await self._respond(request, peer_cert)
+            serving = self._server is not None or self._tls_server is not None
+            keep_alive = request.keep_alive and not response.close and serving
             await write_response(writer, response, head_only=request.method == "HEAD", keep_alive=keep_alive)
             if not keep_alive:
                 return
 
-    async def _respond(self, request: Request) -> Response:
+    def _caller(self, need: Need, request: Request, peer_cert: bytes | None) -> Caller:
+        security = self._security
+        if need is Need.NOTHING and not security.authenticate_metrics:
+            return security.open_caller()
+        return security.authenticate(request, peer_cert, console=need is Need.CONSOLE)
+
+    async def _respond(self, request: Request, peer_cert: bytes | None = None) -> Response:
         try:
-            handler, params = self._router.resolve(request.method, request.segments)
-            call = Call(self._backend, request, params, self.web_service_url)
-            return await asyncio.wait_for(handler(call), self._timeout_s)
+            route, params = self._router.resolve_route(request.method, request.segments)
+            access = access_of(request.method, route.pattern, params)
+            caller = self._caller(access.need, request, peer_cert)
+            check(access, caller, params)
+            call = Call(
+                self._backend, request, params, self.web_service_url, self.web_service_url_tls, caller, self._security
+            )
+            return await asyncio.wait_for(route.handler(call), self._timeout_s)
         except TimeoutError:
             log.warning("admin request timed out after %.0f s: %s %s", self._timeout_s, request.method, request.path)
             return Response.error(503, f"Request timed out after {self._timeout_s:.0f} s")
