@@ -18,7 +18,9 @@ import pulsar
 import pytest
 from security_helpers import PASSWORD, SecureSetup, grant, secure_setup
 
+from velamq.cli._main import main
 from velamq.client import (
+    AdminError,
     AsyncClient,
     AuthenticationBasic,
     AuthenticationTLS,
@@ -26,10 +28,13 @@ from velamq.client import (
     AuthorizationError,
     Client,
     ConnectAuthenticationError,
+    ConnectionSecurity,
     CredentialsError,
     TlsHandshakeError,
 )
 from velamq.security import create_secret_key, create_token
+from velamq.spark._admin import ConnectorAdmin, parse_topic
+from velamq.spark._options import parse_source
 from velamq.testing._broker_thread import BrokerThread, run_broker_in_thread
 from velamq.testing._certs import make_test_pki
 
@@ -40,7 +45,8 @@ wait_s = 30.0
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> SecureSetup:
     # A refresh check every second: an expired token is challenged soon after it expires.
-    return secure_setup(tmp_path_factory.mktemp("client-security"), authenticationRefreshCheckSeconds="1")
+    return secure_setup(tmp_path_factory.mktemp("client-security"), authenticationRefreshCheckSeconds="1",
+                        webServicePortTls="0")
 
 
 @pytest.fixture(scope="module")
@@ -241,3 +247,49 @@ def test_velamq_and_the_official_client_share_a_secured_broker(setup: SecureSetu
         assert got_official == got_ours == {b"from velamq", b"from pulsar-client"}
     finally:
         official.close()
+
+
+# ---- the admin API over https: AdminClient, `velamq admin`, the Spark connector's admin calls ----
+
+
+def https_url(broker: BrokerThread) -> str:
+    return f"https://localhost:{broker.server.admin.tls_port}"
+
+
+def test_velamq_admin_over_https_with_a_token(setup: SecureSetup, broker: BrokerThread,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    trust = ["--tls-trust-certs-file-path", str(setup.pki.ca_cert)]
+    assert main(["admin", "--admin-url", https_url(broker), "--token", setup.token("superUser"), *trust,
+                 "--json", "tenants", "list"]) == 0
+    assert "public" in capsys.readouterr().out
+    assert main(["admin", "--admin-url", https_url(broker), *trust, "tenants", "list"]) == 1
+    assert "(HTTP 401)" in capsys.readouterr().err
+    assert main(["admin", "--admin-url", https_url(broker), "--token", setup.token("app"), *trust,
+                 "namespaces", "policies", "public/apps"]) == 1
+    assert "(HTTP 403)" in capsys.readouterr().err
+
+
+def test_the_spark_connectors_admin_and_client_take_the_security_options(
+    setup: SecureSetup, broker: BrokerThread
+) -> None:
+    topic = unique("spark-secured")
+    options = parse_source({
+        "service.url": tls_url(broker), "admin.url": https_url(broker), "topic": topic,
+        "authPluginClassName": "org.apache.pulsar.client.impl.auth.AuthenticationToken",
+        "authParams": f"token:{setup.token('superUser')}", "tlsTrustCertsFilePath": str(setup.pki.ca_cert),
+    }, streaming=False)
+    admin = ConnectorAdmin(options.admin_url, options.admin_security)
+    admin.client.request("PUT", admin.client.topic_path(topic, "partitions"), 2)
+    assert admin.partitions(parse_topic(topic)) == 2
+
+    async def produce() -> None:
+        async with AsyncClient(options.service_url, **options.client_security.client_options()) as client:
+            producer = await client.create_producer(topic)
+            await producer.send(b"spark")
+
+    asyncio.run(produce())
+    unauthenticated = ConnectorAdmin(options.admin_url, ConnectionSecurity(
+        tls_trust_certs_file_path=str(setup.pki.ca_cert)))
+    with pytest.raises(AdminError) as refused:
+        unauthenticated.partitions(parse_topic(topic))
+    assert refused.value.status == 401
