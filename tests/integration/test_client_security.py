@@ -293,3 +293,27 @@ def test_the_spark_connectors_admin_and_client_take_the_security_options(
     with pytest.raises(AdminError) as refused:
         unauthenticated.partitions(parse_topic(topic))
     assert refused.value.status == 401
+
+
+def test_lookups_over_https_and_http_with_a_token(setup: SecureSetup, broker: BrokerThread) -> None:
+    """An http(s):// service URL: partitions and lookups over the admin API with the token, then the
+    binary connection to the broker's TLS URL (https) or plain URL (http), as the official client."""
+    token = AuthenticationToken(setup.token("superUser"))
+
+    async def run(url: str, topic: str) -> tuple[bytes, list[str]]:
+        async with AsyncClient(url, **tls_options(setup, authentication=token)) as client:
+            data = await _round_trip(client, topic, b"via http lookup")
+            return data, [c.logical_url for c in client.pool.connections]
+
+    data, urls = asyncio.run(run(https_url(broker), unique("https-lookup")))
+    assert data == b"via http lookup" and urls == [broker.server.service_url_tls]
+    data, urls = asyncio.run(run(broker.admin_url, unique("http-lookup")))
+    assert data == b"via http lookup" and all(u.startswith("pulsar://") for u in urls)
+
+    async def refused() -> None:
+        async with AsyncClient(https_url(broker), **tls_options(setup, authentication=AuthenticationToken(
+                create_token(create_secret_key(), "superUser")))) as client:
+            await client.create_producer(unique("https-refused"))
+
+    with pytest.raises(ConnectAuthenticationError, match="HTTP 401"):
+        asyncio.run(refused())

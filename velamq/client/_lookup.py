@@ -15,6 +15,7 @@ import itertools
 from dataclasses import dataclass
 
 from velamq.client._config import ClientConfig
+from velamq.client._connection import Connection
 from velamq.client._errors import ConnectError
 from velamq.client._pool import ConnectionPool, uses_tls
 from velamq.protocol import pb
@@ -74,19 +75,12 @@ class LookupService:
         raise ConnectError(f"lookup of {topic} redirected more than {self.config.max_lookup_redirects} times")
 
     def _target(self, topic: str, reply: pb.CommandLookupTopicResponse) -> str:
-        """A TLS client stays on TLS: the broker's TLS URL, never a plain one (no silent downgrade)."""
-        if not self._tls:
-            return reply.brokerServiceUrl
-        if reply.brokerServiceUrlTls:
-            return reply.brokerServiceUrlTls
-        if not reply.brokerServiceUrl or uses_tls(reply.brokerServiceUrl):
-            return reply.brokerServiceUrl
-        raise ConnectError(f"lookup of {topic}: the broker has no TLS address (only {reply.brokerServiceUrl})")
+        return broker_url_for(topic, self._tls, reply.brokerServiceUrl, reply.brokerServiceUrlTls)
 
     async def get_schema(self, topic: str, version: bytes | None = None) -> pb.CommandGetSchemaResponse:
         """A version of the topic's schema (None: the latest). The broker's refusal (TopicNotFound
         when there is no such schema) is raised as the connection raises any server error."""
-        connection = await self.pool.get(self.service_url)
+        connection = await self._schema_connection(topic)
         request_id = self.new_request_id()
         command = pb.BaseCommand(type=T.GET_SCHEMA)
         command.getSchema.request_id = request_id
@@ -95,6 +89,9 @@ class LookupService:
             command.getSchema.schema_version = version
         reply = await connection.request(command, request_id)
         return reply.getSchemaResponse
+
+    async def _schema_connection(self, topic: str) -> Connection:
+        return await self.pool.get(self.service_url)  # any broker answers GET_SCHEMA
 
     async def topics_of_namespace(self, namespace: str, mode: str = "persistent_only") -> list[str]:
         connection = await self.pool.get(self.service_url)
@@ -105,3 +102,14 @@ class LookupService:
         command.getTopicsOfNamespace.mode = _MODES[mode]
         reply = await connection.request(command, request_id)
         return list(reply.getTopicsOfNamespaceResponse.topics)
+
+
+def broker_url_for(topic: str, tls: bool, url: str, url_tls: str) -> str:
+    """A TLS client stays on TLS: the broker's TLS URL, never a plain one (no silent downgrade)."""
+    if not tls:
+        return url
+    if url_tls:
+        return url_tls
+    if not url or uses_tls(url):
+        return url
+    raise ConnectError(f"lookup of {topic}: the broker has no TLS address (only {url})")

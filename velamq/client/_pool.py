@@ -31,12 +31,9 @@ def uses_tls(url: str) -> bool:
 def parse_service_url(url: str) -> list[tuple[str, int]]:
     """pulsar[+ssl]://host[:port][,host2[:port2]...] -> [(host, port), ...]"""
     parts = urlsplit(url)
-    if parts.scheme in ("http", "https"):
-        raise InvalidConfigurationError(
-            f"velamq's client looks topics up over the binary protocol: use pulsar:// or pulsar+ssl://, not {url!r}"
-        )
     if parts.scheme not in ("pulsar", TLS_SCHEME):
-        raise InvalidConfigurationError(f"service URL must start with pulsar:// or pulsar+ssl://, got {url!r}")
+        raise InvalidConfigurationError(
+            f"service URL must start with pulsar://, pulsar+ssl://, http:// or https://, got {url!r}")
     default_port = default_broker_port_tls if parts.scheme == TLS_SCHEME else default_broker_port
     hosts: list[tuple[str, int]] = []
     for item in parts.netloc.split(","):
