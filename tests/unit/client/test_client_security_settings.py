@@ -220,3 +220,18 @@ def test_spark_options_take_the_pulsar_connectors_names(pki: CertificateSet) -> 
         parse_sink({**base, "authParams": "token:x"})
     with pytest.raises(VelamqOptionError, match="unknown authentication plugin"):
         parse_sink({**base, "authPluginClassName": "oauth9"})
+
+
+def test_connect_carries_the_plugins_method_and_data_and_supports_refresh() -> None:
+    from velamq.client import ClientConfig
+    from velamq.client._connection import Connection
+
+    tokens = iter(["first", "second"])
+    config = ClientConfig(authentication=AuthenticationToken(lambda: next(tokens)))
+    connect = Connection("pulsar://h:1", "h", 1, config)._connect_command().connect
+    assert (connect.auth_method_name, connect.auth_data) == ("token", b"first")
+    assert connect.feature_flags.supports_auth_refresh
+    again = Connection("pulsar://h:1", "h", 1, config)._connect_command().connect
+    assert again.auth_data == b"second"  # the supplier is asked at every CONNECT
+    anonymous = Connection("pulsar://h:1", "h", 1, ClientConfig())._connect_command().connect
+    assert anonymous.auth_method_name == "none" and not anonymous.HasField("auth_data")
