@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import ssl
 import time
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from security_helpers import (
 from velamq.protocol import pb
 from velamq.security import create_secret_key, create_token
 from velamq.testing._broker_thread import BrokerThread, run_broker_in_thread
+from velamq.testing._certs import make_test_pki
 
 T = pb.BaseCommand
 receive_timeout_ms = 20_000
@@ -224,3 +226,49 @@ def test_a_tls_only_broker_has_no_plain_port(setup: SecureSetup, tmp_path: Path)
             assert reply.brokerServiceUrlTls.startswith("pulsar+ssl://") and not reply.brokerServiceUrl
         finally:
             conn.close()
+
+
+def test_an_anonymous_role_for_clients_without_credentials(setup: SecureSetup, tmp_path: Path) -> None:
+    config_dir = tmp_path / "anonymous"
+    anonymous = secure_setup(config_dir, anonymousUserRole="anonymous")
+    with run_broker_in_thread(tmp_path / "data", config=anonymous.config()) as b:
+        conn = RawConnection(b.server.broker_port)
+        try:
+            assert conn.connect("none").type == T.CONNECTED  # what the C++ client sends without auth
+            lookup = conn.lookup("persistent://public/default/anon", 1)
+            assert lookup.error == pb.AuthorizationError
+            grant(b, "public/default", "anonymous", ["consume"])
+            assert conn.lookup("persistent://public/default/anon", 2).response == pb.CommandLookupTopicResponse.Connect
+        finally:
+            conn.close()
+        # A refused credential does not fall back to the anonymous role.
+        bad = RawConnection(b.server.broker_port)
+        try:
+            assert bad.connect("token", b"not-a-token").error.error == pb.AuthenticationError
+        finally:
+            bad.close()
+
+
+def test_renewed_certificate_files_serve_the_next_connection(tmp_path: Path) -> None:
+    first = secure_setup(tmp_path / "conf", tlsCertRefreshCheckDurationSec="0", authenticationEnabled="false",
+                         authorizationEnabled="false")
+    with run_broker_in_thread(tmp_path / "data", config=first.config()) as b:
+        old = RawConnection(tls_port(b), tls=client_tls_context(first))
+        assert old.connect().type == T.CONNECTED
+        renewed = make_test_pki(tmp_path / "renewed")
+        pairs = ((renewed.server_cert, first.pki.server_cert), (renewed.server_key, first.pki.server_key))
+        for source, target in pairs:
+            target.write_bytes(source.read_bytes())
+            stat = target.stat()
+            os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**10))  # a clearly newer mtime
+        new_ca = ssl.create_default_context(cafile=str(renewed.ca_cert))
+        fresh = RawConnection(tls_port(b), tls=new_ca)
+        try:
+            assert fresh.connect().type == T.CONNECTED
+        finally:
+            fresh.close()
+        with pytest.raises(ssl.SSLCertVerificationError):
+            RawConnection(tls_port(b), tls=client_tls_context(first))
+        # The connection made before the renewal goes on.
+        assert old.lookup("persistent://public/default/renewed", 1).response == pb.CommandLookupTopicResponse.Connect
+        old.close()

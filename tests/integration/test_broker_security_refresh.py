@@ -5,9 +5,11 @@ another role."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pulsar
 import pytest
 from security_helpers import RawConnection, SecureSetup, secure_setup
 
@@ -91,3 +93,36 @@ def test_an_answer_with_another_role_is_refused_and_closes(
         assert conn.closed_by_broker()
     finally:
         conn.close()
+
+
+def test_the_official_client_answers_the_challenge_with_its_token_supplier(
+    setup: SecureSetup, clock: ManualClock, broker: BrokerThread
+) -> None:
+    start_s = clock.now_ms() // 1000
+
+    def supplier() -> str:
+        # Before the clock moves: a token that expires 3 s in; once it has, one good for an hour.
+        short = clock.now_ms() // 1000 < start_s + REFRESH_S
+        return setup.token("superUser", expires_at_s=start_s + (3 if short else 3600))
+
+    client = pulsar.Client(broker.service_url, authentication=pulsar.AuthenticationToken(supplier))
+    try:
+        producer = client.create_producer("persistent://public/default/official-refresh")
+        counters = broker.server.broker.auth_counters
+        advance(broker, clock, REFRESH_S)
+        challenged = counters.challenges_total
+        assert challenged >= 1  # one per connection the client holds
+        wait_until(lambda: counters.refreshed_total == challenged or counters.refused_total > 0)
+        assert counters.refreshed_total == challenged and counters.refused_total == 0
+        advance(broker, clock, REFRESH_S)  # the refreshed tokens hold: no new challenge
+        assert counters.challenges_total == challenged
+        producer.send(b"still connected")
+    finally:
+        client.close()
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from enum import Enum
 from typing import Final, Protocol
 
@@ -37,6 +38,23 @@ REFUSED_MESSAGE: Final = "Unable to authenticate"
 NO_REQUEST_ID: Final = (1 << 64) - 1
 
 T = pb.BaseCommand
+
+
+@dataclass(slots=True)
+class AuthCounters:
+    """The broker's authentication figures (/metrics): refusals, challenges, refreshes."""
+
+    refused_total: int = 0
+    challenges_total: int = 0
+    refreshed_total: int = 0
+
+    def metrics(self) -> dict[str, float]:
+        p = "velamq_broker_authentication_"
+        return {
+            p + "refused_total": self.refused_total,
+            p + "challenges_total": self.challenges_total,
+            p + "refreshed_total": self.refreshed_total,
+        }
 
 
 class RefreshStep(Enum):

@@ -44,6 +44,10 @@ _CONSUMER_COMMANDS: Final[dict[int, str]] = {
     T.UNSUBSCRIBE: "unsubscribe",
 }
 
+# Every command denial() looks at; the rest (SEND, ACK, FLOW, ...) act on producers and consumers
+# that were authorized when they were opened.
+CHECKED_COMMANDS: Final = frozenset({*_TOPIC_COMMANDS, *_CONSUMER_COMMANDS, T.GET_TOPICS_OF_NAMESPACE})
+
 # consumer_id -> (topic, subscription) of a consumer open on the connection, or None
 ConsumerLookup = Callable[[int], "tuple[str, str] | None"]
 

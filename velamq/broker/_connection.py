@@ -50,7 +50,7 @@ from velamq import _limits
 from velamq._errors import InvalidTopicNameError, ProtocolError
 from velamq._topic_name import TopicName
 from velamq.broker._auth_connection import ConnectionAuth, RefreshStep, refused_reply
-from velamq.broker._command_authz import denial
+from velamq.broker._command_authz import CHECKED_COMMANDS, denial
 from velamq.broker._consumer import ServerConsumer
 from velamq.broker._consumer_commands import ConsumerCommands
 from velamq.broker._context import BrokerContext
@@ -289,7 +289,7 @@ class ServerConnection(asyncio.Protocol):
             self._reply_error(command, request_id, code, message)
             return
         model = self._broker.authorization
-        if model is not None:
+        if model is not None and command.type in CHECKED_COMMANDS:
             refused = denial(model, self.auth.role, command, self._consumers.topic_of)
             if refused is not None:
                 self._reply_error(command, _request_id(command), pb.AuthorizationError, refused)
@@ -349,6 +349,7 @@ class ServerConnection(asyncio.Protocol):
         self._broker.log_limit.warning(
             "authentication-refused", "refusing connection %s (role %s): %s", self.remote_address, self.auth.role, exc
         )
+        self._broker.auth_counters.refused_total += 1
         self.send_command(refused_reply())
         self.close()
 
@@ -357,6 +358,9 @@ class ServerConnection(asyncio.Protocol):
             self.auth.respond(frame.command.authResponse)
         except AuthenticationError as exc:
             self._refuse_credentials(exc)
+            return
+        if self.auth.enabled:
+            self._broker.auth_counters.refreshed_total += 1
 
     def refresh_auth(self, now_ms: int) -> None:
         """The broker's periodic check (AuthRefresher): challenge expired credentials, or close."""
@@ -367,6 +371,7 @@ class ServerConnection(asyncio.Protocol):
             challenge = self.auth.challenge()
             challenge.authChallenge.server_version = self._broker.server_version
             challenge.authChallenge.protocol_version = self.protocol_version
+            self._broker.auth_counters.challenges_total += 1
             self.send_command(challenge)
         elif step is not RefreshStep.NOTHING:
             self._broker.log_limit.info(

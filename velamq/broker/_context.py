@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from velamq._clock import Clock
 from velamq._log_limit import RateLimitedLog
 from velamq._topic_name import TopicName
+from velamq.broker._auth_connection import AuthCounters
 from velamq.broker._config import BrokerConfig
 from velamq.broker._disk_guard import DiskGuard
 from velamq.broker._net_budget import NetworkBudget
@@ -84,6 +85,9 @@ class BrokerContext(ProducerBroker, Protocol):
     def authentication(self) -> AuthenticationService | None:
         """CONNECT's credentials are checked by it (None: authentication disabled)."""
         ...
+
+    @property
+    def auth_counters(self) -> AuthCounters: ...
 
     @property
     def authorization(self) -> AuthorizationModel | None:

@@ -130,6 +130,7 @@ class Listener:
         self._paused: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.accept_errors_total = 0
+        self.tls_handshake_failures_total = 0
         self.port = 0
 
     def start(self, host: str, port: int) -> int:
@@ -197,11 +198,11 @@ class Listener:
         slot = _Slot(self.limits, ip)
         conn.setblocking(False)
         assert self._loop is not None
-        task = self._loop.create_task(self._serve(conn, slot))
+        task = self._loop.create_task(self._serve(conn, slot, ip))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _serve(self, conn: socket.socket, slot: _Slot) -> None:
+    async def _serve(self, conn: socket.socket, slot: _Slot, ip: str) -> None:
         assert self._loop is not None
         tls = None
         if self._tls is not None:
@@ -218,7 +219,13 @@ class Listener:
         except Exception as exc:
             conn.close()
             slot.release()
-            self._log.warning("transport-failed", "could not set up an accepted connection: %s", exc)
+            if tls is not None:
+                # A client that does not trust us, or whose certificate we do not trust, or that
+                # never finished the handshake: that client's business, one line a minute at most.
+                self.tls_handshake_failures_total += 1
+                self._log.info("tls-handshake", "TLS handshake with %s failed: %s", ip, exc)
+            else:
+                self._log.warning("transport-failed", "could not set up an accepted connection: %s", exc)
 
     def _pause_accepting(self, exc: OSError) -> None:
         self.accept_errors_total += 1

@@ -29,7 +29,7 @@ from velamq import __version__, _limits
 from velamq._clock import Clock, system_clock
 from velamq._log_limit import RateLimitedLog
 from velamq._topic_name import TopicName
-from velamq.broker._auth_connection import AuthRefresher
+from velamq.broker._auth_connection import AuthCounters, AuthRefresher
 from velamq.broker._compaction import CompactedView, compacted_store_name
 from velamq.broker._config import BrokerConfig
 from velamq.broker._connection import ServerConnection
@@ -87,6 +87,7 @@ class BrokerService:
         self.log_limit = RateLimitedLog(log, clock)
         self.authentication = authentication
         self.authorization = authorization
+        self.auth_counters = AuthCounters()
         # pulsar+ssl:// on brokerServicePortTls; the certificate files are re-read when they change.
         security = config.security
         self.tls: ReloadingServerContext | None = None
@@ -207,12 +208,17 @@ class BrokerService:
         limits: dict[str, float] = {
             **self.network.metrics(),
             **self.disk_guard.metrics(),
+            **self.auth_counters.metrics(),
             "velamq_broker_log_lines_suppressed_total": self.log_limit.suppressed_total,
             "velamq_broker_topics_deleting": len(self.deleting),
         }
-        for listener in (self._listener, self._listener_tls):
-            if listener is not None:
-                limits |= listener.metrics()
+        listeners = [x for x in (self._listener, self._listener_tls) if x is not None]
+        if listeners:  # both share the connection caps; their own counters add up
+            limits |= listeners[0].metrics()
+            limits["velamq_broker_accept_errors_total"] = sum(x.accept_errors_total for x in listeners)
+            limits["velamq_broker_tls_handshake_failures_total"] = sum(
+                x.tls_handshake_failures_total for x in listeners
+            )
         return limits
 
     def close_producers(self, reason: str) -> None:

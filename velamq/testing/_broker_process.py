@@ -16,6 +16,8 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from velamq.broker import BrokerConfig
+
 READY_MARKER = "velamq standalone ready"
 start_timeout_s = 30.0
 
@@ -37,13 +39,20 @@ class BrokerProcess:
         log_path: Path | None = None,
         *,
         fd_limit: int | None = None,
+        config_file: Path | None = None,
     ) -> None:
-        """fd_limit: RLIMIT_NOFILE (soft and hard) of the broker process, as `ulimit -n` would set it."""
+        """fd_limit: RLIMIT_NOFILE (soft and hard) of the broker process, as `ulimit -n` would set it.
+        config_file: a Pulsar-style config (`--config`); its plain ports are replaced by free ones,
+        its TLS port (brokerServicePortTls, e.g. a free_port() written by the test) is kept."""
         self.data_dir = data_dir
         self.fd_limit = fd_limit
         self.broker_port = free_port()
         self.http_port = free_port()
+        self.broker_port_tls: int | None = None
         self.extra_args = list(extra_args)
+        if config_file is not None:
+            self.broker_port_tls = BrokerConfig.from_file(config_file).security.broker_port_tls
+            self.extra_args = ["--config", str(config_file), *self.extra_args]
         self.log_path = log_path or (data_dir.parent / f"{data_dir.name}.log")
         self._proc: subprocess.Popen[str] | None = None
         self._lines: list[str] = []
@@ -51,6 +60,12 @@ class BrokerProcess:
     @property
     def service_url(self) -> str:
         return f"pulsar://127.0.0.1:{self.broker_port}"
+
+    @property
+    def service_url_tls(self) -> str | None:
+        if self.broker_port_tls is None:
+            return None
+        return f"pulsar+ssl://localhost:{self.broker_port_tls}"
 
     @property
     def admin_url(self) -> str:
@@ -134,15 +149,19 @@ class BrokerProcess:
 
 @contextlib.contextmanager
 def run_broker(
-    data_dir: str | Path | None = None, extra_args: Sequence[str] = (), *, fd_limit: int | None = None
+    data_dir: str | Path | None = None,
+    extra_args: Sequence[str] = (),
+    *,
+    fd_limit: int | None = None,
+    config_file: Path | None = None,
 ) -> Iterator[BrokerProcess]:
     """Start a broker on free ports; stop it (SIGTERM) and remove a temporary data dir on exit.
-    fd_limit: the broker process's RLIMIT_NOFILE (`ulimit -n`)."""
+    fd_limit: the broker process's RLIMIT_NOFILE (`ulimit -n`); config_file: see BrokerProcess."""
     tmp = None
     if data_dir is None:
         tmp = tempfile.mkdtemp(prefix="velamq-test-")
         data_dir = Path(tmp) / "data"
-    broker = BrokerProcess(Path(data_dir), extra_args, fd_limit=fd_limit)
+    broker = BrokerProcess(Path(data_dir), extra_args, fd_limit=fd_limit, config_file=config_file)
     broker.start()
     try:
         yield broker
