@@ -113,6 +113,15 @@ def test_the_ci_set_up_with_a_superuser_token_over_plain_http(setup: SecureSetup
         raw.close()
 
 
+def test_http_lookup_over_https_names_the_tls_urls(setup: SecureSetup, broker: BrokerThread) -> None:
+    status, lookup = https(setup, broker, "GET", "/lookup/v2/topic/persistent/public/default/looked-up")
+    assert status == 200
+    assert lookup["brokerUrlTls"] == broker.server.service_url_tls
+    assert lookup["brokerUrlTls"].startswith("pulsar+ssl://")
+    assert lookup["httpUrlTls"] == f"https://127.0.0.1:{broker.server.admin.tls_port}"
+    assert lookup["brokerUrl"].startswith("pulsar://") and lookup["httpUrl"].startswith("http://")
+
+
 def test_no_credentials_on_the_admin_port(broker: BrokerThread) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", broker.server.http_port, timeout=10)
     try:

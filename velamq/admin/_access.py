@@ -19,7 +19,9 @@ What the table opens, as Pulsar's PulsarAuthorizationProvider does:
     the console                                                               any authenticated role; the
                                                                               pages show their tenants only
 
-Refusals: 401 (see _auth_http.py), 403 with Pulsar's {"reason": ...} wording.
+Refusals, with Pulsar's codes and {"reason": ...} wording: credentials missing or refused 401 (see
+_auth_http.py); a topic operation not granted 401 as well (Pulsar's validateTopicOperation answers
+UNAUTHORIZED); a namespace operation, a tenant or a superuser route 403.
 """
 
 from __future__ import annotations
@@ -146,7 +148,8 @@ def topic_name(params: Mapping[str, str]) -> TopicName:
 
 
 def check(access: Access, caller: Caller, params: Mapping[str, str]) -> None:
-    """HttpError 403 unless `caller` may use a route with `access` and these path parameters."""
+    """HttpError (403, or 401 for a topic operation) unless `caller` may use a route with `access`
+    and these path parameters."""
     if not caller.enforce or access.need in (Need.NOTHING, Need.AUTHENTICATED, Need.CONSOLE):
         return
     if caller.is_superuser():
@@ -170,7 +173,8 @@ def check(access: Access, caller: Caller, params: Mapping[str, str]) -> None:
         topic = str(topic_name(params))
         if model.allow_topic_operation(caller.role, access.operation, topic, params.get("subscription")):
             return
+        # 401, not 403: Pulsar's validateTopicOperation answers UNAUTHORIZED (its clients rely on the code).
         raise HttpError(
-            403, f"Unauthorized to validateTopicOperation for operation [{access.operation.name}] on topic [{topic}]"
+            401, f"Unauthorized to validateTopicOperation for operation [{access.operation.name}] on topic [{topic}]"
         )
     raise HttpError(403, "Don't have permission to administrate resources on this tenant")

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+from velamq._topic_name import TopicName
 from velamq.admin._access import NAMESPACE, TOPIC
 from velamq.admin._http import HttpError, Response
 from velamq.admin._params import namespace_of, require_namespace, topic_of
@@ -92,6 +93,15 @@ async def _update(call: Call, ns: str, key: str, change: Callable[[dict[str, Any
 
 async def _update_grants(call: Call, ns: str, change: Callable[[Any], dict[str, Any]]) -> Response:
     return await _update(call, ns, AUTH_POLICIES, lambda policies: change(policies.get(AUTH_POLICIES)))
+
+
+async def drop_topic_grants(call: Call, topic: str) -> None:
+    """A deleted topic's own grants go with it, as Pulsar revokes them on delete (so a topic made
+    again later under that name starts without them). No write when it had none."""
+    ns = TopicName.parse(topic).namespace
+    stored = (await call.backend.metadata.get_policies(ns)).get(AUTH_POLICIES)
+    if isinstance(stored, dict) and topic in (stored.get("destination_auth") or {}):
+        await _update_grants(call, ns, lambda now: grants.drop_topic(now, topic))
 
 
 def _body(call: Call) -> Any:

@@ -26,6 +26,7 @@ from velamq.admin._http import HttpError, Response
 from velamq.admin._params import bool_param, int_body, namespace_of, require_namespace, topic_of
 from velamq.admin._router import Call, Router
 from velamq.admin._routes_namespaces import namespace_topics
+from velamq.admin._routes_permissions import drop_topic_grants
 from velamq.metadata import partitions_max
 
 DOMAIN = "{domain:persistent|non-persistent}"
@@ -97,6 +98,7 @@ async def delete_partitioned_topic(call: Call) -> Response:
     force = bool_param(call, "force")
     await require_namespace(call, topic.namespace)
     await call.backend.delete_partitioned_topic(str(topic), force)
+    await drop_topic_grants(call, str(topic))
     return Response.no_content()
 
 
@@ -125,6 +127,7 @@ async def delete_topic(call: Call) -> Response:
             "delete-partitioned-topic.",
         )
     await call.backend.delete_topic(str(topic), force)
+    await drop_topic_grants(call, str(topic))
     return Response.no_content()
 
 

@@ -71,6 +71,8 @@ log = logging.getLogger("velamq.admin")
 connections_max: Final = 256
 # How long close() lets in-flight requests finish before cancelling their connections.
 close_grace_s: Final = 1.0
+# A TLS client that has not finished its handshake by then is dropped (it holds a socket meanwhile).
+tls_handshake_timeout_s: Final = 10.0
 
 
 def build_router() -> Router:
@@ -195,7 +197,7 @@ class AdminServer:
             self._tls = ReloadingServerContext(settings.tls)
             self._tls_server = await asyncio.start_server(
                 functools.partial(self._on_connection, tls=True), self._host, self._tls_port_requested,
-                limit=stream_limit_bytes, ssl=self._tls.context,
+                limit=stream_limit_bytes, ssl=self._tls.context, ssl_handshake_timeout=tls_handshake_timeout_s,
             )
         if self._requested_port is not None:
             try:
