@@ -272,3 +272,26 @@ def test_renewed_certificate_files_serve_the_next_connection(tmp_path: Path) -> 
         # The connection made before the renewal goes on.
         assert old.lookup("persistent://public/default/renewed", 1).response == pb.CommandLookupTopicResponse.Connect
         old.close()
+
+
+def test_commands_on_an_open_consumer_are_checked_against_its_topic(setup: SecureSetup, broker: BrokerThread) -> None:
+    topic = f"persistent://public/apps/consumer-authz-{time.time_ns()}"
+    grant(broker, "public/apps", "other", ["consume"])
+    conn = RawConnection(broker.server.broker_port)
+    try:
+        assert conn.connect("token", setup.token("other").encode()).type == T.CONNECTED
+        conn.send(T.SUBSCRIBE, "subscribe", topic=topic, subscription="s", subType=pb.CommandSubscribe.Shared,
+                  consumer_id=1, request_id=1)
+        assert conn.next().type == T.SUCCESS
+        conn.send(T.GET_LAST_MESSAGE_ID, "getLastMessageId", consumer_id=1, request_id=2)
+        assert conn.next().type == T.GET_LAST_MESSAGE_ID_RESPONSE
+        grant(broker, "public/apps", "other", None)
+        conn.send(T.GET_LAST_MESSAGE_ID, "getLastMessageId", consumer_id=1, request_id=3)
+        refused = conn.next()
+        assert refused.type == T.ERROR and refused.error.error == pb.AuthorizationError
+        assert refused.error.request_id == 3
+        conn.send(T.SEEK, "seek", consumer_id=1, request_id=4, message_publish_time=0)
+        refused = conn.next()
+        assert refused.type == T.ERROR and refused.error.error == pb.AuthorizationError
+    finally:
+        conn.close()
