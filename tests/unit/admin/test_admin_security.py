@@ -53,6 +53,8 @@ def test_credentials_missing_or_refused_get_401_and_nothing_leaks(secured: Secur
         assert "www-authenticate" not in reply.headers  # the REST API sends no challenge
     assert secured.request("GET", TENANTS, headers=secured.bearer("superUser")).status == 200
     assert secured.request("GET", TENANTS, headers=secured.basic("superUser", "root-pass")).status == 200
+    named = {**secured.bearer("superUser"), "X-Pulsar-Auth-Method-Name": "token"}
+    assert secured.request("GET", TENANTS, headers=named).status == 200
 
 
 def test_refusals_with_pulsars_codes_and_reasons(secured: Secured) -> None:
