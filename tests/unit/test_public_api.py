@@ -74,7 +74,7 @@ PUBLIC_API: dict[str, list[str]] = {
     "velamq.broker": [
         "BrokerAdmin", "BrokerConfig", "BrokerMetrics", "BrokerOverview", "BrokerRequestError", "BrokerService",
         "CompactionStatus", "ConsumerStats", "CursorStats", "DiskUsage", "InternalStats", "LastMessageId",
-        "LedgerStats", "PublisherStats", "RateSeries", "SubscriptionMetrics", "SubscriptionStats", "TopicMetrics",
+        "LedgerStats", "NamespaceMetrics", "PublisherStats", "RateSeries", "SubscriptionMetrics", "SubscriptionStats", "TopicMetrics",
         "TopicStats",
     ],
     "velamq.admin": ["AdminServer", "BrokerBackend"],
