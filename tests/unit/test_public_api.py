@@ -74,8 +74,8 @@ PUBLIC_API: dict[str, list[str]] = {
     "velamq.broker": [
         "BrokerAdmin", "BrokerConfig", "BrokerMetrics", "BrokerOverview", "BrokerRequestError", "BrokerService",
         "CompactionStatus", "ConsumerStats", "CursorStats", "DiskUsage", "InternalStats", "LastMessageId",
-        "LedgerStats", "NamespaceMetrics", "PublisherStats", "RateSeries", "SubscriptionMetrics", "SubscriptionStats", "TopicMetrics",
-        "TopicStats",
+        "LedgerStats", "NamespaceMetrics", "PublisherStats", "RateSeries", "SubscriptionMetrics", "SubscriptionStats",
+        "TopicMetrics", "TopicStats",
     ],
     "velamq.admin": ["AdminServer", "BrokerBackend"],
     "velamq.testing": ["BrokerProcess", "BrokerThread", "free_port", "run_broker", "run_broker_in_thread"],
