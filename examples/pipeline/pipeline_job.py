@@ -12,11 +12,16 @@ cluster and against an Apache Pulsar cluster by changing the two URLs (SP-5). Ru
         --out /data/totals --checkpoints /data/checkpoints
 
 (with velamq installed on the driver and executors, which registers the `velamq` format).
+Against a secured cluster, add the Pulsar connector's auth and TLS options, passed to both sources
+and sinks: `--service-url pulsar+ssl://broker:6651 --admin-url https://broker:8443
+--auth-plugin org.apache.pulsar.client.impl.auth.AuthenticationToken --auth-params file:///etc/app.token
+--tls-trust-certs-file-path /etc/ca.pem`.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -26,8 +31,9 @@ EVENT_SCHEMA = "user string, page string, amount double"
 END_PAGE = "__end__"
 
 
-def windowed_totals(spark: SparkSession, service_url: str, admin_url: str, events_topic: str) -> DataFrame:
-    events = (spark.readStream.format("velamq")
+def windowed_totals(spark: SparkSession, service_url: str, admin_url: str, events_topic: str,
+                    security: Mapping[str, str] | None = None) -> DataFrame:
+    events = (spark.readStream.format("velamq").options(**(security or {}))
               .option("service.url", service_url).option("admin.url", admin_url)
               .option("topic", events_topic).option("startingOffsets", "earliest")
               .load())
@@ -46,13 +52,15 @@ def windowed_totals(spark: SparkSession, service_url: str, admin_url: str, event
 
 
 def start(spark: SparkSession, service_url: str, admin_url: str, events_topic: str, results_topic: str,
-          out_dir: str, checkpoint_dir: str, trigger_s: float = 2.0) -> list[Any]:
-    """Start the two queries (one per sink, each with its own checkpoint) and return them."""
-    totals = windowed_totals(spark, service_url, admin_url, events_topic)
+          out_dir: str, checkpoint_dir: str, trigger_s: float = 2.0,
+          security: Mapping[str, str] | None = None) -> list[Any]:
+    """Start the two queries (one per sink, each with its own checkpoint) and return them.
+    `security`: the connector's auth/TLS options (authPluginClassName, authParams, ...)."""
+    totals = windowed_totals(spark, service_url, admin_url, events_topic, security)
     trigger = f"{trigger_s} seconds"
     to_topic = (totals.select(F.col("page").alias("key"), F.to_json(F.struct("*")).alias("value"),
                               F.col("windowEnd").alias("eventTime"))
-                .writeStream.format("velamq")
+                .writeStream.format("velamq").options(**(security or {}))
                 .option("service.url", service_url).option("admin.url", admin_url).option("topic", results_topic)
                 .option("checkpointLocation", f"{checkpoint_dir}/to-topic")
                 .outputMode("append").trigger(processingTime=trigger).queryName("totals-to-topic").start())
@@ -70,9 +78,16 @@ def main() -> None:
     parser.add_argument("--results", default="pipeline-totals")
     parser.add_argument("--out", default="pipeline-out/totals")
     parser.add_argument("--checkpoints", default="pipeline-out/checkpoints")
+    parser.add_argument("--auth-plugin", help="token, basic, tls or the Java class name")
+    parser.add_argument("--auth-params", help="the plugin's parameters (token:..., file:///path, ...)")
+    parser.add_argument("--tls-trust-certs-file-path", help="CA certificates for pulsar+ssl:// and https://")
     args = parser.parse_args()
+    security = {name: value for name, value in (
+        ("authPluginClassName", args.auth_plugin), ("authParams", args.auth_params),
+        ("tlsTrustCertsFilePath", args.tls_trust_certs_file_path)) if value}
     spark = SparkSession.builder.appName("velamq-pipeline").getOrCreate()
-    start(spark, args.service_url, args.admin_url, args.events, args.results, args.out, args.checkpoints)
+    start(spark, args.service_url, args.admin_url, args.events, args.results, args.out, args.checkpoints,
+          security=security)
     spark.streams.awaitAnyTermination()
 
 

@@ -1,6 +1,10 @@
 """`velamq admin …`: pulsar-admin's common verbs over the admin REST API (OP-2).
 
-    velamq admin [--admin-url http://localhost:8080] [--json] GROUP VERB [ARGS]
+    velamq admin [--admin-url http://localhost:8080] [--json] [AUTH/TLS FLAGS] GROUP VERB [ARGS]
+
+Authentication and TLS (_security_args.py): --auth-plugin/--auth-params as pulsar-admin, --token,
+--tls-trust-certs-file-path, --tls-allow-insecure, --tls-enable-hostname-verification, and a
+client.conf (--client-conf or $PULSAR_CLIENT_CONF) whose webServiceUrl is the default admin URL.
 
     clusters    list | get
     tenants     list | get | create | update | delete
@@ -41,7 +45,8 @@ from velamq.cli._admin_messages import add_message_verbs
 from velamq.cli._admin_output import parse_time_s, render, render_json
 from velamq.cli._admin_policies import namespace_path, topic_path, verb
 from velamq.cli._admin_properties import add_namespace_property_verbs, add_topic_property_verbs
-from velamq.client import AdminClient, AdminError
+from velamq.cli._security_args import add_security_arguments, read_client_conf, security_from_args
+from velamq.client import AdminClient, AdminError, CredentialsError
 
 admin_url_default = "http://localhost:8080"
 
@@ -343,24 +348,36 @@ def add_admin_parser(commands: Any) -> None:
         "admin", help="administer a broker over its REST API (like pulsar-admin)",
         description="pulsar-admin's common verbs against a velamq (or Pulsar) broker's admin REST API.",
     )
-    admin.add_argument("--admin-url", default=os.environ.get("VELAMQ_ADMIN_URL", admin_url_default),
-                       help=f"admin REST URL (default $VELAMQ_ADMIN_URL or {admin_url_default})")
+    admin.add_argument("--admin-url", "--admin-service-url", dest="admin_url", default=None,
+                       help="admin REST URL, http:// or https:// (default $VELAMQ_ADMIN_URL, the client.conf's "
+                            f"webServiceUrl, or {admin_url_default})")
     admin.add_argument("--json", action="store_true", help="print the server's JSON instead of a table")
+    add_security_arguments(admin)
     groups = admin.add_subparsers(dest="group", required=True, metavar="GROUP")
     for add in (_clusters, _tenants, _namespaces, _topics, _admin_schemas.add_schemas_group, _storage):
         add(groups)
 
 
+def _admin_client(args: argparse.Namespace) -> AdminClient:
+    """The admin URL and security from the flags, else the client.conf, else the defaults."""
+    conf = read_client_conf(args.client_conf)
+    url = args.admin_url or os.environ.get("VELAMQ_ADMIN_URL") or conf.web_service_url or admin_url_default
+    return security_from_args(args, conf).admin_client(url)
+
+
 def run_admin(args: argparse.Namespace) -> int:
     if getattr(args, "local", None) is not None:
         return int(args.local(args))
-    client = AdminClient(args.admin_url)
     try:
+        client = _admin_client(args)
         result = args.handler(client, args)
     except AdminError as exc:
         print(f"error: {exc.reason} (HTTP {exc.status})" if exc.status else f"error: {exc.reason}", file=sys.stderr)
         return 1
-    except (ValueError, InvalidTopicNameError) as exc:
+    except CredentialsError as exc:
+        print(f"velamq admin: {exc}", file=sys.stderr)
+        return 1
+    except (ValueError, InvalidTopicNameError) as exc:  # SecurityArgumentError too
         print(f"velamq admin: {exc}", file=sys.stderr)
         return 2
     if result is None and not args.prints_null:

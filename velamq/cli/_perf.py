@@ -11,6 +11,10 @@ Latency: produce measures publish -> receipt; end-to-end measures send -> receiv
 payload); consume measures publish time -> receive. Percentiles come from HdrHistogram, merged
 exactly across `--processes`. The flags are in _perf_args.py, the workers in _perf_worker.py.
 
+Authentication and TLS take pulsar-perf's flags (--auth-plugin, --auth-params, --trust-cert-file,
+--tls-allow-insecure, --tls-enable-hostname-verification, -cf/--conf-file client.conf; see
+_security_args.py); the service URL may be pulsar+ssl://.
+
 This module turns the flags into one WorkerPlan per process (each with its share of producers,
 consumers, rate and messages), creates partitioned topics for `-np`, and runs the plans.
 """
@@ -18,13 +22,10 @@ consumers, rate and messages), creates partitioned topics for `-np`, and runs th
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
-import urllib.error
-import urllib.request
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 from velamq._topic_name import TopicName
 from velamq.cli._perf_args import (
@@ -44,14 +45,37 @@ from velamq.cli._perf_report import Aggregator, RunShape
 from velamq.cli._perf_runner import run_in_process, run_in_processes
 from velamq.cli._perf_stats import PerfError
 from velamq.cli._perf_worker import StopRule, WorkerPlan
+from velamq.cli._security_args import read_client_conf, security_from_args
 from velamq.cli._tune import human_bytes
+from velamq.client import AdminClient, AdminError, ConnectionSecurity, InvalidConfigurationError
 
 admin_timeout_s = 30.0
 
 
+service_url_default = "pulsar://localhost:6650"
+
+
+def resolve_connection(args: argparse.Namespace) -> None:
+    """The service URL, admin URL and security from the flags, else the client.conf, else defaults
+    (args.security is set: a picklable ConnectionSecurity the workers' clients are made with)."""
+    try:
+        conf = read_client_conf(args.client_conf)
+        args.security = security_from_args(args, conf)
+    except InvalidConfigurationError as exc:
+        raise PerfError(str(exc)) from None
+    args.service_url = args.service_url or conf.broker_service_url or service_url_default
+    if getattr(args, "admin_url", None) is None and conf.web_service_url:
+        args.admin_url = conf.web_service_url
+
+
+def security_of(args: argparse.Namespace) -> ConnectionSecurity:
+    security = getattr(args, "security", None)
+    return security if isinstance(security, ConnectionSecurity) else ConnectionSecurity()
+
+
 def client_options(args: argparse.Namespace) -> dict[str, Any]:
-    """AsyncClient keyword options from the connection flags (the security issue adds auth and TLS)."""
-    options: dict[str, Any] = {}
+    """AsyncClient keyword options from the connection flags: memory limit, authentication, TLS."""
+    options: dict[str, Any] = security_of(args).client_options()
     if args.memory_limit is not None:
         options["memory_limit_bytes"] = args.memory_limit
     return options
@@ -103,6 +127,8 @@ def shares(total: int, weights: list[int]) -> list[int]:
 
 
 def build_plans(args: argparse.Namespace) -> tuple[list[WorkerPlan], StopRule, RunShape]:
+    if getattr(args, "security", None) is None:
+        resolve_connection(args)
     command = args.perf_command
     topics = topic_names(args)
     producing = command in ("produce", "end-to-end")
@@ -146,30 +172,27 @@ def build_plans(args: argparse.Namespace) -> tuple[list[WorkerPlan], StopRule, R
 def admin_url_for(args: argparse.Namespace) -> str:
     if args.admin_url:
         return str(args.admin_url).rstrip("/")
-    host = urlsplit(args.service_url).hostname or "localhost"
-    return f"http://{host}:8080"
+    parts = urlsplit(args.service_url)
+    host = parts.hostname or "localhost"
+    return f"https://{host}:8443" if parts.scheme == "pulsar+ssl" else f"http://{host}:8080"
 
 
 def create_partitioned_topics(args: argparse.Namespace, topics: list[str]) -> None:
     """pulsar-perf's -np: create each topic with N partitions; an existing one must have N."""
     base = admin_url_for(args)
+    admin = security_of(args).admin_client(base, timeout_s=admin_timeout_s)
     for topic in topics:
-        name = TopicName.parse(topic)
-        path = (f"{base}/admin/v2/{name.domain}/{quote(name.tenant)}/{quote(name.namespace_part)}/"
-                f"{quote(name.local_name)}/partitions")
-        request = urllib.request.Request(path, data=str(args.partitions).encode(), method="PUT",
-                                         headers={"Content-Type": "application/json"})
+        path = AdminClient.topic_path(TopicName.parse(topic), "partitions")
         try:
-            urllib.request.urlopen(request, timeout=admin_timeout_s).close()
+            admin.request("PUT", path, args.partitions)
             continue
-        except urllib.error.HTTPError as exc:
-            if exc.code != 409:
-                raise PerfError(f"cannot create {topic} with {args.partitions} partitions: HTTP {exc.code} "
-                                f"{exc.read().decode(errors='replace')}") from None
-        except OSError as exc:
-            raise PerfError(f"cannot reach the admin API at {base} (set -au/--admin-url): {exc}") from None
-        with urllib.request.urlopen(path, timeout=admin_timeout_s) as response:
-            existing = json.loads(response.read()).get("partitions", 0)
+        except AdminError as exc:
+            if exc.status == 0:
+                raise PerfError(f"cannot reach the admin API at {base} (set -au/--admin-url): {exc.reason}") from None
+            if exc.status != 409:
+                raise PerfError(f"cannot create {topic} with {args.partitions} partitions: "
+                                f"HTTP {exc.status} {exc.reason}") from None
+        existing = (admin.request("GET", path) or {}).get("partitions", 0)
         if existing != args.partitions:
             raise PerfError(f"{topic} exists with {existing} partitions, not {args.partitions}")
 
@@ -199,6 +222,7 @@ def _header(plans: list[WorkerPlan], shape: RunShape, args: argparse.Namespace) 
 def run_perf(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     try:
+        resolve_connection(args)
         plans, rule, shape = build_plans(args)
         if getattr(args, "partitions", None):
             create_partitioned_topics(args, topic_names(args))

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from velamq.cli._perf_stats import PerfError
+from velamq.cli._security_args import add_security_arguments
 from velamq.cli._tune import parse_size_bytes
 
 SUBSCRIPTION_TYPES = {"exclusive": "exclusive", "shared": "shared", "failover": "failover",
@@ -60,10 +61,13 @@ def _choice(allowed: Any) -> Any:
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("topics", nargs="+", metavar="TOPIC",
                    help="topic names; with one name and -t N: NAME-0 .. NAME-(N-1)")
-    # Connection. The security issue adds pulsar-perf's --auth-plugin, --auth-params,
-    # --trust-cert-file, --tls-allow-insecure and --tls-enable-hostname-verification here, and
-    # turns them into AsyncClient options in velamq.cli._perf.client_options().
-    p.add_argument("-u", "--service-url", default="pulsar://localhost:6650", help="the broker's Pulsar URL")
+    # Connection: pulsar-perf's --auth-plugin, --auth-params, --trust-cert-file, --tls-allow-insecure,
+    # --tls-enable-hostname-verification and -cf/--conf-file, turned into AsyncClient options by
+    # velamq.cli._perf.client_options().
+    p.add_argument("-u", "--service-url", default=None,
+                   help="the broker's Pulsar URL, pulsar:// or pulsar+ssl:// (default: the client.conf's "
+                        "brokerServiceUrl, else pulsar://localhost:6650)")
+    add_security_arguments(p)
     p.add_argument("-ml", "--memory-limit", type=_size, default=None,
                    help="client memory limit for pending payloads, e.g. 64M (default: the client's, 64 MiB)")
     p.add_argument("-t", "--num-topics", "--num-topic", dest="num_topics", type=int, default=1,

@@ -14,10 +14,14 @@
     producer = await client.create_producer("users", schema=AvroSchema(User))   # User: a Record
     consumer = await client.subscribe("users", "sub", schema=AvroSchema(User))  # msg.value: a User
 
+    Client("pulsar+ssl://host:6651", authentication=AuthenticationToken(token),
+           tls_trust_certs_file_path="ca.pem")                  # TLS and token authentication
+
 It speaks the Pulsar binary protocol through velamq.protocol and never imports the broker.
 """
 
 from velamq.client._admin_client import AdminClient, AdminReply
+from velamq.client._auth import Authentication, AuthenticationBasic, AuthenticationTLS, AuthenticationToken
 from velamq.client._blocking import BlockingProducer, Client
 from velamq.client._blocking_consumer import BlockingConsumer, BlockingReader
 from velamq.client._boost_hash import boost_hash, java_string_hash, murmur3_32_hash
@@ -38,10 +42,12 @@ from velamq.client._errors import (
     AuthorizationError,
     BrokerError,
     ChecksumError,
+    ConnectAuthenticationError,
     ConnectError,
     ConsumerAssignError,
     ConsumerBusyError,
     ConsumerNotFoundError,
+    CredentialsError,
     IncompatibleSchemaError,
     InvalidConfigurationError,
     InvalidTopicError,
@@ -56,6 +62,7 @@ from velamq.client._errors import (
     SendTimeoutError,
     ServiceNotReadyError,
     SubscriptionNotFoundError,
+    TlsHandshakeError,
     TooManyRequestsError,
     TopicNotFoundError,
     TopicTerminatedError,
@@ -71,6 +78,7 @@ from velamq.client._reader import Reader
 from velamq.client._routing import MessageRouter, sign_safe_mod
 from velamq.client._schema import AvroSchema, BytesSchema, JsonSchema, Schema, StringSchema
 from velamq.client._schema_record import Record
+from velamq.client._security import ConnectionSecurity
 
 __all__ = [
     "AdminClient",
@@ -78,7 +86,11 @@ __all__ = [
     "AdminReply",
     "AlreadyClosedError",
     "AsyncClient",
+    "Authentication",
+    "AuthenticationBasic",
     "AuthenticationError",
+    "AuthenticationTLS",
+    "AuthenticationToken",
     "AuthorizationError",
     "AvroSchema",
     "BatchReceivePolicy",
@@ -91,12 +103,15 @@ __all__ = [
     "ChecksumError",
     "Client",
     "ClientConfig",
+    "ConnectAuthenticationError",
     "ConnectError",
+    "ConnectionSecurity",
     "Consumer",
     "ConsumerAssignError",
     "ConsumerBusyError",
     "ConsumerConfig",
     "ConsumerNotFoundError",
+    "CredentialsError",
     "DeadLetterPolicy",
     "IncompatibleSchemaError",
     "InvalidConfigurationError",
@@ -130,6 +145,7 @@ __all__ = [
     "ServiceNotReadyError",
     "StringSchema",
     "SubscriptionNotFoundError",
+    "TlsHandshakeError",
     "TooManyRequestsError",
     "TopicNotFoundError",
     "TopicTerminatedError",

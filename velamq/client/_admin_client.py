@@ -12,7 +12,16 @@ and nothing is kept between calls, so an AdminClient is picklable and safe to sh
 threads: velamq's CLI (`velamq admin`) and the Spark connector both use this one class.
 
 What every request carries is built in one place, `_request()`: the headers given to the
-constructor (where an authentication token will go) and the SSL context for https URLs.
+constructor, the authentication plugin's header (Authorization: Bearer / Basic, a token supplier
+asked again for each request), and for https URLs the TLS context built from the security
+settings (trust file, allow insecure, host name check, client certificate):
+
+    AdminClient("https://host:8443", security=ConnectionSecurity(auth_plugin="token",
+                auth_params="file:///run/admin.token", tls_trust_certs_file_path="ca.pem"))
+    AdminClient("https://host:8443", authentication=AuthenticationToken(my_supplier),
+                security=ConnectionSecurity(tls_trust_certs_file_path="ca.pem"))
+
+401 (no or refused credentials) and 403 (no permission) are AdminErrors with that status.
 """
 
 from __future__ import annotations
@@ -29,7 +38,9 @@ from http.client import HTTPResponse
 from typing import Any, Final
 
 from velamq._topic_name import TopicName
+from velamq.client._auth import Authentication
 from velamq.client._errors import AdminError
+from velamq.client._security import ConnectionSecurity, check_authentication, ssl_context_for
 
 admin_timeout_s_default: Final = 30.0
 error_reason_chars_max: Final = 500
@@ -64,11 +75,33 @@ class AdminClient:
     """
 
     def __init__(self, admin_url: str, *, timeout_s: float = admin_timeout_s_default,
-                 headers: Mapping[str, str] | None = None, ssl_context: ssl.SSLContext | None = None) -> None:
+                 headers: Mapping[str, str] | None = None, ssl_context: ssl.SSLContext | None = None,
+                 security: ConnectionSecurity | None = None, authentication: Authentication | None = None) -> None:
         self.admin_url = admin_url.rstrip("/")
         self.timeout_s = timeout_s
         self.headers = dict(headers or {})
+        self.security = security or ConnectionSecurity()
+        self.authentication = check_authentication(authentication) or self.security.authentication()
+        # An explicit context wins; else one is built from `security` on the first https request
+        # (and not pickled: an SSLContext does not cross to a Spark executor, the settings do).
         self.ssl_context = ssl_context
+        self._built_context: ssl.SSLContext | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_built_context"] = None
+        return state
+
+    def _context(self) -> ssl.SSLContext | None:
+        if self.ssl_context is not None or not self.admin_url.startswith("https:"):
+            return self.ssl_context
+        if self._built_context is None:
+            s = self.security
+            self._built_context = ssl_context_for(
+                self.authentication, trust_certs_file=s.tls_trust_certs_file_path,
+                allow_insecure=s.tls_allow_insecure_connection, validate_hostname=s.tls_validate_hostname,
+                cert_file=s.tls_certificate_file_path, key_file=s.tls_private_key_file_path)
+        return self._built_context
 
     def __repr__(self) -> str:
         return f"AdminClient({self.admin_url!r})"
@@ -119,6 +152,9 @@ class AdminClient:
             request.add_header("Content-Type", "application/json")
         for name, value in self.headers.items():
             request.add_header(name, value)
+        if self.authentication is not None:
+            for name, value in self.authentication.http_headers().items():
+                request.add_header(name, value)
         return request
 
     def _open(self, method: str, path: str, body: Any, query: Mapping[str, Any] | None) -> HTTPResponse:
@@ -128,7 +164,7 @@ class AdminClient:
         data = None if body is NO_BODY else json.dumps(body).encode()
         request = self._request(method, url, data)
         try:
-            response: HTTPResponse = urllib.request.urlopen(request, timeout=self.timeout_s, context=self.ssl_context)
+            response: HTTPResponse = urllib.request.urlopen(request, timeout=self.timeout_s, context=self._context())
         except urllib.error.HTTPError as exc:
             with exc:
                 raise AdminError(exc.code, _reason(exc), method, url) from None

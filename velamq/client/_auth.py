@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from velamq.client._errors import ConnectError, InvalidConfigurationError
+from velamq.client._errors import CredentialsError, InvalidConfigurationError
 
 # The challenge data a broker sends to ask for fresh credentials (Pulsar's AuthData.REFRESH_AUTH_DATA).
 REFRESH_CHALLENGE: Final = b"PulsarAuthRefresh"
@@ -82,11 +82,15 @@ class AuthenticationToken(Authentication):
     """Token authentication: a JWT string, or a callable returning one (called at each use)."""
 
     def __init__(self, token: str | Callable[[], str]) -> None:
+        # A string or a file is kept as data (not as a closure) so the plugin pickles, as Spark
+        # needs to send it to executors; a callable pickles only if it does itself.
+        self._token: str | None = None
+        self._file: Path | None = None
+        self._supplier: Callable[[], str] | None = None
         if isinstance(token, str):
             if not token.strip():
                 raise InvalidConfigurationError("AuthenticationToken needs a non-empty token")
-            text = token.strip()
-            self._supplier: Callable[[], str] = lambda: text
+            self._token = token.strip()
         elif callable(token):
             self._supplier = token
         else:
@@ -95,8 +99,17 @@ class AuthenticationToken(Authentication):
     @classmethod
     def from_file(cls, path: str | Path) -> AuthenticationToken:
         """A token kept in a file, re-read at every connect and refresh (so it can be rotated)."""
-        file = Path(path)
-        return cls(lambda: file.read_text().strip())
+        plugin = cls.__new__(cls)
+        plugin._token, plugin._file, plugin._supplier = None, Path(path), None
+        return plugin
+
+    def _read(self) -> str:
+        if self._token is not None:
+            return self._token
+        if self._file is not None:
+            return self._file.read_text()
+        assert self._supplier is not None
+        return self._supplier()
 
     @property
     def method_name(self) -> str:
@@ -104,11 +117,11 @@ class AuthenticationToken(Authentication):
 
     def token(self) -> str:
         try:
-            value = self._supplier()
+            value = self._read()
         except Exception as exc:
-            raise ConnectError(f"the token supplier failed: {type(exc).__name__}") from exc
+            raise CredentialsError(f"the token supplier failed: {type(exc).__name__}") from exc
         if not isinstance(value, str) or not value.strip():
-            raise ConnectError("the token supplier returned no token")
+            raise CredentialsError("the token supplier returned no token")
         return value.strip()
 
     def auth_data(self) -> bytes:

@@ -8,6 +8,15 @@ and every producer, consumer and reader it made; closing it closes them all.
 
 Options are given as keyword arguments with Pulsar's names in snake_case, or as a ProducerConfig /
 ConsumerConfig (keywords then override its fields).
+
+A secured broker, with the official client's option names:
+
+    AsyncClient("pulsar+ssl://broker:6651", authentication=AuthenticationToken(token_or_supplier),
+                tls_trust_certs_file_path="ca.pem", tls_validate_hostname=True)
+    AsyncClient("pulsar+ssl://broker:6651", authentication=AuthenticationTLS("me.pem", "me-key.pem"),
+                tls_trust_certs_file_path="ca.pem")          # mutual TLS: the role is the CN
+    AsyncClient("https://broker:8443", authentication=..., tls_trust_certs_file_path="ca.pem")
+                                                             # lookups over HTTP (_http_lookup.py)
 """
 
 from __future__ import annotations
@@ -26,9 +35,10 @@ from velamq.client._backpressure import MemoryLimit
 from velamq.client._config import ClientConfig, ConsumerConfig, ProducerConfig
 from velamq.client._consumer import Consumer
 from velamq.client._errors import AlreadyClosedError, InvalidConfigurationError, OperationTimeoutError, is_retriable
+from velamq.client._http_lookup import HttpLookupService, is_http_url
 from velamq.client._lookup import LookupService
 from velamq.client._message import MessageId
-from velamq.client._pool import ConnectionPool, parse_service_url
+from velamq.client._pool import ConnectionPool, parse_service_url, uses_tls
 from velamq.client._producer import Producer
 from velamq.client._reader import Reader
 
@@ -48,7 +58,8 @@ def _start_id(value: MessageId | str | bytes) -> MessageId:
 
 
 class AsyncClient:
-    """The asyncio client of one service URL (pulsar://host:port, or several hosts): the entry point.
+    """The asyncio client of one service URL (pulsar[+ssl]://host:port, several hosts, or an
+    http[s]:// admin URL for lookups over HTTP): the entry point.
 
     It owns the connection pool (one connection per broker, shared by every producer and consumer),
     topic lookups, the client-wide memory limit of pending messages, and every producer, consumer
@@ -58,7 +69,9 @@ class AsyncClient:
 
     def __init__(self, service_url: str, config: ClientConfig | None = None, *, clock: Clock = system_clock,
                  **options: Any) -> None:
-        parse_service_url(service_url)  # fail early on a bad URL
+        http = is_http_url(service_url)  # lookups over the admin REST API, as the official clients do
+        if not http:
+            parse_service_url(service_url)  # fail early on a bad URL
         config = config or ClientConfig()
         if options:
             config = _replace(config, options)
@@ -66,10 +79,13 @@ class AsyncClient:
         self.config = config
         self.clock = clock
         self.pool = ConnectionPool(config)
+        if uses_tls(service_url) or service_url.startswith("https://"):
+            self.pool.ssl_context()  # unreadable TLS files fail here, not at the first connection
         self.request_ids: itertools.count[int] = itertools.count()
         self._producer_ids: itertools.count[int] = itertools.count()
         self._consumer_ids: itertools.count[int] = itertools.count()
-        self.lookup = LookupService(self.pool, service_url, config, self.request_ids)
+        lookup = HttpLookupService if http else LookupService
+        self.lookup: LookupService = lookup(self.pool, service_url, config, self.request_ids)
         self.memory = MemoryLimit(config.memory_limit_bytes)
         self._producers: set[Producer] = set()
         self._consumers: set[Consumer] = set()

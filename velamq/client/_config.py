@@ -18,6 +18,7 @@ from typing import Any, Self
 from velamq._limits import MIB
 from velamq.client._errors import InvalidConfigurationError
 from velamq.client._schema import Schema
+from velamq.client._security import check_authentication
 
 KIB = 1024
 
@@ -59,8 +60,18 @@ class ClientConfig:
     max_backoff_s: float = 60.0
     max_lookup_redirects: int = 20
     stats_interval_s: float = 0.0
+    # Security, with the official client's names: an authentication plugin (velamq.client's
+    # AuthenticationToken / Basic / TLS / Authentication(plugin, params)), and for pulsar+ssl://
+    # the CA file, whether any certificate is accepted, host name checking, a client certificate.
+    authentication: Any = None
+    tls_trust_certs_file_path: str | None = None
+    tls_allow_insecure_connection: bool = False
+    tls_validate_hostname: bool = False
+    tls_certificate_file_path: str | None = None
+    tls_private_key_file_path: str | None = None
 
     def __post_init__(self) -> None:
+        check_authentication(self.authentication)
         if self.operation_timeout_s <= 0 or self.connection_timeout_s <= 0:
             raise InvalidConfigurationError("timeouts must be positive")
         if self.memory_limit_bytes < 0:

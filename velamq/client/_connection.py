@@ -8,6 +8,14 @@ Lifecycle (explicit states):
 CONNECT carries protocol_version 20 (what pulsar-client 3.x sends); the broker answers with its
 own version and max_message_size (absent: 5 MiB - 10 KiB, as the C++ client assumes).
 
+Security: with an SSL context the socket is TLS (pulsar+ssl://). CONNECT carries the
+authentication plugin's method name and data (else "none") and supports_auth_refresh; an
+AUTH_CHALLENGE, during the handshake or later on a live connection (the broker's refresh when a
+token expires), is answered with AUTH_RESPONSE holding fresh data from the plugin (a token
+supplier is called again). A broker that refuses the credentials (ERROR AuthenticationError before
+CONNECTED) fails open() with ConnectAuthenticationError, and an untrusted certificate with
+TlsHandshakeError: neither is retried. Credentials are never logged.
+
 Requests carry a request_id; the answer with that id resolves the request's future (ERROR and the
 Failed variants of the lookup answers become BrokerError subclasses via error_from_server). A
 request that gets no answer within operation_timeout_s fails with OperationTimeoutError, except a
@@ -26,12 +34,19 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import ssl
 from typing import Protocol
 
 from velamq import _limits
 from velamq._errors import ProtocolError
 from velamq.client._config import ClientConfig
-from velamq.client._errors import ConnectError, OperationTimeoutError, error_from_server
+from velamq.client._errors import (
+    ConnectAuthenticationError,
+    ConnectError,
+    OperationTimeoutError,
+    TlsHandshakeError,
+    error_from_server,
+)
 from velamq.protocol import FrameDecoder, encode_command, encode_payload_command, pb
 
 log = logging.getLogger("velamq.client")
@@ -79,8 +94,10 @@ class State(enum.Enum):
 
 
 class Connection:
-    def __init__(self, logical_url: str, host: str, port: int, config: ClientConfig) -> None:
+    def __init__(self, logical_url: str, host: str, port: int, config: ClientConfig,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.logical_url = logical_url
+        self.ssl_context = ssl_context
         self.host = host
         self.port = port
         self.config = config
@@ -111,31 +128,72 @@ class Connection:
 
     async def open(self) -> None:
         loop = asyncio.get_running_loop()
+        connect = self._connect_command()  # credentials first: a failing supplier needs no socket
         try:
             self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), self.config.connection_timeout_s
+                asyncio.open_connection(self.host, self.port, ssl=self.ssl_context,
+                                        server_hostname=self.host if self.ssl_context else None),
+                self.config.connection_timeout_s,
             )
+        except ssl.SSLError as exc:
+            self._closed_before_open()
+            raise TlsHandshakeError(f"TLS handshake with {self.host}:{self.port} failed: {_tls_reason(exc)}") from None
         except (TimeoutError, OSError) as exc:
-            self.state = State.CLOSED
-            self.closed.set()
+            self._closed_before_open()
             raise ConnectError(f"cannot connect to {self.host}:{self.port}: {exc or 'timeout'}") from None
         self._connected = loop.create_future()
         self._read_task = loop.create_task(self._read_loop(), name=f"velamq-read-{self.host}:{self.port}")
-        connect = pb.BaseCommand(type=T.CONNECT)
-        connect.connect.client_version = client_version
-        connect.connect.protocol_version = protocol_version
-        connect.connect.auth_method_name = "none"
-        connect.connect.feature_flags.supports_broker_entry_metadata = True
         self._write(encode_command(connect))
         try:
             await asyncio.wait_for(asyncio.shield(self._connected), self.config.connection_timeout_s)
         except TimeoutError:
             self.close("no CONNECTED in time")
             raise ConnectError(f"{self.host}:{self.port}: handshake timed out") from None
-        except ConnectError:
+        except Exception:
             self.close("handshake failed")
             raise
         self._keepalive_task = loop.create_task(self._keepalive_loop(), name="velamq-keepalive")
+
+    def _closed_before_open(self) -> None:
+        self.state = State.CLOSED
+        self.closed.set()
+
+    def _connect_command(self) -> pb.BaseCommand:
+        connect = pb.BaseCommand(type=T.CONNECT)
+        connect.connect.client_version = client_version
+        connect.connect.protocol_version = protocol_version
+        authentication = self.config.authentication
+        if authentication is None:
+            connect.connect.auth_method_name = "none"
+        else:
+            connect.connect.auth_method_name = authentication.method_name
+            connect.connect.auth_data = authentication.auth_data()
+        connect.connect.feature_flags.supports_auth_refresh = True
+        connect.connect.feature_flags.supports_broker_entry_metadata = True
+        return connect
+
+    def _on_auth_challenge(self, challenge: pb.CommandAuthChallenge) -> None:
+        """Answer with fresh credentials (a refresh challenge asks for them when a token expires)."""
+        authentication = self.config.authentication
+        response = pb.BaseCommand(type=T.AUTH_RESPONSE)
+        response.authResponse.client_version = client_version
+        response.authResponse.protocol_version = protocol_version
+        if authentication is None:
+            response.authResponse.response.auth_method_name = "none"
+            response.authResponse.response.auth_data = b""
+        else:
+            try:
+                data = authentication.challenge_response(challenge.challenge.auth_data)
+            except ConnectError as exc:
+                log.warning("%r: cannot answer the broker's authentication challenge: %s", self, exc)
+                if self._connected is not None and not self._connected.done():
+                    self._connected.set_exception(exc)
+                self.close(f"no credentials for the authentication challenge: {exc}")
+                return
+            response.authResponse.response.auth_method_name = authentication.method_name
+            response.authResponse.response.auth_data = data
+        log.debug("%r: answered an authentication challenge", self)
+        self.send_command(response)
 
     def close(self, reason: str = "closed by the client") -> None:
         if self.state is State.CLOSED:
@@ -244,6 +302,10 @@ class Connection:
                         return
         except asyncio.CancelledError:
             return
+        except ssl.SSLError as exc:  # e.g. the broker refused our client certificate (TLS 1.3: after the handshake)
+            reason = f"TLS error: {_tls_reason(exc)}"
+            if self._connected is not None and not self._connected.done():
+                self._connected.set_exception(TlsHandshakeError(f"{self.host}:{self.port}: {reason}"))
         except ProtocolError as exc:
             reason = f"protocol error: {exc}"
             log.warning("%r: %s", self, reason)
@@ -276,6 +338,8 @@ class Connection:
             pass
         elif t == T.CONNECTED:
             self._on_connected(command.connected)
+        elif t == T.AUTH_CHALLENGE:
+            self._on_auth_challenge(command.authChallenge)
         elif t == T.CLOSE_PRODUCER:
             p = self._producers.pop(command.close_producer.producer_id, None)
             if p is not None:
@@ -306,7 +370,7 @@ class Connection:
 
     def _on_response(self, command: pb.BaseCommand) -> None:
         if command.type == T.ERROR and self._connected is not None and not self._connected.done():
-            self._connected.set_exception(ConnectError(f"handshake refused: {command.error.message}"))
+            self._connected.set_exception(self._handshake_error(command.error))
             return
         body = getattr(command, _RESPONSE_FIELDS[command.type])
         entry = self._requests.get(body.request_id)
@@ -328,6 +392,18 @@ class Connection:
         else:
             future.set_result(command)
 
+    def _handshake_error(self, error: pb.CommandError) -> Exception:
+        if error.error == pb.AuthenticationError:
+            authentication = self.config.authentication
+            method = authentication.method_name if authentication is not None else "none"
+            return ConnectAuthenticationError(
+                int(error.error),
+                f"{self.host}:{self.port} refused the client's authentication (method {method!r}): {error.message}",
+            )
+        if error.error == pb.AuthorizationError:
+            return error_from_server(int(error.error), f"{self.host}:{self.port}: {error.message}")
+        return ConnectError(f"handshake refused: {error.message}")
+
     async def _keepalive_loop(self) -> None:
         interval = self.config.keep_alive_interval_s
         ping_outstanding = False
@@ -346,3 +422,9 @@ class Connection:
             return
         except ConnectError:
             return
+
+
+def _tls_reason(exc: ssl.SSLError) -> str:
+    if isinstance(exc, ssl.SSLCertVerificationError) and exc.verify_message:
+        return f"certificate verify failed: {exc.verify_message}"
+    return str(exc.reason or exc.strerror or type(exc).__name__)

@@ -2,6 +2,8 @@
 
     velamq._errors.ClientError
     ├── ConnectError                     no connection to the broker (refused, lost, handshake failed)
+    │   ├── CredentialsError             the client's own credentials cannot be had (supplier failed, no file)
+    │   └── TlsHandshakeError            the broker's certificate was not trusted, or ours was refused
     ├── OperationTimeoutError            a request got no answer within operation_timeout_s (also TimeoutError)
     │   └── SendTimeoutError             a message got no receipt within send_timeout_ms
     ├── AlreadyClosedError               the client, producer or consumer is closed
@@ -21,6 +23,7 @@
         ├── ProducerBlockedQuotaExceededError   ProducerBlockedQuotaExceeded{Error,Exception}
         ├── TopicTerminatedError         TopicTerminatedError
         ├── AuthenticationError          AuthenticationError
+        │   └── ConnectAuthenticationError   the broker refused CONNECT's credentials (also ConnectError)
         ├── AuthorizationError           AuthorizationError
         ├── IncompatibleSchemaError      IncompatibleSchema
         ├── InvalidTopicError            InvalidTopicName
@@ -42,6 +45,21 @@ from velamq.protocol import pb
 
 class ConnectError(ClientError):
     """No usable connection to the broker."""
+
+
+class CredentialsError(ConnectError):
+    """The authentication plugin could not produce credentials (a token supplier raised, a token
+    file is missing or empty): retrying cannot help, so the operation fails at once."""
+
+    retriable = False
+
+
+class TlsHandshakeError(ConnectError):
+    """The TLS handshake failed for a reason retrying cannot fix: the broker's certificate is not
+    trusted (tls_trust_certs_file_path), its name does not match (tls_validate_hostname), or the
+    broker refused our client certificate."""
+
+    retriable = False
 
 
 class OperationTimeoutError(ClientError, TimeoutError):
@@ -151,6 +169,11 @@ class AuthenticationError(_FatalBrokerError):
     pass
 
 
+class ConnectAuthenticationError(AuthenticationError, ConnectError):
+    """The broker refused the credentials sent in CONNECT (wrong token, expired, wrong password, no
+    provider for the method). Not retried: the same credentials would be refused again."""
+
+
 class AuthorizationError(_FatalBrokerError):
     pass
 
@@ -211,4 +234,6 @@ def is_retriable(exc: BaseException) -> bool:
     """Worth retrying with backoff until the operation timeout (as the official clients do)."""
     if isinstance(exc, BrokerError):
         return exc.retriable
+    if not getattr(exc, "retriable", True):
+        return False
     return isinstance(exc, (ConnectError, OperationTimeoutError, OSError))

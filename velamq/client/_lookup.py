@@ -1,7 +1,8 @@
 """Binary-protocol discovery: partitioned metadata, topic lookup with redirects, namespace topics.
 
     PARTITIONED_METADATA  -> partitions (0: not a partitioned topic)
-    LOOKUP                -> Connect: use brokerServiceUrl (through the service URL when
+    LOOKUP                -> Connect: use brokerServiceUrl, or brokerServiceUrlTls when the service
+                                      URL is pulsar+ssl:// (through the service URL when
                                       proxy_through_service_url); Redirect: ask that broker again,
                                       with its authoritative flag, at most max_lookup_redirects times
     GET_TOPICS_OF_NAMESPACE -> the namespace's topics (pattern subscriptions filter them here)
@@ -14,8 +15,9 @@ import itertools
 from dataclasses import dataclass
 
 from velamq.client._config import ClientConfig
+from velamq.client._connection import Connection
 from velamq.client._errors import ConnectError
-from velamq.client._pool import ConnectionPool
+from velamq.client._pool import ConnectionPool, uses_tls
 from velamq.protocol import pb
 
 T = pb.BaseCommand
@@ -37,6 +39,7 @@ class LookupService:
         self.service_url = service_url
         self.config = config
         self._request_ids = request_ids
+        self._tls = uses_tls(service_url)
 
     def new_request_id(self) -> int:
         return next(self._request_ids)
@@ -61,7 +64,7 @@ class LookupService:
             command.lookupTopic.request_id = request_id
             command.lookupTopic.authoritative = authoritative
             reply = (await connection.request(command, request_id)).lookupTopicResponse
-            target = reply.brokerServiceUrl or url
+            target = self._target(topic, reply) or url
             if reply.response == pb.CommandLookupTopicResponse.Redirect:
                 url = target
                 authoritative = reply.authoritative
@@ -71,10 +74,13 @@ class LookupService:
             return BrokerAddress(target, target)
         raise ConnectError(f"lookup of {topic} redirected more than {self.config.max_lookup_redirects} times")
 
+    def _target(self, topic: str, reply: pb.CommandLookupTopicResponse) -> str:
+        return broker_url_for(topic, self._tls, reply.brokerServiceUrl, reply.brokerServiceUrlTls)
+
     async def get_schema(self, topic: str, version: bytes | None = None) -> pb.CommandGetSchemaResponse:
         """A version of the topic's schema (None: the latest). The broker's refusal (TopicNotFound
         when there is no such schema) is raised as the connection raises any server error."""
-        connection = await self.pool.get(self.service_url)
+        connection = await self._schema_connection(topic)
         request_id = self.new_request_id()
         command = pb.BaseCommand(type=T.GET_SCHEMA)
         command.getSchema.request_id = request_id
@@ -83,6 +89,9 @@ class LookupService:
             command.getSchema.schema_version = version
         reply = await connection.request(command, request_id)
         return reply.getSchemaResponse
+
+    async def _schema_connection(self, topic: str) -> Connection:
+        return await self.pool.get(self.service_url)  # any broker answers GET_SCHEMA
 
     async def topics_of_namespace(self, namespace: str, mode: str = "persistent_only") -> list[str]:
         connection = await self.pool.get(self.service_url)
@@ -93,3 +102,14 @@ class LookupService:
         command.getTopicsOfNamespace.mode = _MODES[mode]
         reply = await connection.request(command, request_id)
         return list(reply.getTopicsOfNamespaceResponse.topics)
+
+
+def broker_url_for(topic: str, tls: bool, url: str, url_tls: str) -> str:
+    """A TLS client stays on TLS: the broker's TLS URL, never a plain one (no silent downgrade)."""
+    if not tls:
+        return url
+    if url_tls:
+        return url_tls
+    if not url or uses_tls(url):
+        return url
+    raise ConnectError(f"lookup of {topic}: the broker has no TLS address (only {url})")

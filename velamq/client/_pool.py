@@ -1,30 +1,40 @@
 """The connection pool: one connection per (logical broker URL, physical address), shared by all
 producers, consumers and lookups of a client, reopened on demand after it dies.
 
-The logical URL is what a lookup answered (brokerServiceUrl); the physical address is where we
-actually connect (the same, unless the lookup says proxy_through_service_url).
+The logical URL is what a lookup answered (brokerServiceUrl, or brokerServiceUrlTls for a TLS
+client); the physical address is where we actually connect (the same, unless the lookup says
+proxy_through_service_url). A pulsar+ssl:// address is connected with the client's TLS context,
+built once from its settings (and the TLS authentication plugin's certificate) on first use.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import ssl
 from urllib.parse import urlsplit
 
 from velamq.client._config import ClientConfig
 from velamq.client._connection import Connection
 from velamq.client._errors import AlreadyClosedError, ConnectError, InvalidConfigurationError
+from velamq.client._security import ssl_context_for
 
 default_broker_port = 6650
+default_broker_port_tls = 6651
+TLS_SCHEME = "pulsar+ssl"
+
+
+def uses_tls(url: str) -> bool:
+    return urlsplit(url).scheme == TLS_SCHEME
 
 
 def parse_service_url(url: str) -> list[tuple[str, int]]:
-    """pulsar://host[:port][,host2[:port2]...] -> [(host, port), ...]"""
+    """pulsar[+ssl]://host[:port][,host2[:port2]...] -> [(host, port), ...]"""
     parts = urlsplit(url)
-    if parts.scheme == "pulsar+ssl":
-        raise InvalidConfigurationError("TLS (pulsar+ssl://) is not supported by velamq's client yet")
-    if parts.scheme != "pulsar":
-        raise InvalidConfigurationError(f"service URL must start with pulsar://, got {url!r}")
+    if parts.scheme not in ("pulsar", TLS_SCHEME):
+        raise InvalidConfigurationError(
+            f"service URL must start with pulsar://, pulsar+ssl://, http:// or https://, got {url!r}")
+    default_port = default_broker_port_tls if parts.scheme == TLS_SCHEME else default_broker_port
     hosts: list[tuple[str, int]] = []
     for item in parts.netloc.split(","):
         item = item.strip()
@@ -32,7 +42,7 @@ def parse_service_url(url: str) -> list[tuple[str, int]]:
             continue
         host, sep, port = item.rpartition(":")
         if not sep or not port.isdigit():
-            host, port = item, str(default_broker_port)
+            host, port = item, str(default_port)
         hosts.append((host.strip("[]"), int(port)))
     if not hosts:
         raise InvalidConfigurationError(f"no host in service URL {url!r}")
@@ -45,6 +55,17 @@ class ConnectionPool:
         self._connections: dict[tuple[str, str], Connection] = {}
         self._opening: dict[tuple[str, str], asyncio.Future[Connection]] = {}
         self._closed = False
+        self._ssl_context: ssl.SSLContext | None = None
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The TLS context of every pulsar+ssl:// connection, built on first use (files checked then)."""
+        if self._ssl_context is None:
+            c = self.config
+            self._ssl_context = ssl_context_for(
+                c.authentication, trust_certs_file=c.tls_trust_certs_file_path,
+                allow_insecure=c.tls_allow_insecure_connection, validate_hostname=c.tls_validate_hostname,
+                cert_file=c.tls_certificate_file_path, key_file=c.tls_private_key_file_path)
+        return self._ssl_context
 
     async def get(self, logical_url: str, physical_url: str | None = None) -> Connection:
         if self._closed:
@@ -62,7 +83,8 @@ class ConnectionPool:
         try:
             hosts = parse_service_url(physical_url)
             host, port = random.choice(hosts)
-            connection = Connection(logical_url, host, port, self.config)
+            context = self.ssl_context() if uses_tls(physical_url) else None
+            connection = Connection(logical_url, host, port, self.config, context)
             await connection.open()
             if self._closed:
                 connection.close("client closed")

@@ -21,7 +21,7 @@ Topic names are velamq._topic_name.TopicName, Pulsar's rules (WC-2): `x` is
 from __future__ import annotations
 
 from velamq._topic_name import TopicName
-from velamq.client import AdminClient, AdminError
+from velamq.client import AdminClient, AdminError, ConnectionSecurity
 from velamq.spark._offsets import EARLIEST, LedgerMap, PartitionOffset
 
 
@@ -32,10 +32,10 @@ def parse_topic(name: str) -> TopicName:
 
 class ConnectorAdmin:
     """The admin REST calls of the connector, over one AdminClient. Stateless, so picklable: the
-    driver and every executor make their own."""
+    driver and every executor make their own, with the query's authentication and TLS settings."""
 
-    def __init__(self, admin_url: str) -> None:
-        self.client = AdminClient(admin_url)
+    def __init__(self, admin_url: str, security: ConnectionSecurity | None = None) -> None:
+        self.client = AdminClient(admin_url, security=security)
 
     def _get_unless_missing(self, path: str) -> object:
         """The JSON answer of a GET, None when the server answers 404."""

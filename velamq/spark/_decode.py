@@ -49,7 +49,7 @@ from pyspark.sql.types import (
 )
 
 from velamq._topic_name import TopicName
-from velamq.client import AdminClient, AdminError, AvroSchema, Message, Messages
+from velamq.client import AdminClient, AdminError, AvroSchema, ConnectionSecurity, Message, Messages
 from velamq.spark._schema import VelamqSchemaError, arrow_schema, source_schema
 
 # The message's columns in decodeValues mode: the plain source's, renamed (its `value` is gone).
@@ -76,12 +76,12 @@ class ValueDecoding:
         return json.loads(self.definition)
 
 
-def fetch_decoding(admin_url: str, topic: str) -> ValueDecoding:
+def fetch_decoding(admin_url: str, topic: str, security: ConnectionSecurity | None = None) -> ValueDecoding:
     """The topic's latest schema from the registry, checked to be an AVRO or JSON record."""
     name = TopicName.parse(topic)
     path = AdminClient.path("schemas", name.tenant, *name.namespace_part.split("/"), name.local_name, "schema")
     try:
-        answer = AdminClient(admin_url).request("GET", path)
+        answer = AdminClient(admin_url, security=security).request("GET", path)
     except AdminError as exc:
         if exc.status == 404:
             raise VelamqSchemaError(f"decodeValues: topic {topic} has no schema to decode its values with") from None

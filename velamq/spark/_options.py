@@ -22,6 +22,9 @@ lower-cased keys, so they match in any case; errors print the documented spellin
                                                   once per query and kept in its offsets)
     checkpointLocation     Spark's own, which it passes to a streaming sink; accepted there
     queryName              (same)
+    authPluginClassName, authParams, tlsTrustCertsFilePath, tlsAllowInsecureConnection,
+    tlsHostnameVerificationEnable (and pulsar.client.* / pulsar.admin.* forms)
+                           yes    yes     yes     authentication and TLS for both connections (_security.py)
 
 Per-partition JSON, for startingOffsets and endingOffsets, names partitions (or non-partitioned
 topics) by full or short name; a value is "earliest", "latest", {"ledgerId": L, "entryId": E
@@ -42,8 +45,10 @@ from typing import Any
 
 from velamq._errors import VelamqError
 from velamq._topic_name import TopicPattern
+from velamq.client import ConnectionSecurity
 from velamq.spark._admin import parse_topic
 from velamq.spark._offsets import PartitionOffset
+from velamq.spark._security import SECURITY_OPTIONS, SecurityOptionError, parse_security
 
 SERVICE_URL = "service.url"
 ADMIN_URL = "admin.url"
@@ -64,9 +69,9 @@ QUERY_NAME = "queryName"
 _SPARK_OWN = {CHECKPOINT_LOCATION, QUERY_NAME}
 
 _READ = {SERVICE_URL, ADMIN_URL, TOPIC, TOPICS, TOPICS_PATTERN, STARTING_OFFSETS, ENDING_OFFSETS, STARTING_TIME,
-         FAIL_ON_DATA_LOSS, INCLUDE_PROPERTIES, DECODE_VALUES}
+         FAIL_ON_DATA_LOSS, INCLUDE_PROPERTIES, DECODE_VALUES} | SECURITY_OPTIONS
 _STREAM_READ = (_READ - {ENDING_OFFSETS}) | {MAX_ENTRIES_PER_TRIGGER, SUBSCRIPTION_NAME}
-_WRITE = {SERVICE_URL, ADMIN_URL, TOPIC} | _SPARK_OWN
+_WRITE = {SERVICE_URL, ADMIN_URL, TOPIC} | _SPARK_OWN | SECURITY_OPTIONS
 ALL_OPTIONS = _READ | _STREAM_READ | _WRITE
 _BY_LOWER = {name.lower(): name for name in ALL_OPTIONS}
 
@@ -102,6 +107,9 @@ class SourceOptions:
     decode_values: bool = False
     # With decode_values: the schema fetched when the query was defined (_decode.ValueDecoding).
     decoding: Any = None
+    # Authentication and TLS of the binary protocol and of the admin API (_security.py).
+    client_security: ConnectionSecurity = field(default_factory=ConnectionSecurity)
+    admin_security: ConnectionSecurity = field(default_factory=ConnectionSecurity)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +117,8 @@ class SinkOptions:
     service_url: str
     admin_url: str
     topic: str | None  # full name; None: every row names its topic
+    client_security: ConnectionSecurity = field(default_factory=ConnectionSecurity)
+    admin_security: ConnectionSecurity = field(default_factory=ConnectionSecurity)
 
 
 def canonical(options: Mapping[str, str]) -> dict[str, str]:
@@ -162,7 +172,10 @@ def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> Sourc
     subscription = opts.get(SUBSCRIPTION_NAME)
     if subscription is not None and not re.fullmatch(r"[-=:.\w]+", subscription):
         raise VelamqOptionError(f"option 'subscriptionName' is not a valid subscription name: {subscription!r}")
+    client_security, admin_security = _security(opts)
     return SourceOptions(
+        client_security=client_security,
+        admin_security=admin_security,
         service_url=_service_url(opts),
         admin_url=_admin_url(opts),
         topics=topics,
@@ -184,7 +197,16 @@ def parse_sink(options: Mapping[str, str]) -> SinkOptions:
         if name not in _WRITE:
             raise VelamqOptionError(f"option {name!r} is for reads, not for a write")
     topic = opts.get(TOPIC, "").strip()
-    return SinkOptions(_service_url(opts), _admin_url(opts), _topic(TOPIC, topic) if topic else None)
+    client_security, admin_security = _security(opts)
+    return SinkOptions(_service_url(opts), _admin_url(opts), _topic(TOPIC, topic) if topic else None,
+                       client_security, admin_security)
+
+
+def _security(opts: Mapping[str, str]) -> tuple[ConnectionSecurity, ConnectionSecurity]:
+    try:
+        return parse_security(opts)
+    except SecurityOptionError as exc:
+        raise VelamqOptionError(str(exc)) from None
 
 
 # ---- values -------------------------------------------------------------------------------------

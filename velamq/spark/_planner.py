@@ -44,9 +44,10 @@ class PartitionRef:
 class Planner:
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self.admin = ConnectorAdmin(options.admin_url)
+        self.admin = ConnectorAdmin(options.admin_url, options.admin_security)
         self.settings = ReadSettings(options.service_url, options.admin_url, options.fail_on_data_loss,
-                                     options.include_properties, options.decoding)
+                                     options.include_properties, options.decoding, options.client_security,
+                                     options.admin_security)
 
     # ---- partitions ----------------------------------------------------------------------------
 
@@ -96,7 +97,7 @@ class Planner:
     def at_time(self, refs: list[PartitionRef], time_ms: int, latest: Mapping[str, PartitionOffset | None]) -> dict[
             str, PartitionOffset]:
         async def find() -> dict[str, PartitionOffset]:
-            async with AsyncClient(self.options.service_url) as client:
+            async with AsyncClient(self.options.service_url, **self.options.client_security.client_options()) as client:
                 found = await asyncio.gather(*(self._before_time(client, ref, time_ms) for ref in refs))
             return {ref.name: pos or latest.get(ref.name) or EARLIEST for ref, pos in zip(refs, found, strict=True)}
 

@@ -25,13 +25,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
 from velamq._errors import VelamqError
-from velamq.client import AsyncClient, MessageId, Messages, Reader, ReceivedBatch
+from velamq.client import AsyncClient, ConnectionSecurity, MessageId, Messages, Reader, ReceivedBatch
 from velamq.spark._admin import ConnectorAdmin, parse_topic
 from velamq.spark._decode import DecodedBatchBuilder, ValueDecoding, reader_schema
 from velamq.spark._offsets import WHOLE, PartitionOffset
@@ -56,6 +56,8 @@ class ReadSettings:
     fail_on_data_loss: bool
     include_properties: bool
     decoding: ValueDecoding | None = None  # decodeValues: the schema values are decoded with
+    client_security: ConnectionSecurity = field(default_factory=ConnectionSecurity)
+    admin_security: ConnectionSecurity = field(default_factory=ConnectionSecurity)
 
 
 class TopicRange(InputPartition):
@@ -122,7 +124,8 @@ class _RangeScan:
 
     async def open(self) -> None:
         start = self.task.start
-        self.client = AsyncClient(self.task.settings.service_url)
+        settings = self.task.settings
+        self.client = AsyncClient(settings.service_url, **settings.client_security.client_options())
         start_id: MessageId | str = "earliest"
         if not start.is_earliest:
             start_id = MessageId(start.ledger_id, max(start.entry_id, 0))
@@ -215,7 +218,9 @@ class _RangeScan:
         if first is not None and first.entry_key() <= start.entry:
             return
         # The start entry was not delivered: does it still exist?
-        ledgers = ConnectorAdmin(self.task.settings.admin_url).ledgers(parse_topic(self.task.partition_topic))
+        settings = self.task.settings
+        ledgers = ConnectorAdmin(settings.admin_url, settings.admin_security).ledgers(
+            parse_topic(self.task.partition_topic))
         present = ledgers is not None and any(
             ledger_id == start.ledger_id and entries > start.entry_id for ledger_id, entries in ledgers.ledgers)
         if present:

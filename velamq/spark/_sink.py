@@ -113,13 +113,13 @@ class _Writer:
         self.producer_name = producer_name
         self.partition_id = partition_id
         self.sequence_base = batch_id << 32
-        self.admin = ConnectorAdmin(options.admin_url)
+        self.admin = ConnectorAdmin(options.admin_url, options.admin_security)
         self.targets: dict[str, _Target] = {}
 
     async def run(self, batches: Iterator[Any]) -> SinkCommit:
         rows = sent = skipped = 0
         pending: collections.deque[asyncio.Future[Any]] = collections.deque()
-        async with AsyncClient(self.options.service_url) as client:
+        async with AsyncClient(self.options.service_url, **self.options.client_security.client_options()) as client:
             # Spark feeds the batches synchronously; the loop waits meanwhile, which only delays sends.
             for batch in batches:
                 columns = sink_columns(batch)

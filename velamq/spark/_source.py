@@ -83,7 +83,8 @@ def _with_decoding(options: SourceOptions) -> SourceOptions:
     """decodeValues: the topic's schema, fetched once for the query (its readers keep it)."""
     if not options.decode_values:
         return options
-    return dataclasses.replace(options, decoding=fetch_decoding(options.admin_url, options.topics[0]))
+    decoding = fetch_decoding(options.admin_url, options.topics[0], options.admin_security)
+    return dataclasses.replace(options, decoding=decoding)
 
 
 def _read_schema(options: SourceOptions) -> StructType:
