@@ -10,6 +10,7 @@ import sys
 import time
 
 from velamq.broker import BrokerConfig
+from velamq.security import SecurityConfigError
 from velamq.server import VelamqServer, raise_fd_limit
 
 log = logging.getLogger("velamq")
@@ -46,8 +47,13 @@ async def serve(config: BrokerConfig, started_at: float) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     elapsed_ms = (time.monotonic() - started_at) * 1000
+    tls = ""
+    if server.service_url_tls:
+        tls += f" service_url_tls={server.service_url_tls}"
+    if server.admin.web_service_url_tls:
+        tls += f" admin_url_tls={server.admin.web_service_url_tls}"
     print(
-        f"velamq standalone ready: service_url={server.service_url} admin_url={server.web_service_url} "
+        f"velamq standalone ready: service_url={server.service_url} admin_url={server.web_service_url}{tls} "
         f"data_dir={config.data_dir.resolve()} started_in_ms={elapsed_ms:.0f}",
         flush=True,
     )
@@ -75,6 +81,9 @@ def run_standalone(args: argparse.Namespace) -> int:
         uvloop.install()
     try:
         asyncio.run(serve(config, started_at))
+    except SecurityConfigError as exc:  # a key, certificate or htpasswd file that cannot be used
+        print(f"velamq: bad security configuration: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"velamq: cannot start: {exc}", file=sys.stderr)
         return 1
