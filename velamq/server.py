@@ -67,6 +67,7 @@ def storage_config(config: BrokerConfig) -> StorageConfig:
         ledger_bytes_max=config.ledger_megabytes_max * _limits.MIB,
         flush_interval_ms=config.flush_interval_ms,
         entry_log_bytes_max=config.entry_log_bytes_max,
+        journal_segment_bytes=round(config.journal_max_size_mb * (1 << 20)),
         gc_interval_s=config.gc_wait_ms / 1000,
         gc_minor_threshold=config.gc_minor_threshold,
         gc_minor_interval_s=config.gc_minor_interval_s,

@@ -119,7 +119,14 @@ def read_back(client: Any, topic: str, wanted: set[int]) -> set[int]:
 
 def broker_on(fs: Path, memory: str, check_interval_ms: int) -> BrokerProcess:
     config = fs.parent / "broker.conf"
-    config.write_text(f"diskCheckInterval={check_interval_ms}\n")
+    # Small journal files: trimming one frees 1 MiB, not the 64 MiB that would turn the broker
+    # writable again at once on so small a disk (the read-only state is what the tests look at).
+    # A deleted topic's entries leave the disk when the garbage collector drops or rewrites their
+    # entry logs: it runs every second here, not BookKeeper's default quarter of an hour.
+    config.write_text(
+        f"diskCheckInterval={check_interval_ms}\njournalMaxSizeMB=1\n"
+        "gcWaitTime=1000\nminorCompactionInterval=1\nmajorCompactionInterval=2\n"
+    )
     broker = BrokerProcess(fs / "data", ["--config", str(config), "--memory", memory], log_path=fs.parent / "log")
     broker.start()
     return broker

@@ -18,7 +18,8 @@ docs/operations.md lists every limit and threshold and what the broker does at e
 
 The storage's entry logs and garbage collector take BookKeeper's key names (bookkeeper.conf):
 gcWaitTime (ms), minorCompactionThreshold, minorCompactionInterval (s), majorCompactionThreshold,
-majorCompactionInterval (s), compactionRateByBytes, logSizeLimit (bytes), flushInterval (ms).
+majorCompactionInterval (s), compactionRateByBytes, logSizeLimit (bytes), flushInterval (ms),
+journalMaxSizeMB (a journal file rolls over at this size; trimming deletes whole files).
 
 Security (docs/security.md) takes Pulsar's keys as they are (velamq.security.SECURITY_KEYS:
 brokerServicePortTls, webServicePortTls, tls*, authenticationEnabled, authenticationProviders,
@@ -92,6 +93,7 @@ _KEYS = {
     "majorCompactionInterval": "gc_major_interval_s",
     "compactionRateByBytes": "gc_bytes_per_s",
     "logSizeLimit": "entry_log_bytes_max",
+    "journalMaxSizeMB": "journal_max_size_mb",
     "flushInterval": "flush_interval_ms",
 }
 
@@ -156,6 +158,7 @@ class BrokerConfig:
     # Storage: write cache flush age, entry log size and the garbage collector (docs/storage.md).
     flush_interval_ms: int = _STORAGE.flush_interval_ms
     entry_log_bytes_max: int = _STORAGE.entry_log_bytes_max
+    journal_max_size_mb: float = _STORAGE.journal_segment_bytes / (1 << 20)
     gc_wait_ms: int = round(_STORAGE.gc_interval_s * 1000)
     gc_minor_threshold: float = _STORAGE.gc_minor_threshold
     gc_minor_interval_s: float = _STORAGE.gc_minor_interval_s
