@@ -29,11 +29,12 @@ from velamq.broker import _positions
 from velamq.broker._compaction import CompactedView
 from velamq.broker._consumer import ServerConsumer
 from velamq.broker._consumer_selector import ConsumerSelector, SubType
+from velamq.broker._delay_store import DelayedIndexStore, delayed_index_name
 from velamq.broker._delayed import DelayedDeliveryTracker
 from velamq.broker._entry_info import entry_info
 from velamq.broker._in_flight import InFlight
 from velamq.broker._rates import NO_RATE, RateCounter, SubscriptionRates
-from velamq.storage import Entry, ManagedCursor, ManagedLedger, Position
+from velamq.storage import Entry, ManagedCursor, ManagedLedger, Position, Storage
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +42,6 @@ read_entries_max = _limits.dispatch_read_entries_max
 # Stop reading new entries while this many are waiting for redelivery (bounds memory when a
 # Key_Shared consumer is stuck without permits).
 replay_entries_max = 5000
-# Delayed entries held in memory per subscription. Beyond it the subscription stops reading ahead;
-# nothing is lost, since the tracker is rebuilt from the log after a restart anyway.
-delayed_entries_max = 100_000
 # After a failed read (corrupt entry, I/O error), dispatch tries again this much later.
 dispatch_retry_s = 1.0
 # One read from storage brings about this many bytes at most (by the subscription's average entry
@@ -62,12 +60,14 @@ class Subscription:
     __slots__ = (
         "_closed",
         "_delayed",
+        "_delayed_restored",
         "_epoch",
         "_in_flight",
         "_partition_index",
         "_rates",
         "_read_size",
         "_selector",
+        "_storage",
         "_sub_type",
         "_task",
         "_waiter",
@@ -93,7 +93,10 @@ class Subscription:
         durable: bool,
         partition_index: int,
         clock: Clock,
+        storage: Storage | None = None,
     ) -> None:
+        """`storage` keeps the delayed-delivery index of a durable subscription (_delay_store.py);
+        without it the index lives in memory."""
         self.name = name
         self.ledger = ledger
         self.cursor = cursor
@@ -106,6 +109,8 @@ class Subscription:
         self._in_flight: InFlight | None = None  # while something is out or waits for redelivery
         self.delayed_delivery = True  # topic policy; off: deliver_at_time is ignored
         self._delayed: DelayedDeliveryTracker | None = None  # while delayed entries wait
+        self._storage = storage if durable else None
+        self._delayed_restored = False  # the stored index was looked for (first dispatch)
         # read_compacted subscriptions read the compacted view up to its horizon (set by the topic).
         self.read_compacted = False
         self.compacted_view: CompactedView | None = None
@@ -217,9 +222,6 @@ class Subscription:
             self._in_flight = None
             self._epoch += 1  # a read in flight belongs to the consumers that left
             self.read_position = self.ledger.next_position(self.cursor.mark_delete_position)
-        if self._delayed is not None and not len(self._delayed):
-            self._delayed.close()
-            self._delayed = None
 
     def disconnect_consumers(self) -> None:
         """Close every consumer from the broker's side; clients subscribe again."""
@@ -289,7 +291,7 @@ class Subscription:
             for position in [p for p in in_flight.pending if gone(p)] + [p for p in in_flight.replay if gone(p)]:
                 in_flight.forget(position)
         if self._delayed is not None:
-            self._delayed.discard_if(gone)
+            self._delayed.discard_up_to(mark_delete)
         if self.read_position <= mark_delete:
             self.read_position = self.ledger.next_position(mark_delete)
         self._after_ack()
@@ -408,9 +410,6 @@ class Subscription:
 
     async def close(self) -> None:
         self._closed = True
-        if self._delayed is not None:
-            self._delayed.close()
-            self._delayed = None  # it points back here (its release callback)
         task = self._task
         if task is not None:
             task.cancel()
@@ -418,11 +417,16 @@ class Subscription:
                 await task
             except asyncio.CancelledError:
                 pass
+        delayed, self._delayed = self._delayed, None  # it points back here (its release callback)
+        if delayed is not None:
+            await delayed.close()
 
     async def _run(self) -> None:
         """The dispatch task: a round per wake-up, while consumers are attached."""
         loop = asyncio.get_running_loop()
         try:
+            if not self._delayed_restored:
+                await self._restore_delayed()
             while not self._closed:
                 if not self._wake_pending:
                     if not self.consumers:
@@ -469,7 +473,7 @@ class Subscription:
                     continue
                 # Replay drained, or Key_Shared with blocked keys: new entries may still go to
                 # consumers that have permits (their keys are not blocked).
-            if len(replay) >= replay_entries_max or self.delayed_messages >= delayed_entries_max:
+            if len(replay) >= replay_entries_max:
                 return
             count = self._read_size.count(min(max(selector.permits_available(), 1), read_entries_max))
             view = self.compacted_view if self.read_compacted else None
@@ -481,6 +485,8 @@ class Subscription:
                     self.read_position = self.ledger.next_position(view.horizon)
                     continue
             else:
+                if self._delayed:
+                    self.read_position = self._delayed.skip(self.read_position, self.ledger)
                 last = self.ledger.last_confirmed
                 if last is None or self.read_position > last:
                     return
@@ -506,11 +512,14 @@ class Subscription:
         delivered = False
         mark_delete = self.cursor.mark_delete_position
         self._read_size.observed(entries)
+        delayed = self._delayed if self._delayed else None
         for entry in entries:
             position = entry.position
             if position <= mark_delete or position in in_flight.pending or self.cursor.is_acked(position):
                 in_flight.replay_keys.pop(position, None)
                 continue
+            if delayed is not None and position in delayed:
+                continue  # a read that started before a run of pending delayed entries
             info = entry_info(entry.data)
             if may_delay and info.deliver_at_ms > now and position not in in_flight.redelivery_counts:
                 self._delay(position, info.deliver_at_ms)
@@ -540,8 +549,26 @@ class Subscription:
     def _delay(self, position: Position, deliver_at_ms: int) -> None:
         delayed = self._delayed
         if delayed is None:
-            delayed = self._delayed = DelayedDeliveryTracker(self.clock, self._release_delayed)
+            delayed = self._delayed = self._new_tracker()
         delayed.add(position, deliver_at_ms)
+
+    def _new_tracker(self) -> DelayedDeliveryTracker:
+        store = DelayedIndexStore(self._storage, delayed_index_name(self.ledger.name, self.name))
+        return DelayedDeliveryTracker(self.clock, self._release_delayed, store)
+
+    async def _restore_delayed(self) -> None:
+        """Before the first read: the stored delayed index, if this subscription has one, so the
+        entries it holds are skipped, not read again (and released when due)."""
+        self._delayed_restored = True
+        may_delay = self.delayed_delivery and self._sub_type in (SubType.SHARED, SubType.KEY_SHARED)
+        if self._storage is None or self._delayed is not None or not may_delay:
+            return
+        tracker = self._new_tracker()
+        await tracker.load()
+        if len(tracker):
+            self._delayed = tracker
+        else:
+            await tracker.close()
 
 
 class _ReadSize:

@@ -23,6 +23,7 @@ from velamq._topic_name import TopicName
 from velamq.broker._compaction import CompactedView, CompactionStatus, compact
 from velamq.broker._consumer_selector import SubType
 from velamq.broker._dedup import DUPLICATE_POSITION, Deduplication
+from velamq.broker._delay_store import delayed_index_name
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker._positions import end_of_log
 from velamq.broker._producer import ServerProducer
@@ -91,6 +92,7 @@ class Topic:
         "policies",
         "producers",
         "rate_in",
+        "storage",
         "subscriptions",
         "topic_epoch",
     )
@@ -103,6 +105,8 @@ class Topic:
         self.partition_index = name.partition_index
         self.producers: dict[str, ServerProducer] = {}
         self.subscriptions: dict[str, Subscription] = {}
+        # Where durable subscriptions store their delayed-delivery index (the broker sets it).
+        self.storage: Storage | None = None
         self.rate_in: RateCounter = NO_RATE  # its own counter from the first publish on
         self.chunks_published = 0
         self.closed = False
@@ -269,7 +273,9 @@ class Topic:
             else:
                 mark_delete = start if start is not None else end_of_log(self.ledger)
                 cursor = ManagedCursor(name, _NonDurableOwner(self.ledger), mark_delete)
-            subscription = Subscription(name, self.ledger, cursor, sub_type, durable, self.partition_index, self.clock)
+            subscription = Subscription(
+                name, self.ledger, cursor, sub_type, durable, self.partition_index, self.clock, self.storage
+            )
             subscription.delayed_delivery = self.policies.delayed_delivery
             subscription.compacted_view = self.compacted
             self.subscriptions[name] = subscription
@@ -304,6 +310,8 @@ class Topic:
             await subscription.close()
         if delete_cursor and name in self.ledger.cursors:
             await self.ledger.delete_cursor(name)
+        if delete_cursor and self.storage is not None:
+            await self.storage.delete_ledger(delayed_index_name(self.full_name, name))
 
     # ---- figures and lifecycle -------------------------------------------------------------------
 
