@@ -78,6 +78,28 @@ class PositionBitmap:
         self._count += 1
         return True
 
+    @classmethod
+    def of(cls, positions: Iterable[tuple[int, int]]) -> PositionBitmap:
+        """A set of many positions at once (a bucket being sealed): one sort per group, no insert."""
+        lows: dict[tuple[int, int], list[int]] = {}
+        for ledger_id, entry_id in positions:
+            key = (ledger_id, entry_id >> _SHIFT)
+            found = lows.get(key)
+            if found is None:
+                lows[key] = [entry_id & _LOW]
+            else:
+                found.append(entry_id & _LOW)
+        out = cls()
+        for key, offsets in lows.items():
+            group = array("H", sorted(set(offsets)))
+            out._count += len(group)
+            if len(group) > _ARRAY_MAX:
+                out._groups[key] = _to_bitmap(group)
+                out._set_bits[key] = len(group)
+            else:
+                out._groups[key] = group
+        return out
+
     def update(self, positions: Iterable[Position]) -> None:
         for pos in positions:
             self.add(pos)
@@ -126,6 +148,17 @@ class PositionBitmap:
             if low <= _LOW:
                 return (entry_id & ~_LOW) | low
             entry_id = (entry_id | _LOW) + 1  # the whole rest of the group is present: next group
+
+    def between(self, first: Position, last: Position) -> list[Position]:
+        """The positions in [first, last], in order."""
+        low_key, high_key = (first[0], first[1] >> _SHIFT), (last[0], last[1] >> _SHIFT)
+        out: list[Position] = []
+        for key in sorted(k for k in self._groups if low_key <= k <= high_key):
+            base = key[1] << _SHIFT
+            out.extend(
+                p for p in (Position(key[0], base | low) for low in _members(self._groups[key])) if first <= p <= last
+            )
+        return out
 
     def last(self) -> Position | None:
         """The highest position in the set."""

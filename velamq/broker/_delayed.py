@@ -93,6 +93,10 @@ class DelayedDeliveryTracker:
         if self._timer is None or deliver_at_ms < self._timer_due_ms:
             self._schedule()
 
+    def pending_between(self, first: Position, last: Position) -> list[Position]:
+        """The pending positions in [first, last], in order (TTL spares them)."""
+        return self._pending.between(first, last)
+
     def skip(self, position: Position, ledger: ManagedLedger) -> Position:
         """The first position from `position` on that is not pending here (where dispatch reads)."""
         pending = self._pending
@@ -136,11 +140,9 @@ class DelayedDeliveryTracker:
     # ---- sealing and storing ---------------------------------------------------------------------
 
     def _seal(self) -> None:
-        bucket, segments = seal(self._mutable, segment_indexes)
+        positions = PositionBitmap.of(zip(self._mutable.ledgers, self._mutable.entries, strict=True))
+        bucket, _ = seal(self._mutable, segment_indexes)
         self._mutable = MutableBucket()
-        positions = PositionBitmap()
-        for segment in segments:
-            positions.update(segment.positions())
         self._sealed.append(bucket)
         if self._store.durable:
             self._to_write.append((bucket, positions))

@@ -2,8 +2,9 @@
 
 Every `policy_check_interval_s` of the broker's clock, for each loaded topic:
 
-    TTL              acknowledges, for each subscription, messages published more than TTL ago —
-                     except a delayed message whose delivery time has not come (BR-6)
+    TTL              acknowledges, for each subscription, messages published more than TTL ago,
+                     by position in one step (binary search for the cutoff) — except a delayed
+                     message whose delivery time has not come (BR-6)
     backlog quota    size (estimated as backlog entries x average entry size, as Pulsar does) and
                      age of the oldest unacknowledged message of the slowest cursor, then:
                        producer_exception       producers are disconnected; reconnecting ones are
@@ -28,19 +29,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from velamq._clock import Clock
 from velamq._limits import MIB
 from velamq.broker._entry_info import entry_info
 from velamq.broker._positions import before
 from velamq.broker._rates import NO_RATE
+from velamq.broker._subscription import Subscription
 from velamq.broker._topic import Topic
-from velamq.storage import ManagedCursor, Position
+from velamq.storage import ManagedCursor, ManagedLedger, Position
 
 log = logging.getLogger(__name__)
 
-expire_scan_entries_max = 20_000  # per subscription and check: bounds the work of one round
+# Entries dispatch has not read yet that TTL scans for delayed ones, per subscription and check.
+expire_scan_entries_max = 2_000_000
 read_batch_entries = 500
 # Topics checked between two yields to the loop.
 slice_topics = 500
@@ -102,8 +105,8 @@ async def check_topic(topic: Topic, clock: Clock) -> None:
     if policies.message_ttl_s > 0:
         cutoff = now_ms - policies.message_ttl_s * 1000
         for name, cursor in list(topic.ledger.cursors.items()):
-            expired = await expire(topic, cursor, cutoff, now_ms)
             subscription = topic.subscriptions.get(name)
+            expired = await expire(topic, cursor, cutoff, now_ms, subscription)
             if subscription is not None and expired:
                 subscription.count_expired(expired)
                 subscription.forget_acked()
@@ -126,36 +129,97 @@ def sample_rates(topic: Topic, now_s: float) -> None:
 
 # ---- TTL -----------------------------------------------------------------------------------
 
-async def expire(topic: Topic, cursor: ManagedCursor, cutoff_ms: int, now_ms: int) -> int:
-    """Acknowledge entries published before cutoff_ms, but never a delayed message whose
-    delivery time is still ahead of now_ms (BR-6). Returns how many entries were expired."""
+async def expire(
+    topic: Topic, cursor: ManagedCursor, cutoff_ms: int, now_ms: int, subscription: Subscription | None = None
+) -> int:
+    """TTL by position (BR-5, BR-6): find the newest entry published before cutoff_ms by binary
+    search over the log (a whole ledger older than the cutoff costs no more than one probe) and
+    move the mark-delete there in one step, sparing only delayed messages whose delivery time is
+    still ahead of now_ms: they stay unacknowledged and pending. Dispatch knows the delayed entries
+    it has read (its delayed index); what it has not read yet is scanned, at most
+    expire_scan_entries_max entries a check. Returns how many entries were expired."""
     ledger = topic.ledger
-    position = ledger.next_position(cursor.mark_delete_position)
-    expired: list[Position] = []
+    mark_delete = cursor.mark_delete_position
+    last = ledger.last_confirmed
+    if last is None or mark_delete >= last:
+        return 0
+    found = await ledger.find_first(lambda data: entry_info(data).publish_time_ms >= cutoff_ms)
+    target = last if found is None else before(found)
+    if target <= mark_delete:
+        return 0
+    spared: list[Position] = []
+    scan_from: Position | None = ledger.next_position(mark_delete)
+    if subscription is not None and not subscription.may_delay:
+        scan_from = None  # this subscription delivers delayed messages at once: nothing to spare
+    elif subscription is not None:
+        known = subscription.delayed_read(target)
+        if known is not None:
+            read_up_to, spared = known
+            scan_from = ledger.next_position(read_up_to)
+    if scan_from is not None and scan_from <= target:
+        target, delayed = await _delayed_not_due(cursor, ledger, scan_from, target, now_ms)
+        spared += delayed
+    backlog = cursor.backlog
+    _ack_all_but(cursor, ledger, target, spared)
+    return backlog - cursor.backlog
+
+
+async def _delayed_not_due(
+    cursor: ManagedCursor, ledger: ManagedLedger, start: Position, up_to: Position, now_ms: int
+) -> tuple[Position, list[Position]]:
+    """Scan [start, up_to] for delayed entries not yet due, skipping acknowledged runs (so a check
+    after a cut-short one reads only the spared entries again, then goes on); returns how far it
+    got (it stops after reading expire_scan_entries_max entries) and those entries."""
+    found: list[Position] = []
+    acked = cursor.individually_acked.ranges()
+    i = 0
+    position = start
+    scanned_to = before(start)
     scanned = 0
-    done = False
-    while not done and scanned < expire_scan_entries_max:
-        last = ledger.last_confirmed
-        if last is None or position > last:
-            break
-        entries = await ledger.read_entries(position, read_batch_entries)
+    while position <= up_to and scanned < expire_scan_entries_max:
+        while i < len(acked) and acked[i][1] < position:
+            i += 1
+        count = read_batch_entries
+        if i < len(acked):
+            first, last = acked[i]
+            if first <= position:
+                scanned_to = min(last, up_to)
+                position = ledger.next_position(last)
+                continue
+            if first.ledger_id == position.ledger_id:
+                count = min(count, first.entry_id - position.entry_id)
+        entries = await ledger.read_entries(position, count)
         if not entries:
             break
         for entry in entries:
-            scanned += 1
-            if cursor.is_acked(entry.position):
-                continue
-            info = entry_info(entry.data)
-            if info.publish_time_ms >= cutoff_ms:
-                done = True
-                break
-            if info.deliver_at_ms > now_ms:
-                continue
-            expired.append(entry.position)
+            if entry.position > up_to:
+                return scanned_to, found
+            if entry_info(entry.data).deliver_at_ms > now_ms:
+                found.append(entry.position)
+            scanned_to = entry.position
+        scanned += len(entries)
         position = ledger.next_position(entries[-1].position)
-    if expired:
-        cursor.ack(expired)
-    return len(expired)
+    return scanned_to, found
+
+
+def _ack_all_but(cursor: ManagedCursor, ledger: ManagedLedger, up_to: Position, spared: list[Position]) -> None:
+    """Acknowledge everything up to `up_to` except the spared positions: the mark-delete moves to
+    the first spared one, the entries between spared ones are acknowledged individually."""
+    spared = sorted(p for p in spared if p <= up_to)
+    if not spared:
+        cursor.ack_cumulative(up_to)
+        return
+    cursor.ack_cumulative(before(spared[0]))
+
+    def between() -> Iterator[Position]:
+        for i, position in enumerate(spared):
+            end = spared[i + 1] if i + 1 < len(spared) else None
+            position = ledger.next_position(position)
+            while position <= up_to and (end is None or position < end):
+                yield position
+                position = ledger.next_position(position)
+
+    cursor.ack(between())
 
 
 # ---- backlog quota -------------------------------------------------------------------------

@@ -334,6 +334,22 @@ class Subscription:
         if self._selector.release_joined(first_unacked) or (self._in_flight is not None and self._in_flight.replay):
             self.wake()
 
+    @property
+    def may_delay(self) -> bool:
+        return self.delayed_delivery and self._sub_type in (SubType.SHARED, SubType.KEY_SHARED)
+
+    def delayed_read(self, up_to: Position) -> tuple[Position, list[Position]] | None:
+        """For TTL: the last position dispatch has read (it knows every delayed entry before it)
+        and the delayed entries not yet due from the first unacknowledged one to `up_to` or that
+        position; None while dispatch has not read since the subscription was loaded."""
+        if not self._delayed_restored:
+            return None
+        read_up_to = _positions.before(self.read_position)
+        first = self.ledger.next_position(self.cursor.mark_delete_position)
+        delayed = self._delayed
+        pending = delayed.pending_between(first, min(up_to, read_up_to)) if delayed else []
+        return read_up_to, pending
+
     def _release_delayed(self, due: list[Position]) -> None:
         in_flight = self._flight()
         for position in due:

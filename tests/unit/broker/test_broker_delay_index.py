@@ -42,6 +42,8 @@ def test_position_bitmap_behaves_as_a_set(ops: list[tuple[str, Position]], probe
         assert Position(pos.ledger_id, absent) not in model
         assert all(Position(pos.ledger_id, e) in model for e in range(pos.entry_id, absent))
     assert bitmap.last() == (max(model) if model else None)
+    built = PositionBitmap.of(model)
+    assert len(built) == len(model) and all(p in built for p in model)
     restored = PositionBitmap.from_bytes(bitmap.to_bytes())
     assert len(restored) == len(model) and all(p in restored for p in model)
     merged = PositionBitmap()
