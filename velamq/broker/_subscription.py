@@ -31,7 +31,7 @@ from velamq.broker._consumer import ServerConsumer
 from velamq.broker._consumer_selector import ConsumerSelector, SubType
 from velamq.broker._delay_store import DelayedIndexStore, delayed_index_name
 from velamq.broker._delayed import DelayedDeliveryTracker
-from velamq.broker._entry_info import entry_info
+from velamq.broker._entry_info import EntryInfo, entry_info
 from velamq.broker._in_flight import InFlight
 from velamq.broker._rates import NO_RATE, RateCounter, SubscriptionRates
 from velamq.storage import Entry, ManagedCursor, ManagedLedger, Position, Storage
@@ -58,6 +58,7 @@ class Subscription:
     dispatch task is the only code that reads entries for it and sends them to consumers."""
 
     __slots__ = (
+        "_chunk_owners",
         "_closed",
         "_delayed",
         "_delayed_restored",
@@ -109,6 +110,9 @@ class Subscription:
         self._in_flight: InFlight | None = None  # while something is out or waits for redelivery
         self.delayed_delivery = True  # topic policy; off: deliver_at_time is ignored
         self._delayed: DelayedDeliveryTracker | None = None  # while delayed entries wait
+        # CH-7: on Shared and Key_Shared, the consumer that got the first chunk of a chunked
+        # message (by uuid) gets all its other chunks; made while a chunked message is under way.
+        self._chunk_owners: dict[str, ServerConsumer] | None = None
         self._storage = storage if durable else None
         self._delayed_restored = False  # the stored index was looked for (first dispatch)
         # read_compacted subscriptions read the compacted view up to its horizon (set by the topic).
@@ -202,6 +206,10 @@ class Subscription:
         if selector is None or consumer not in selector.consumers:
             return
         demoted = selector.remove(consumer)
+        if self._chunk_owners:
+            # Its chunks go back to the replay set; the first of each goes to another consumer,
+            # which then gets the rest.
+            self._chunk_owners = {u: c for u, c in self._chunk_owners.items() if c is not consumer} or None
         in_flight = self._in_flight
         if in_flight is not None:
             in_flight.take_back_all(consumer, count_redelivery=False)
@@ -374,6 +382,7 @@ class Subscription:
             self._in_flight.clear(list(self.consumers))
         if self._selector is not None:
             self._selector.forget_joins()
+        self._chunk_owners = None
         if self._delayed is not None:
             self._delayed.clear()
         self.wake()
@@ -520,7 +529,8 @@ class Subscription:
         now = self.clock.now_ms()
         monotonic_now = self.clock.monotonic_s()
         key_shared = self._sub_type == SubType.KEY_SHARED
-        may_delay = self.delayed_delivery and self._sub_type in (SubType.SHARED, SubType.KEY_SHARED)
+        may_delay_type = self._sub_type in (SubType.SHARED, SubType.KEY_SHARED)
+        may_delay = self.delayed_delivery and may_delay_type
         in_flight = self._flight()
         rates = self._counting()
         # A key with an entry waiting in the replay set must not be overtaken by a newer entry.
@@ -540,7 +550,10 @@ class Subscription:
             if may_delay and info.deliver_at_ms > now and position not in in_flight.redelivery_counts:
                 self._delay(position, info.deliver_at_ms)
                 continue
-            consumer = None if info.sticky_key in blocked_keys else selector.select(info.sticky_key, position)
+            if info.is_chunk and may_delay_type:
+                consumer = self._chunk_consumer(info, selector, position, info.sticky_key in blocked_keys)
+            else:
+                consumer = None if info.sticky_key in blocked_keys else selector.select(info.sticky_key, position)
             if consumer is None or consumer.permits <= 0 or not consumer.channel.writable:
                 in_flight.replay.add(position)
                 if key_shared:
@@ -561,6 +574,31 @@ class Subscription:
                 consumer.chunks_out.add(1, len(entry.data))
             delivered = True
         return delivered
+
+    def _chunk_consumer(
+        self, info: EntryInfo, selector: ConsumerSelector, position: Position, key_blocked: bool
+    ) -> ServerConsumer | None:
+        """CH-7: the consumer for a chunk on Shared / Key_Shared. The first chunk the subscription
+        sends of a uuid picks a consumer as any message would; the later ones go to that consumer
+        (or wait in the replay set for its permits), so a message is assembled in one place. A
+        consumer that leaves hands its chunks back: they are sent again from the first one."""
+        if key_blocked:
+            return None  # Key_Shared: an older entry of the key waits for redelivery
+        owners = self._chunk_owners
+        owner = owners.get(info.chunk_uuid) if owners is not None else None
+        if owners is None or owner is None:
+            owner = selector.select(info.sticky_key, position)
+            if owner is None or owner.permits <= 0 or not owner.channel.writable:
+                return owner  # not sent now: the replay set keeps it
+            if info.chunk_id + 1 < info.num_chunks:
+                if owners is None:
+                    owners = self._chunk_owners = {}
+                owners[info.chunk_uuid] = owner
+        elif info.chunk_id + 1 >= info.num_chunks and owner.permits > 0 and owner.channel.writable:
+            del owners[info.chunk_uuid]  # the last chunk: the message is complete
+            if not owners:
+                self._chunk_owners = None
+        return owner
 
     def _delay(self, position: Position, deliver_at_ms: int) -> None:
         delayed = self._delayed
