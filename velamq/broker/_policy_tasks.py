@@ -238,37 +238,32 @@ async def _oldest_unacked_ms(topic: Topic, cursor: ManagedCursor) -> int | None:
     return entry_info(entries[0].data).publish_time_ms if entries else None
 
 
-async def quota_exceeded(topic: Topic, now_ms: int) -> bool:
+async def enforce_backlog_quota(topic: Topic, now_ms: int) -> None:
+    """The periodic part of the backlog quota: the age of the oldest unacknowledged message (the
+    size is checked at every publish and producer creation too, Topic.backlog_quota_exceeded)."""
+    quota = topic.policies.backlog_quota
+    if quota is None or quota.unlimited:
+        topic.quota_age_exceeded = False
+        return
+    topic.quota_age_exceeded = await _age_exceeded(topic, now_ms)
+    if quota.policy == "consumer_backlog_eviction":
+        size_exceeded = quota.limit_bytes >= 0 and topic.backlog_bytes() > quota.limit_bytes
+        if size_exceeded or topic.quota_age_exceeded:
+            await _evict(topic, now_ms)
+        return
+    if topic.backlog_quota_exceeded is not None and topic.producers:
+        log.info("backlog quota exceeded on %s: %s", topic.full_name, quota.policy)
+        for producer in list(topic.producers.values()):
+            producer.close_by_broker()
+
+
+async def _age_exceeded(topic: Topic, now_ms: int) -> bool:
     quota = topic.policies.backlog_quota
     cursor = _slowest(topic)
-    if quota is None or cursor is None or cursor.backlog == 0:
+    if quota is None or quota.limit_time_s < 0 or cursor is None or cursor.backlog == 0:
         return False
-    ledger = topic.ledger
-    average = ledger.size_bytes / ledger.entries_total if ledger.entries_total else 0.0
-    if quota.limit_bytes >= 0 and cursor.backlog * average > quota.limit_bytes:
-        return True
-    if quota.limit_time_s >= 0:
-        oldest = await _oldest_unacked_ms(topic, cursor)
-        if oldest is not None and now_ms - oldest > quota.limit_time_s * 1000:
-            return True
-    return False
-
-
-async def enforce_backlog_quota(topic: Topic, now_ms: int) -> None:
-    quota = topic.policies.backlog_quota
-    exceeded = await quota_exceeded(topic, now_ms)
-    if not exceeded or quota is None:
-        topic.backlog_quota_exceeded = None
-        return
-    if quota.policy == "consumer_backlog_eviction":
-        await _evict(topic, now_ms)
-        topic.backlog_quota_exceeded = None
-        return
-    if topic.backlog_quota_exceeded is None:
-        log.info("backlog quota exceeded on %s: %s", topic.full_name, quota.policy)
-    topic.backlog_quota_exceeded = quota.policy
-    for producer in list(topic.producers.values()):
-        producer.close_by_broker()
+    oldest = await _oldest_unacked_ms(topic, cursor)
+    return oldest is not None and now_ms - oldest > quota.limit_time_s * 1000
 
 
 async def _evict(topic: Topic, now_ms: int) -> None:
