@@ -283,7 +283,9 @@ class Topic:
 
     def _publish_quota_check(self, future: asyncio.Future[Position]) -> None:
         if not future.cancelled() and future.exception() is None and self.producers:
-            self._check_quota_on_publish()
+            # After this entry's receipt (a callback added later): the entry is stored, its
+            # producer hears so before it is disconnected.
+            asyncio.get_running_loop().call_soon(self._check_quota_on_publish)
 
     def _appended(self, future: asyncio.Future[Position]) -> None:
         if future.cancelled() or future.exception() is not None:
