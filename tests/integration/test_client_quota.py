@@ -147,3 +147,44 @@ def test_a_producer_created_right_after_the_drain_is_admitted(quota_broker: Brok
             await again.send(b"admitted")
 
     asyncio.run(main())
+
+
+def test_round_robin_skips_a_partition_whose_producer_is_reconnecting(quota_broker: BrokerProcess) -> None:
+    """PR-11: partition 1's backlog goes over the quota (producer_request_hold), so its producer
+    is disconnected and keeps being refused while it reconnects; unkeyed messages go to the other
+    partitions meanwhile and none waits. Keyed messages keep their partition."""
+    ns = new_namespace(quota_broker, "producer_request_hold")
+    topic = f"persistent://{ns}/parted"
+    status, body = http("PUT", f"{quota_broker.admin_url}/admin/v2/persistent/{ns}/parted/partitions", "3")
+    assert status in (200, 204), body
+
+    async def main() -> None:
+        async with client(quota_broker) as c:
+            consumer = await c.subscribe(topic, "sub", initial_position="earliest", subscription_type="shared")
+            producer = await c.create_producer(topic, batching_enabled=False, send_timeout_ms=60_000)
+            key = next(k for k in (f"k{i}" for i in range(100)) if producer._chooser.choose(
+                producer.build_message(b"", key=k), 3) == 1)
+            blocked = producer.partition_producers[1]
+            sent = []
+            while blocked.is_connected:  # fill partition 1 until the broker stops its producer
+                future = await producer.send_async(PAYLOAD, key=key)
+                await until(lambda f=future: _settled(f, blocked))
+                sent.append(future)
+            assert not blocked.is_connected
+            unkeyed = [await producer.send_async(b"free-%d" % i) for i in range(30)]
+            ids = await asyncio.gather(*unkeyed)  # none waits for partition 1
+            assert {mid.partition for mid in ids} == {0, 2}
+            held = await producer.send_async(b"keyed", key=key)
+            assert not held.done()  # a keyed message stays with its partition, and waits
+            got = []
+            while len(got) < 30 + len([f for f in sent if f.done()]) + 1:
+                message = await consumer.receive(timeout_ms=20_000)
+                got.append(message.data())
+                await consumer.acknowledge(message)  # partition 1 drains: its producer comes back
+            assert (await held).partition == 1
+
+    asyncio.run(main())
+
+
+async def _settled(future: asyncio.Future[Any], producer: Any) -> bool:
+    return future.done() or not producer.is_connected
