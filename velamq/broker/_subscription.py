@@ -510,8 +510,7 @@ class Subscription:
                     self.read_position = self.ledger.next_position(view.horizon)
                     continue
             else:
-                if self._delayed:
-                    self.read_position = self._delayed.skip(self.read_position, self.ledger)
+                self.read_position = self._skip_known(self.read_position)
                 last = self.ledger.last_confirmed
                 if last is None or self.read_position > last:
                     return
@@ -574,6 +573,23 @@ class Subscription:
                 consumer.chunks_out.add(1, len(entry.data))
             delivered = True
         return delivered
+
+    def _skip_known(self, position: Position) -> Position:
+        """Where the next read starts: past entries that would be read only to be dropped, the
+        pending delayed ones (the index has them) and individually acknowledged ones (after a
+        restart, normal messages acknowledged behind pending delayed ones), without I/O."""
+        acked = self.cursor.individually_acked
+        delayed = self._delayed
+        next_position = self.ledger.next_position
+        while True:
+            start = position
+            if delayed:
+                position = delayed.skip(position, self.ledger)
+            if acked:
+                while position in acked:
+                    position = next_position(position)
+            if position == start:
+                return position
 
     def _chunk_consumer(
         self, info: EntryInfo, selector: ConsumerSelector, position: Position, key_blocked: bool
