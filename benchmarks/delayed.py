@@ -13,7 +13,10 @@ The script starts its own broker process, subscribes one Shared consumer (velamq
 3. stops the broker (SIGTERM) and starts it again on the same data: time to the ready line, to the
    stored index being loaded (msgDelayed back at --delayed), and to --normal/10 new messages
    received; the storage's entry-read counters say whether the log was read again;
-4. publishes --short messages delayed by 2 s and reports when they arrive, and whether in order.
+4. publishes --short messages delayed by 2 s and reports when they arrive, and whether in order;
+5. TTL (in-process, no sockets, on a ManualClock): a subscription with a --ttl-entries backlog
+   older than its TTL, one delayed message not yet due in every 1000, no consumer: how long one
+   policy check takes to expire it (by position, the delayed ones spared).
 
     .venv/bin/python benchmarks/delayed.py                       # 1 000 000 pending, ~3-5 min
     .venv/bin/python benchmarks/delayed.py --delayed 100000      # the CI-sized run
@@ -37,7 +40,15 @@ from pathlib import Path
 
 from _machine import machine_facts
 
+from velamq._clock import ManualClock
+from velamq._topic_name import TopicName
+from velamq.broker._consumer_selector import SubType
+from velamq.broker._policy_tasks import check_topic
+from velamq.broker._topic import Topic
 from velamq.client import AsyncClient, Consumer
+from velamq.metadata import Policies
+from velamq.protocol import build_entry, pb
+from velamq.storage import Storage, StorageConfig
 from velamq.testing import run_broker
 
 TOPIC = "persistent://public/default/delayed-bench"
@@ -200,18 +211,52 @@ async def run(args: argparse.Namespace, data_dir: Path) -> list[tuple[str, float
     return rows
 
 
+async def ttl_check(entries: int, data_dir: Path) -> list[tuple[str, float, float | None, str]]:
+    """One policy check over an old backlog of `entries`, a delayed message in every 1000."""
+    clock = ManualClock()
+    storage = Storage(StorageConfig(data_dir=data_dir, sync_policy="none"), clock)
+    await storage.start()
+    try:
+        topic = Topic(TopicName.parse(TOPIC), await storage.open_ledger(TOPIC), clock)
+        sub = await topic.subscription("sub", SubType.SHARED, durable=True, initial_earliest=True, start=None)
+        now = clock.now_ms()
+        for start in range(0, entries, 10_000):
+            futures = []
+            for i in range(start, min(entries, start + 10_000)):
+                metadata = pb.MessageMetadata(producer_name="p", sequence_id=i, publish_time=now)
+                if i % 1000 == 999:
+                    metadata.deliver_at_time = now + TEN_DAYS_MS
+                futures.append(topic.ledger.append_nowait(build_entry(metadata, b"x" * 100)))
+            await asyncio.gather(*futures)
+        await topic.apply_policies(Policies(message_ttl_s=60))
+        clock.advance(61)
+        began = time.perf_counter()
+        await check_topic(topic, clock)
+        seconds = time.perf_counter() - began
+        assert sub.backlog == entries // 1000, sub.backlog  # the delayed ones, spared
+        await topic.close()
+    finally:
+        await storage.close()
+    return [
+        (f"TTL: one check expires {entries:,} old entries (s)", seconds, None, ""),
+        ("  ... expired entries per second", (entries - entries // 1000) / seconds, None, ""),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--delayed", type=int, default=1_000_000)
     parser.add_argument("--normal", type=int, default=10_000)
     parser.add_argument("--short", type=int, default=1_000)
+    parser.add_argument("--ttl-entries", type=int, default=1_000_000)
     parser.add_argument("--memory", default="1G", help="the brokers' memory budget (--memory), default 1G")
     parser.add_argument("--data-dir", type=Path, default=None, help="default: a temporary directory")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="velamq-delayed-") as tmp:
         rows = asyncio.run(run(args, args.data_dir or Path(tmp) / "data"))
+        rows += asyncio.run(ttl_check(args.ttl_entries, Path(tmp) / "ttl"))
     print(f"# benchmarks/delayed.py --delayed {args.delayed} --normal {args.normal} --short {args.short}"
-          f" --memory {args.memory}")
+          f" --memory {args.memory} --ttl-entries {args.ttl_entries}")
     for name, value in machine_facts(["velamq"]):
         print(f"# {name}: {value}")
     print(f"{'figure':<52} {'value':>14} {'target':>10} {'ratio':>8}")

@@ -28,6 +28,7 @@ free in between, so that at hundreds of thousands of loaded topics a round never
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator
 
@@ -45,6 +46,7 @@ log = logging.getLogger(__name__)
 # Entries dispatch has not read yet that TTL scans for delayed ones, per subscription and check.
 expire_scan_entries_max = 2_000_000
 read_batch_entries = 500
+ack_slice_entries = 20_000  # TTL acknowledges this many entries between two yields to the loop
 # Topics checked between two yields to the loop.
 slice_topics = 500
 
@@ -160,7 +162,7 @@ async def expire(
         target, delayed = await _delayed_not_due(cursor, ledger, scan_from, target, now_ms)
         spared += delayed
     backlog = cursor.backlog
-    _ack_all_but(cursor, ledger, target, spared)
+    await _ack_all_but(cursor, ledger, target, spared)
     return backlog - cursor.backlog
 
 
@@ -202,9 +204,10 @@ async def _delayed_not_due(
     return scanned_to, found
 
 
-def _ack_all_but(cursor: ManagedCursor, ledger: ManagedLedger, up_to: Position, spared: list[Position]) -> None:
+async def _ack_all_but(cursor: ManagedCursor, ledger: ManagedLedger, up_to: Position, spared: list[Position]) -> None:
     """Acknowledge everything up to `up_to` except the spared positions: the mark-delete moves to
-    the first spared one, the entries between spared ones are acknowledged individually."""
+    the first spared one, the entries between spared ones are acknowledged individually (a slice
+    at a time, the loop free in between)."""
     spared = sorted(p for p in spared if p <= up_to)
     if not spared:
         cursor.ack_cumulative(up_to)
@@ -219,7 +222,13 @@ def _ack_all_but(cursor: ManagedCursor, ledger: ManagedLedger, up_to: Position, 
                 yield position
                 position = ledger.next_position(position)
 
-    cursor.ack(between())
+    positions = between()
+    while True:
+        chunk = list(itertools.islice(positions, ack_slice_entries))
+        if not chunk:
+            return
+        cursor.ack(chunk)
+        await asyncio.sleep(0)
 
 
 # ---- backlog quota -------------------------------------------------------------------------
