@@ -5,6 +5,7 @@ the consumer that got its first chunk, PIP-37)."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import random
 import threading
@@ -88,3 +89,51 @@ def test_chunked_messages_on_shared_subscriptions_with_a_consumer_closed_mid_way
     for name, digest in acked.items():
         p, index = (int(x.lstrip("p")) for x in name.split("-"))
         assert hashlib.sha256(payload(p, index, kinds(p)[index])).hexdigest() == digest, name  # whole
+
+
+@pytest.mark.parametrize("sub_type", ["shared", "key_shared"])
+def test_velamq_consumers_get_chunked_messages_whole_on_shared_subscriptions(
+    broker: Any, client: Any, topic: str, sub_type: str
+) -> None:
+    """The same with velamq's consumers (the official client produces)."""
+    from velamq.client import AsyncClient
+
+    async def main() -> None:
+        async with AsyncClient(broker.service_url) as ours:
+            consumers = [await ours.subscribe(f"persistent://public/default/{topic}", "sub",
+                                              subscription_type=sub_type, receiver_queue_size=20)
+                         for _ in range(3)]
+            producers = [threading.Thread(target=produce, args=(client, topic, p)) for p in range(2)]
+            for thread in producers:
+                thread.start()
+            total = 2 * (CHUNKED + NORMAL)
+            acked: dict[str, str] = {}
+            twice: list[str] = []
+            closed: Any = None
+            alive = list(consumers)
+            deadline = time.monotonic() + 180
+            while len(acked) < total and time.monotonic() < deadline:
+                for consumer in list(alive):
+                    try:
+                        message = await consumer.receive(timeout_ms=50)
+                    except TimeoutError:
+                        continue
+                    data = message.data()
+                    if closed is None and len(acked) >= 20:
+                        await consumer.close()  # mid-way, this message not acknowledged
+                        alive.remove(consumer)
+                        closed = consumer
+                        continue
+                    name = key(data)
+                    if name in acked:
+                        twice.append(name)
+                    acked[name] = hashlib.sha256(data).hexdigest()
+                    await consumer.acknowledge(message)
+            for thread in producers:
+                await asyncio.to_thread(thread.join)
+            assert closed is not None and twice == [] and len(acked) == total
+            for name, digest in acked.items():
+                p, index = (int(x.lstrip("p")) for x in name.split("-"))
+                assert hashlib.sha256(payload(p, index, kinds(p)[index])).hexdigest() == digest, name
+
+    asyncio.run(main())
