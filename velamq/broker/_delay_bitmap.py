@@ -12,7 +12,7 @@ import re
 import struct
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TypeAlias
 
 from velamq.storage import Position
@@ -149,16 +149,25 @@ class PositionBitmap:
                 return (entry_id & ~_LOW) | low
             entry_id = (entry_id | _LOW) + 1  # the whole rest of the group is present: next group
 
-    def between(self, first: Position, last: Position) -> list[Position]:
-        """The positions in [first, last], in order."""
+    def runs_between(self, first: Position, last: Position) -> Iterator[tuple[Position, Position]]:
+        """The positions in [first, last] as runs of consecutive entries of one ledger (first and
+        last of each run), in order: as many tuples as runs, not as positions."""
         low_key, high_key = (first[0], first[1] >> _SHIFT), (last[0], last[1] >> _SHIFT)
-        out: list[Position] = []
+        run: list[int] | None = None  # [ledger, first entry, last entry]
         for key in sorted(k for k in self._groups if low_key <= k <= high_key):
             base = key[1] << _SHIFT
-            out.extend(
-                p for p in (Position(key[0], base | low) for low in _members(self._groups[key])) if first <= p <= last
-            )
-        return out
+            for low in _members(self._groups[key]):
+                pos = Position(key[0], base | low)
+                if pos < first or pos > last:
+                    continue
+                if run is not None and run[0] == pos[0] and run[2] + 1 == pos[1]:
+                    run[2] = pos[1]
+                    continue
+                if run is not None:
+                    yield Position(run[0], run[1]), Position(run[0], run[2])
+                run = [pos[0], pos[1], pos[1]]
+        if run is not None:
+            yield Position(run[0], run[1]), Position(run[0], run[2])
 
     def last(self) -> Position | None:
         """The highest position in the set."""

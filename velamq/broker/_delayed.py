@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from velamq._clock import Clock
 from velamq.broker._delay_bitmap import PositionBitmap
@@ -93,9 +93,9 @@ class DelayedDeliveryTracker:
         if self._timer is None or deliver_at_ms < self._timer_due_ms:
             self._schedule()
 
-    def pending_between(self, first: Position, last: Position) -> list[Position]:
-        """The pending positions in [first, last], in order (TTL spares them)."""
-        return self._pending.between(first, last)
+    def pending_runs(self, first: Position, last: Position) -> Iterator[tuple[Position, Position]]:
+        """The pending positions in [first, last] as runs, in order (TTL spares them)."""
+        return self._pending.runs_between(first, last)
 
     def skip(self, position: Position, ledger: ManagedLedger) -> Position:
         """The first position from `position` on that is not pending here (where dispatch reads)."""

@@ -149,7 +149,7 @@ async def expire(
     target = last if found is None else before(found)
     if target <= mark_delete:
         return 0
-    spared: list[Position] = []
+    spared: list[tuple[Position, Position]] = []  # runs of delayed entries not due, in order
     scan_from: Position | None = ledger.next_position(mark_delete)
     if subscription is not None and not subscription.may_delay:
         scan_from = None  # this subscription delivers delayed messages at once: nothing to spare
@@ -160,10 +160,20 @@ async def expire(
             scan_from = ledger.next_position(read_up_to)
     if scan_from is not None and scan_from <= target:
         target, delayed = await _delayed_not_due(cursor, ledger, scan_from, target, now_ms)
-        spared += delayed
+        spared += _runs(ledger, delayed)
     backlog = cursor.backlog
     await _ack_all_but(cursor, ledger, target, spared)
     return backlog - cursor.backlog
+
+
+def _runs(ledger: ManagedLedger, positions: list[Position]) -> list[tuple[Position, Position]]:
+    runs: list[tuple[Position, Position]] = []
+    for position in positions:
+        if runs and ledger.next_position(runs[-1][1]) == position:
+            runs[-1] = (runs[-1][0], position)
+        else:
+            runs.append((position, position))
+    return runs
 
 
 async def _delayed_not_due(
@@ -204,20 +214,22 @@ async def _delayed_not_due(
     return scanned_to, found
 
 
-async def _ack_all_but(cursor: ManagedCursor, ledger: ManagedLedger, up_to: Position, spared: list[Position]) -> None:
-    """Acknowledge everything up to `up_to` except the spared positions: the mark-delete moves to
-    the first spared one, the entries between spared ones are acknowledged individually (a slice
-    at a time, the loop free in between)."""
-    spared = sorted(p for p in spared if p <= up_to)
+async def _ack_all_but(
+    cursor: ManagedCursor, ledger: ManagedLedger, up_to: Position, spared: list[tuple[Position, Position]]
+) -> None:
+    """Acknowledge everything up to `up_to` except the spared runs (in order): the mark-delete
+    moves to the first spared entry, the entries between spared runs are acknowledged
+    individually, a slice at a time with the loop free in between."""
+    spared = [run for run in spared if run[0] <= up_to]
     if not spared:
         cursor.ack_cumulative(up_to)
         return
-    cursor.ack_cumulative(before(spared[0]))
+    cursor.ack_cumulative(before(spared[0][0]))
 
     def between() -> Iterator[Position]:
-        for i, position in enumerate(spared):
-            end = spared[i + 1] if i + 1 < len(spared) else None
-            position = ledger.next_position(position)
+        for i, (_, last) in enumerate(spared):
+            end = spared[i + 1][0] if i + 1 < len(spared) else None
+            position = ledger.next_position(last)
             while position <= up_to and (end is None or position < end):
                 yield position
                 position = ledger.next_position(position)

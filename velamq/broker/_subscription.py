@@ -346,16 +346,16 @@ class Subscription:
     def may_delay(self) -> bool:
         return self.delayed_delivery and self._sub_type in (SubType.SHARED, SubType.KEY_SHARED)
 
-    def delayed_read(self, up_to: Position) -> tuple[Position, list[Position]] | None:
+    def delayed_read(self, up_to: Position) -> tuple[Position, list[tuple[Position, Position]]] | None:
         """For TTL: the last position dispatch has read (it knows every delayed entry before it)
-        and the delayed entries not yet due from the first unacknowledged one to `up_to` or that
-        position; None while dispatch has not read since the subscription was loaded."""
+        and the delayed entries not yet due, as runs, from the first unacknowledged one to `up_to`
+        or that position; None while dispatch has not read since the subscription was loaded."""
         if not self._delayed_restored:
             return None
         read_up_to = _positions.before(self.read_position)
         first = self.ledger.next_position(self.cursor.mark_delete_position)
         delayed = self._delayed
-        pending = delayed.pending_between(first, min(up_to, read_up_to)) if delayed else []
+        pending = list(delayed.pending_runs(first, min(up_to, read_up_to))) if delayed else []
         return read_up_to, pending
 
     def _release_delayed(self, due: list[Position]) -> None:
@@ -634,7 +634,13 @@ class Subscription:
         if self._storage is None or self._delayed is not None or not may_delay:
             return
         tracker = self._new_tracker()
-        await tracker.load()
+        try:
+            await tracker.load()
+        except Exception:
+            # Read from the topic instead: every pending entry is there, and is indexed again.
+            log.exception("delayed index of %s on %s unreadable; rebuilding it", self.name, self.ledger.name)
+            await tracker.close()
+            return
         if len(tracker):
             self._delayed = tracker
         else:

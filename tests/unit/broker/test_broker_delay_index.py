@@ -42,6 +42,12 @@ def test_position_bitmap_behaves_as_a_set(ops: list[tuple[str, Position]], probe
         assert Position(pos.ledger_id, absent) not in model
         assert all(Position(pos.ledger_id, e) in model for e in range(pos.entry_id, absent))
     assert bitmap.last() == (max(model) if model else None)
+    low, high = (min(probes), max(probes)) if probes else (Position(1, 0), Position(3, 1 << 20))
+    runs = list(bitmap.runs_between(low, high))
+    flat = [Position(a.ledger_id, e) for a, b in runs for e in range(a.entry_id, b.entry_id + 1)]
+    assert flat == sorted(p for p in model if low <= p <= high)
+    assert all(b.ledger_id == a.ledger_id for a, b in runs)
+    assert all(Position(a.ledger_id, a.entry_id + 1) != c for (_, a), (c, _) in itertools.pairwise(runs))
     built = PositionBitmap.of(model)
     assert len(built) == len(model) and all(p in built for p in model)
     restored = PositionBitmap.from_bytes(bitmap.to_bytes())
