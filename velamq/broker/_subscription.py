@@ -26,12 +26,13 @@ from collections.abc import Iterable, Sequence
 from velamq import _limits
 from velamq._clock import Clock
 from velamq.broker import _positions
+from velamq.broker._chunk_owners import ChunkOwners
 from velamq.broker._compaction import CompactedView
 from velamq.broker._consumer import ServerConsumer
 from velamq.broker._consumer_selector import ConsumerSelector, SubType
 from velamq.broker._delay_store import DelayedIndexStore, delayed_index_name
 from velamq.broker._delayed import DelayedDeliveryTracker
-from velamq.broker._entry_info import EntryInfo, entry_info
+from velamq.broker._entry_info import entry_info
 from velamq.broker._in_flight import InFlight
 from velamq.broker._rates import NO_RATE, RateCounter, SubscriptionRates
 from velamq.storage import Entry, ManagedCursor, ManagedLedger, Position, Storage
@@ -110,9 +111,8 @@ class Subscription:
         self._in_flight: InFlight | None = None  # while something is out or waits for redelivery
         self.delayed_delivery = True  # topic policy; off: deliver_at_time is ignored
         self._delayed: DelayedDeliveryTracker | None = None  # while delayed entries wait
-        # CH-7: on Shared and Key_Shared, the consumer that got the first chunk of a chunked
-        # message (by uuid) gets all its other chunks; made while a chunked message is under way.
-        self._chunk_owners: dict[str, ServerConsumer] | None = None
+        # CH-7: which consumer each chunked message under way belongs to (_chunk_owners.py).
+        self._chunk_owners: ChunkOwners | None = None
         self._storage = storage if durable else None
         self._delayed_restored = False  # the stored index was looked for (first dispatch)
         # read_compacted subscriptions read the compacted view up to its horizon (set by the topic).
@@ -206,10 +206,8 @@ class Subscription:
         if selector is None or consumer not in selector.consumers:
             return
         demoted = selector.remove(consumer)
-        if self._chunk_owners:
-            # Its chunks go back to the replay set; the first of each goes to another consumer,
-            # which then gets the rest.
-            self._chunk_owners = {u: c for u, c in self._chunk_owners.items() if c is not consumer} or None
+        if self._chunk_owners is not None:
+            self._chunk_owners.forget(consumer)
         in_flight = self._in_flight
         if in_flight is not None:
             in_flight.take_back_all(consumer, count_redelivery=False)
@@ -225,6 +223,7 @@ class Subscription:
         """The last consumer left: drop what only consumers need. Entries that were out go back to
         the log (the read position rewinds to the first unacknowledged entry) unless some carry a
         redelivery count, which only the in-flight bookkeeping remembers."""
+        self._chunk_owners = None
         in_flight = self._in_flight
         if in_flight is None or not in_flight.redelivery_counts:
             self._in_flight = None
@@ -550,7 +549,10 @@ class Subscription:
                 self._delay(position, info.deliver_at_ms)
                 continue
             if info.is_chunk and may_delay_type:
-                consumer = self._chunk_consumer(info, selector, position, info.sticky_key in blocked_keys)
+                owners = self._chunk_owners
+                if owners is None:
+                    owners = self._chunk_owners = ChunkOwners()
+                consumer = owners.consumer_for(info, selector, position, info.sticky_key in blocked_keys)
             else:
                 consumer = None if info.sticky_key in blocked_keys else selector.select(info.sticky_key, position)
             if consumer is None or consumer.permits <= 0 or not consumer.channel.writable:
@@ -590,31 +592,6 @@ class Subscription:
                     position = next_position(position)
             if position == start:
                 return position
-
-    def _chunk_consumer(
-        self, info: EntryInfo, selector: ConsumerSelector, position: Position, key_blocked: bool
-    ) -> ServerConsumer | None:
-        """CH-7: the consumer for a chunk on Shared / Key_Shared. The first chunk the subscription
-        sends of a uuid picks a consumer as any message would; the later ones go to that consumer
-        (or wait in the replay set for its permits), so a message is assembled in one place. A
-        consumer that leaves hands its chunks back: they are sent again from the first one."""
-        if key_blocked:
-            return None  # Key_Shared: an older entry of the key waits for redelivery
-        owners = self._chunk_owners
-        owner = owners.get(info.chunk_uuid) if owners is not None else None
-        if owners is None or owner is None:
-            owner = selector.select(info.sticky_key, position)
-            if owner is None or owner.permits <= 0 or not owner.channel.writable:
-                return owner  # not sent now: the replay set keeps it
-            if info.chunk_id + 1 < info.num_chunks:
-                if owners is None:
-                    owners = self._chunk_owners = {}
-                owners[info.chunk_uuid] = owner
-        elif info.chunk_id + 1 >= info.num_chunks and owner.permits > 0 and owner.channel.writable:
-            del owners[info.chunk_uuid]  # the last chunk: the message is complete
-            if not owners:
-                self._chunk_owners = None
-        return owner
 
     def _delay(self, position: Position, deliver_at_ms: int) -> None:
         delayed = self._delayed
