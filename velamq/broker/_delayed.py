@@ -36,6 +36,8 @@ bucket_indexes = 50_000
 segment_indexes = 5_000
 # Releases are at least this far apart (a message is never released early, at most this late).
 tick_ms = 100
+# After a segment could not be read from the store, the release is tried again this much later.
+retry_ms = 1000
 
 
 class DelayedDeliveryTracker:
@@ -202,9 +204,17 @@ class DelayedDeliveryTracker:
         due: list[tuple[int, Position]] = []
         segments_done = False
         while True:
-            for bucket in self._sealed:
-                if bucket.needs_load:
-                    bucket.loaded = await self._store.read_segment(bucket, bucket.released)
+            try:
+                for bucket in self._sealed:
+                    if bucket.needs_load:
+                        bucket.loaded = await self._store.read_segment(bucket, bucket.released)
+            except Exception:
+                # Nothing is released out of order: everything waits, and the load is tried again.
+                log.exception("delayed index %s: a segment could not be read", self._store.name)
+                self._timer = None
+                self._last_release_ms = now + retry_ms - tick_ms
+                self._schedule()
+                return
             due += self._mutable.pop_due(now)
             for bucket in self._sealed:
                 released = bucket.released
