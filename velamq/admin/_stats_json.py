@@ -72,6 +72,7 @@ def _subscription(s: SubscriptionStats) -> dict[str, Any]:
         "totalMsgExpired": s.total_msg_expired,
         "chunkedMessageRate": s.chunked_message_rate,
         "msgBacklog": s.msg_backlog,
+        "msgDelayed": s.msg_delayed,
         "backlogSize": s.backlog_size_bytes,
         "unackedMessages": s.unacked_messages,
         "type": s.type,

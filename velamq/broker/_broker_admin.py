@@ -324,7 +324,7 @@ class BrokerAdmin:
         t = await self._topic(topic)
         cursor, s = self._cursor(t, subscription)
         now_ms = self._broker.clock.now_ms()
-        expired = await expire(t, cursor, now_ms - seconds * 1000, now_ms)
+        expired = await expire(t, cursor, now_ms - seconds * 1000, now_ms, s)
         if s is not None:
             s.count_expired(expired)
             s.forget_acked()

@@ -131,6 +131,9 @@ class ConsumerCommands:
             reply = pb.BaseCommand(type=T.ACK_RESPONSE)
             reply.ackResponse.consumer_id = ack.consumer_id
             reply.ackResponse.request_id = ack.request_id
+            if consumer is None:  # an ack receipt must not confirm what nobody applied
+                reply.ackResponse.error = pb.ConsumerNotFound
+                reply.ackResponse.message = f"consumer {ack.consumer_id} not found"
             self._channel.send_command(reply)
 
     def on_redeliver(self, frame: Frame) -> None:

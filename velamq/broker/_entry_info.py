@@ -17,6 +17,9 @@ class EntryInfo:
     deliver_at_ms: int
     publish_time_ms: int = 0
     is_chunk: bool = False
+    chunk_uuid: str = ""  # of a chunk: its message's uuid, chunk id and number of chunks (CH-7)
+    chunk_id: int = 0
+    num_chunks: int = 0
 
 
 def entry_info(data: bytes) -> EntryInfo:
@@ -34,7 +37,12 @@ def entry_info(data: bytes) -> EntryInfo:
     else:
         key = NONE_KEY
     deliver_at = metadata.deliver_at_time if metadata.HasField("deliver_at_time") else 0
-    return EntryInfo(max(num, 1), key, deliver_at, metadata.publish_time, metadata.HasField("chunk_id"))
+    if not metadata.HasField("chunk_id"):
+        return EntryInfo(max(num, 1), key, deliver_at, metadata.publish_time)
+    return EntryInfo(
+        max(num, 1), key, deliver_at, metadata.publish_time, True,
+        metadata.uuid, metadata.chunk_id, metadata.num_chunks_from_msg,
+    )
 
 
 def last_batch_index(data: bytes) -> int:

@@ -2,8 +2,9 @@
 
 Every `policy_check_interval_s` of the broker's clock, for each loaded topic:
 
-    TTL              acknowledges, for each subscription, messages published more than TTL ago —
-                     except a delayed message whose delivery time has not come (BR-6)
+    TTL              acknowledges, for each subscription, messages published more than TTL ago,
+                     by position in one step (binary search for the cutoff) — except a delayed
+                     message whose delivery time has not come (BR-6)
     backlog quota    size (estimated as backlog entries x average entry size, as Pulsar does) and
                      age of the oldest unacknowledged message of the slowest cursor, then:
                        producer_exception       producers are disconnected; reconnecting ones are
@@ -27,21 +28,25 @@ free in between, so that at hundreds of thousands of loaded topics a round never
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from velamq._clock import Clock
 from velamq._limits import MIB
 from velamq.broker._entry_info import entry_info
 from velamq.broker._positions import before
 from velamq.broker._rates import NO_RATE
+from velamq.broker._subscription import Subscription
 from velamq.broker._topic import Topic
-from velamq.storage import ManagedCursor, Position
+from velamq.storage import ManagedCursor, ManagedLedger, Position
 
 log = logging.getLogger(__name__)
 
-expire_scan_entries_max = 20_000  # per subscription and check: bounds the work of one round
+# Entries dispatch has not read yet that TTL scans for delayed ones, per subscription and check.
+expire_scan_entries_max = 2_000_000
 read_batch_entries = 500
+ack_slice_entries = 20_000  # TTL acknowledges this many entries between two yields to the loop
 # Topics checked between two yields to the loop.
 slice_topics = 500
 
@@ -102,8 +107,8 @@ async def check_topic(topic: Topic, clock: Clock) -> None:
     if policies.message_ttl_s > 0:
         cutoff = now_ms - policies.message_ttl_s * 1000
         for name, cursor in list(topic.ledger.cursors.items()):
-            expired = await expire(topic, cursor, cutoff, now_ms)
             subscription = topic.subscriptions.get(name)
+            expired = await expire(topic, cursor, cutoff, now_ms, subscription)
             if subscription is not None and expired:
                 subscription.count_expired(expired)
                 subscription.forget_acked()
@@ -126,36 +131,116 @@ def sample_rates(topic: Topic, now_s: float) -> None:
 
 # ---- TTL -----------------------------------------------------------------------------------
 
-async def expire(topic: Topic, cursor: ManagedCursor, cutoff_ms: int, now_ms: int) -> int:
-    """Acknowledge entries published before cutoff_ms, but never a delayed message whose
-    delivery time is still ahead of now_ms (BR-6). Returns how many entries were expired."""
+async def expire(
+    topic: Topic, cursor: ManagedCursor, cutoff_ms: int, now_ms: int, subscription: Subscription | None = None
+) -> int:
+    """TTL by position (BR-5, BR-6): find the newest entry published before cutoff_ms by binary
+    search over the log (a whole ledger older than the cutoff costs no more than one probe) and
+    move the mark-delete there in one step, sparing only delayed messages whose delivery time is
+    still ahead of now_ms: they stay unacknowledged and pending. Dispatch knows the delayed entries
+    it has read (its delayed index); what it has not read yet is scanned, at most
+    expire_scan_entries_max entries a check. Returns how many entries were expired."""
     ledger = topic.ledger
-    position = ledger.next_position(cursor.mark_delete_position)
-    expired: list[Position] = []
+    mark_delete = cursor.mark_delete_position
+    last = ledger.last_confirmed
+    if last is None or mark_delete >= last:
+        return 0
+    found = await ledger.find_first(lambda data: entry_info(data).publish_time_ms >= cutoff_ms)
+    target = last if found is None else before(found)
+    if target <= mark_delete:
+        return 0
+    spared: list[tuple[Position, Position]] = []  # runs of delayed entries not due, in order
+    scan_from: Position | None = ledger.next_position(mark_delete)
+    if subscription is not None and not subscription.may_delay:
+        scan_from = None  # this subscription delivers delayed messages at once: nothing to spare
+    elif subscription is not None:
+        known = subscription.delayed_read(target)
+        if known is not None:
+            read_up_to, spared = known
+            scan_from = ledger.next_position(read_up_to)
+    if scan_from is not None and scan_from <= target:
+        target, delayed = await _delayed_not_due(cursor, ledger, scan_from, target, now_ms)
+        spared += _runs(ledger, delayed)
+    backlog = cursor.backlog
+    await _ack_all_but(cursor, ledger, target, spared)
+    return backlog - cursor.backlog
+
+
+def _runs(ledger: ManagedLedger, positions: list[Position]) -> list[tuple[Position, Position]]:
+    runs: list[tuple[Position, Position]] = []
+    for position in positions:
+        if runs and ledger.next_position(runs[-1][1]) == position:
+            runs[-1] = (runs[-1][0], position)
+        else:
+            runs.append((position, position))
+    return runs
+
+
+async def _delayed_not_due(
+    cursor: ManagedCursor, ledger: ManagedLedger, start: Position, up_to: Position, now_ms: int
+) -> tuple[Position, list[Position]]:
+    """Scan [start, up_to] for delayed entries not yet due, skipping acknowledged runs (so a check
+    after a cut-short one reads only the spared entries again, then goes on); returns how far it
+    got (it stops after reading expire_scan_entries_max entries) and those entries."""
+    found: list[Position] = []
+    acked = cursor.individually_acked.ranges()
+    i = 0
+    position = start
+    scanned_to = before(start)
     scanned = 0
-    done = False
-    while not done and scanned < expire_scan_entries_max:
-        last = ledger.last_confirmed
-        if last is None or position > last:
-            break
-        entries = await ledger.read_entries(position, read_batch_entries)
+    while position <= up_to and scanned < expire_scan_entries_max:
+        while i < len(acked) and acked[i][1] < position:
+            i += 1
+        count = read_batch_entries
+        if i < len(acked):
+            first, last = acked[i]
+            if first <= position:
+                scanned_to = min(last, up_to)
+                position = ledger.next_position(last)
+                continue
+            if first.ledger_id == position.ledger_id:
+                count = min(count, first.entry_id - position.entry_id)
+        entries = await ledger.read_entries(position, count)
         if not entries:
             break
         for entry in entries:
-            scanned += 1
-            if cursor.is_acked(entry.position):
-                continue
-            info = entry_info(entry.data)
-            if info.publish_time_ms >= cutoff_ms:
-                done = True
-                break
-            if info.deliver_at_ms > now_ms:
-                continue
-            expired.append(entry.position)
+            if entry.position > up_to:
+                return scanned_to, found
+            if entry_info(entry.data).deliver_at_ms > now_ms:
+                found.append(entry.position)
+            scanned_to = entry.position
+        scanned += len(entries)
         position = ledger.next_position(entries[-1].position)
-    if expired:
-        cursor.ack(expired)
-    return len(expired)
+    return scanned_to, found
+
+
+async def _ack_all_but(
+    cursor: ManagedCursor, ledger: ManagedLedger, up_to: Position, spared: list[tuple[Position, Position]]
+) -> None:
+    """Acknowledge everything up to `up_to` except the spared runs (in order): the mark-delete
+    moves to the first spared entry, the entries between spared runs are acknowledged
+    individually, a slice at a time with the loop free in between."""
+    spared = [run for run in spared if run[0] <= up_to]
+    if not spared:
+        cursor.ack_cumulative(up_to)
+        return
+    cursor.ack_cumulative(before(spared[0][0]))
+
+    def between() -> Iterator[Position]:
+        for i, (_, last) in enumerate(spared):
+            end = spared[i + 1][0] if i + 1 < len(spared) else None
+            position = ledger.next_position(last)
+            while position <= up_to and (end is None or position < end):
+                yield position
+                position = ledger.next_position(position)
+
+    positions = between()
+    while True:
+        chunk = list(itertools.islice(positions, ack_slice_entries))
+        if not chunk:
+            return
+        cursor.ack(chunk)
+        await asyncio.sleep(0)
 
 
 # ---- backlog quota -------------------------------------------------------------------------
@@ -174,37 +259,32 @@ async def _oldest_unacked_ms(topic: Topic, cursor: ManagedCursor) -> int | None:
     return entry_info(entries[0].data).publish_time_ms if entries else None
 
 
-async def quota_exceeded(topic: Topic, now_ms: int) -> bool:
+async def enforce_backlog_quota(topic: Topic, now_ms: int) -> None:
+    """The periodic part of the backlog quota: the age of the oldest unacknowledged message (the
+    size is checked at every publish and producer creation too, Topic.backlog_quota_exceeded)."""
+    quota = topic.policies.backlog_quota
+    if quota is None or quota.unlimited:
+        topic.quota_age_exceeded = False
+        return
+    topic.quota_age_exceeded = await _age_exceeded(topic, now_ms)
+    if quota.policy == "consumer_backlog_eviction":
+        size_exceeded = quota.limit_bytes >= 0 and topic.backlog_bytes() > quota.limit_bytes
+        if size_exceeded or topic.quota_age_exceeded:
+            await _evict(topic, now_ms)
+        return
+    if topic.backlog_quota_exceeded is not None and topic.producers:
+        log.info("backlog quota exceeded on %s: %s", topic.full_name, quota.policy)
+        for producer in list(topic.producers.values()):
+            producer.close_by_broker()
+
+
+async def _age_exceeded(topic: Topic, now_ms: int) -> bool:
     quota = topic.policies.backlog_quota
     cursor = _slowest(topic)
-    if quota is None or cursor is None or cursor.backlog == 0:
+    if quota is None or quota.limit_time_s < 0 or cursor is None or cursor.backlog == 0:
         return False
-    ledger = topic.ledger
-    average = ledger.size_bytes / ledger.entries_total if ledger.entries_total else 0.0
-    if quota.limit_bytes >= 0 and cursor.backlog * average > quota.limit_bytes:
-        return True
-    if quota.limit_time_s >= 0:
-        oldest = await _oldest_unacked_ms(topic, cursor)
-        if oldest is not None and now_ms - oldest > quota.limit_time_s * 1000:
-            return True
-    return False
-
-
-async def enforce_backlog_quota(topic: Topic, now_ms: int) -> None:
-    quota = topic.policies.backlog_quota
-    exceeded = await quota_exceeded(topic, now_ms)
-    if not exceeded or quota is None:
-        topic.backlog_quota_exceeded = None
-        return
-    if quota.policy == "consumer_backlog_eviction":
-        await _evict(topic, now_ms)
-        topic.backlog_quota_exceeded = None
-        return
-    if topic.backlog_quota_exceeded is None:
-        log.info("backlog quota exceeded on %s: %s", topic.full_name, quota.policy)
-    topic.backlog_quota_exceeded = quota.policy
-    for producer in list(topic.producers.values()):
-        producer.close_by_broker()
+    oldest = await _oldest_unacked_ms(topic, cursor)
+    return oldest is not None and now_ms - oldest > quota.limit_time_s * 1000
 
 
 async def _evict(topic: Topic, now_ms: int) -> None:

@@ -33,6 +33,7 @@ from velamq.broker._auth_connection import AuthCounters, AuthRefresher
 from velamq.broker._compaction import CompactedView, compacted_store_name
 from velamq.broker._config import BrokerConfig
 from velamq.broker._connection import ServerConnection
+from velamq.broker._delay_store import delete_delayed_indexes
 from velamq.broker._disk_guard import DiskGuard, DiskThresholds, DiskUsage, StorageHealth, statvfs_usage
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker._idle_unload import IdleUnloader
@@ -319,6 +320,7 @@ class BrokerService:
             self.storage.open_ledger(full), self.storage.open_ledger_if_exists(store_name)
         )
         topic = Topic(name, ledger, self.clock)
+        topic.storage = self.storage
         await topic.apply_policies(await self.policies_for(name))
         if store is not None:
             view = await CompactedView.load(store)
@@ -373,6 +375,7 @@ class BrokerService:
             await loaded.close()
         await self.storage.delete_ledger(topic)
         await self.storage.delete_ledger(compacted_store_name(topic))
+        await delete_delayed_indexes(self.storage, topic)
 
     async def topics_of_namespace(self, namespace: str, mode: int) -> list[str]:
         """Read from the metadata store a page at a time (nothing of it holds the loop)."""

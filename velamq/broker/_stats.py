@@ -163,6 +163,7 @@ class SubscriptionStats:
     total_msg_expired: int = 0
     chunked_message_rate: float = 0.0
     consumers: tuple[ConsumerStats, ...] = ()
+    msg_delayed: int = 0  # delayed messages not yet due (Pulsar's msgDelayed)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,14 +26,16 @@ from collections.abc import Iterable, Sequence
 from velamq import _limits
 from velamq._clock import Clock
 from velamq.broker import _positions
+from velamq.broker._chunk_owners import ChunkOwners
 from velamq.broker._compaction import CompactedView
 from velamq.broker._consumer import ServerConsumer
 from velamq.broker._consumer_selector import ConsumerSelector, SubType
+from velamq.broker._delay_store import DelayedIndexStore, delayed_index_name
 from velamq.broker._delayed import DelayedDeliveryTracker
 from velamq.broker._entry_info import entry_info
 from velamq.broker._in_flight import InFlight
 from velamq.broker._rates import NO_RATE, RateCounter, SubscriptionRates
-from velamq.storage import Entry, ManagedCursor, ManagedLedger, Position
+from velamq.storage import Entry, ManagedCursor, ManagedLedger, Position, Storage
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +43,6 @@ read_entries_max = _limits.dispatch_read_entries_max
 # Stop reading new entries while this many are waiting for redelivery (bounds memory when a
 # Key_Shared consumer is stuck without permits).
 replay_entries_max = 5000
-# Delayed entries held in memory per subscription. Beyond it the subscription stops reading ahead;
-# nothing is lost, since the tracker is rebuilt from the log after a restart anyway.
-delayed_entries_max = 100_000
 # After a failed read (corrupt entry, I/O error), dispatch tries again this much later.
 dispatch_retry_s = 1.0
 # One read from storage brings about this many bytes at most (by the subscription's average entry
@@ -60,14 +59,17 @@ class Subscription:
     dispatch task is the only code that reads entries for it and sends them to consumers."""
 
     __slots__ = (
+        "_chunk_owners",
         "_closed",
         "_delayed",
+        "_delayed_restored",
         "_epoch",
         "_in_flight",
         "_partition_index",
         "_rates",
         "_read_size",
         "_selector",
+        "_storage",
         "_sub_type",
         "_task",
         "_waiter",
@@ -93,7 +95,10 @@ class Subscription:
         durable: bool,
         partition_index: int,
         clock: Clock,
+        storage: Storage | None = None,
     ) -> None:
+        """`storage` keeps the delayed-delivery index of a durable subscription (_delay_store.py);
+        without it the index lives in memory."""
         self.name = name
         self.ledger = ledger
         self.cursor = cursor
@@ -106,6 +111,10 @@ class Subscription:
         self._in_flight: InFlight | None = None  # while something is out or waits for redelivery
         self.delayed_delivery = True  # topic policy; off: deliver_at_time is ignored
         self._delayed: DelayedDeliveryTracker | None = None  # while delayed entries wait
+        # CH-7: which consumer each chunked message under way belongs to (_chunk_owners.py).
+        self._chunk_owners: ChunkOwners | None = None
+        self._storage = storage if durable else None
+        self._delayed_restored = False  # the stored index was looked for (first dispatch)
         # read_compacted subscriptions read the compacted view up to its horizon (set by the topic).
         self.read_compacted = False
         self.compacted_view: CompactedView | None = None
@@ -197,6 +206,8 @@ class Subscription:
         if selector is None or consumer not in selector.consumers:
             return
         demoted = selector.remove(consumer)
+        if self._chunk_owners is not None:
+            self._chunk_owners.forget(consumer)
         in_flight = self._in_flight
         if in_flight is not None:
             in_flight.take_back_all(consumer, count_redelivery=False)
@@ -212,14 +223,12 @@ class Subscription:
         """The last consumer left: drop what only consumers need. Entries that were out go back to
         the log (the read position rewinds to the first unacknowledged entry) unless some carry a
         redelivery count, which only the in-flight bookkeeping remembers."""
+        self._chunk_owners = None
         in_flight = self._in_flight
         if in_flight is None or not in_flight.redelivery_counts:
             self._in_flight = None
             self._epoch += 1  # a read in flight belongs to the consumers that left
             self.read_position = self.ledger.next_position(self.cursor.mark_delete_position)
-        if self._delayed is not None and not len(self._delayed):
-            self._delayed.close()
-            self._delayed = None
 
     def disconnect_consumers(self) -> None:
         """Close every consumer from the broker's side; clients subscribe again."""
@@ -289,7 +298,7 @@ class Subscription:
             for position in [p for p in in_flight.pending if gone(p)] + [p for p in in_flight.replay if gone(p)]:
                 in_flight.forget(position)
         if self._delayed is not None:
-            self._delayed.discard_if(gone)
+            self._delayed.discard_up_to(mark_delete)
         if self.read_position <= mark_delete:
             self.read_position = self.ledger.next_position(mark_delete)
         self._after_ack()
@@ -332,6 +341,22 @@ class Subscription:
         if self._selector.release_joined(first_unacked) or (self._in_flight is not None and self._in_flight.replay):
             self.wake()
 
+    @property
+    def may_delay(self) -> bool:
+        return self.delayed_delivery and self._sub_type in (SubType.SHARED, SubType.KEY_SHARED)
+
+    def delayed_read(self, up_to: Position) -> tuple[Position, list[tuple[Position, Position]]] | None:
+        """For TTL: the last position dispatch has read (it knows every delayed entry before it)
+        and the delayed entries not yet due, as runs, from the first unacknowledged one to `up_to`
+        or that position; None while dispatch has not read since the subscription was loaded."""
+        if not self._delayed_restored:
+            return None
+        read_up_to = _positions.before(self.read_position)
+        first = self.ledger.next_position(self.cursor.mark_delete_position)
+        delayed = self._delayed
+        pending = list(delayed.pending_runs(first, min(up_to, read_up_to))) if delayed else []
+        return read_up_to, pending
+
     def _release_delayed(self, due: list[Position]) -> None:
         in_flight = self._flight()
         for position in due:
@@ -356,6 +381,7 @@ class Subscription:
             self._in_flight.clear(list(self.consumers))
         if self._selector is not None:
             self._selector.forget_joins()
+        self._chunk_owners = None
         if self._delayed is not None:
             self._delayed.clear()
         self.wake()
@@ -408,9 +434,6 @@ class Subscription:
 
     async def close(self) -> None:
         self._closed = True
-        if self._delayed is not None:
-            self._delayed.close()
-            self._delayed = None  # it points back here (its release callback)
         task = self._task
         if task is not None:
             task.cancel()
@@ -418,11 +441,16 @@ class Subscription:
                 await task
             except asyncio.CancelledError:
                 pass
+        delayed, self._delayed = self._delayed, None  # it points back here (its release callback)
+        if delayed is not None:
+            await delayed.close()
 
     async def _run(self) -> None:
         """The dispatch task: a round per wake-up, while consumers are attached."""
         loop = asyncio.get_running_loop()
         try:
+            if not self._delayed_restored:
+                await self._restore_delayed()
             while not self._closed:
                 if not self._wake_pending:
                     if not self.consumers:
@@ -469,7 +497,7 @@ class Subscription:
                     continue
                 # Replay drained, or Key_Shared with blocked keys: new entries may still go to
                 # consumers that have permits (their keys are not blocked).
-            if len(replay) >= replay_entries_max or self.delayed_messages >= delayed_entries_max:
+            if len(replay) >= replay_entries_max:
                 return
             count = self._read_size.count(min(max(selector.permits_available(), 1), read_entries_max))
             view = self.compacted_view if self.read_compacted else None
@@ -481,6 +509,7 @@ class Subscription:
                     self.read_position = self.ledger.next_position(view.horizon)
                     continue
             else:
+                self.read_position = self._skip_known(self.read_position)
                 last = self.ledger.last_confirmed
                 if last is None or self.read_position > last:
                     return
@@ -498,7 +527,8 @@ class Subscription:
         now = self.clock.now_ms()
         monotonic_now = self.clock.monotonic_s()
         key_shared = self._sub_type == SubType.KEY_SHARED
-        may_delay = self.delayed_delivery and self._sub_type in (SubType.SHARED, SubType.KEY_SHARED)
+        may_delay_type = self._sub_type in (SubType.SHARED, SubType.KEY_SHARED)
+        may_delay = self.delayed_delivery and may_delay_type
         in_flight = self._flight()
         rates = self._counting()
         # A key with an entry waiting in the replay set must not be overtaken by a newer entry.
@@ -506,16 +536,25 @@ class Subscription:
         delivered = False
         mark_delete = self.cursor.mark_delete_position
         self._read_size.observed(entries)
+        delayed = self._delayed if self._delayed else None
         for entry in entries:
             position = entry.position
             if position <= mark_delete or position in in_flight.pending or self.cursor.is_acked(position):
                 in_flight.replay_keys.pop(position, None)
                 continue
+            if delayed is not None and position in delayed:
+                continue  # a read that started before a run of pending delayed entries
             info = entry_info(entry.data)
             if may_delay and info.deliver_at_ms > now and position not in in_flight.redelivery_counts:
                 self._delay(position, info.deliver_at_ms)
                 continue
-            consumer = None if info.sticky_key in blocked_keys else selector.select(info.sticky_key, position)
+            if info.is_chunk and may_delay_type:
+                owners = self._chunk_owners
+                if owners is None:
+                    owners = self._chunk_owners = ChunkOwners()
+                consumer = owners.consumer_for(info, selector, position, info.sticky_key in blocked_keys)
+            else:
+                consumer = None if info.sticky_key in blocked_keys else selector.select(info.sticky_key, position)
             if consumer is None or consumer.permits <= 0 or not consumer.channel.writable:
                 in_flight.replay.add(position)
                 if key_shared:
@@ -537,11 +576,52 @@ class Subscription:
             delivered = True
         return delivered
 
+    def _skip_known(self, position: Position) -> Position:
+        """Where the next read starts: past entries that would be read only to be dropped, the
+        pending delayed ones (the index has them) and individually acknowledged ones (after a
+        restart, normal messages acknowledged behind pending delayed ones), without I/O."""
+        acked = self.cursor.individually_acked
+        delayed = self._delayed
+        next_position = self.ledger.next_position
+        while True:
+            start = position
+            if delayed:
+                position = delayed.skip(position, self.ledger)
+            if acked:
+                while position in acked:
+                    position = next_position(position)
+            if position == start:
+                return position
+
     def _delay(self, position: Position, deliver_at_ms: int) -> None:
         delayed = self._delayed
         if delayed is None:
-            delayed = self._delayed = DelayedDeliveryTracker(self.clock, self._release_delayed)
+            delayed = self._delayed = self._new_tracker()
         delayed.add(position, deliver_at_ms)
+
+    def _new_tracker(self) -> DelayedDeliveryTracker:
+        store = DelayedIndexStore(self._storage, delayed_index_name(self.ledger.name, self.name))
+        return DelayedDeliveryTracker(self.clock, self._release_delayed, store)
+
+    async def _restore_delayed(self) -> None:
+        """Before the first read: the stored delayed index, if this subscription has one, so the
+        entries it holds are skipped, not read again (and released when due)."""
+        self._delayed_restored = True
+        may_delay = self.delayed_delivery and self._sub_type in (SubType.SHARED, SubType.KEY_SHARED)
+        if self._storage is None or self._delayed is not None or not may_delay:
+            return
+        tracker = self._new_tracker()
+        try:
+            await tracker.load()
+        except Exception:
+            # Read from the topic instead: every pending entry is there, and is indexed again.
+            log.exception("delayed index of %s on %s unreadable; rebuilding it", self.name, self.ledger.name)
+            await tracker.close()
+            return
+        if len(tracker):
+            self._delayed = tracker
+        else:
+            await tracker.close()
 
 
 class _ReadSize:

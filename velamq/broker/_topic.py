@@ -23,6 +23,7 @@ from velamq._topic_name import TopicName
 from velamq.broker._compaction import CompactedView, CompactionStatus, compact
 from velamq.broker._consumer_selector import SubType
 from velamq.broker._dedup import DUPLICATE_POSITION, Deduplication
+from velamq.broker._delay_store import delayed_index_name
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker._positions import end_of_log
 from velamq.broker._producer import ServerProducer
@@ -74,7 +75,6 @@ class Topic:
         "_producers_changed",
         "_producers_waiting",
         "_subscribe_lock",
-        "backlog_quota_exceeded",
         "chunks_published",
         "clock",
         "closed",
@@ -90,7 +90,9 @@ class Topic:
         "partition_index",
         "policies",
         "producers",
+        "quota_age_exceeded",
         "rate_in",
+        "storage",
         "subscriptions",
         "topic_epoch",
     )
@@ -103,6 +105,8 @@ class Topic:
         self.partition_index = name.partition_index
         self.producers: dict[str, ServerProducer] = {}
         self.subscriptions: dict[str, Subscription] = {}
+        # Where durable subscriptions store their delayed-delivery index (the broker sets it).
+        self.storage: Storage | None = None
         self.rate_in: RateCounter = NO_RATE  # its own counter from the first publish on
         self.chunks_published = 0
         self.closed = False
@@ -111,8 +115,9 @@ class Topic:
         self.compacted: CompactedView | None = None
         self.compaction = _NOT_RUN
         self._compaction_task: asyncio.Task[None] | None = None
-        # The backlog quota policy in force while the quota is exceeded (producers refused).
-        self.backlog_quota_exceeded: str | None = None
+        # The last policy check found the oldest unacknowledged message older than the quota's
+        # age limit (an age needs a read; the size is known at any time: backlog_quota_exceeded).
+        self.quota_age_exceeded = False
         # Producer access modes: the epoch moves each time an exclusive producer takes the topic;
         # a producer reconnecting with an older epoch has been fenced.
         self.topic_epoch = 0
@@ -190,6 +195,41 @@ class Topic:
             self.topic_epoch += 1
         self.exclusive_producer = producer.name
 
+    # ---- backlog quota (BR-3) --------------------------------------------------------------------
+
+    def backlog_bytes(self) -> int:
+        """The slowest subscription's backlog in bytes, estimated as Pulsar does (entries times
+        the average entry size); O(subscriptions), no I/O."""
+        ledger = self.ledger
+        cursors = ledger.cursors
+        if not cursors or not ledger.entries_total:
+            return 0
+        backlog = max(c.backlog for c in cursors.values())
+        return int(backlog * ledger.size_bytes / ledger.entries_total)
+
+    @property
+    def backlog_quota_exceeded(self) -> str | None:
+        """The producer policy in force when the quota is exceeded now, else None: the size from
+        the backlog as it is (a producer is admitted as soon as the backlog is under the limit),
+        the age as the last policy check found it, unless the backlog is gone since."""
+        quota = self.policies.backlog_quota
+        if quota is None or quota.policy == "consumer_backlog_eviction":
+            return None
+        if quota.limit_bytes >= 0 and self.backlog_bytes() > quota.limit_bytes:
+            return quota.policy
+        if self.quota_age_exceeded and quota.limit_time_s >= 0 and any(c.backlog for c in self.ledger.cursors.values()):
+            return quota.policy
+        return None
+
+    def _check_quota_on_publish(self) -> None:
+        """A size quota is checked at every publish, so producers stop within one entry (or the
+        batches already on the wire) of the limit, not at the next periodic check."""
+        policy = self.backlog_quota_exceeded
+        if policy is not None:
+            log.info("backlog quota exceeded on %s at publish: %s", self.full_name, policy)
+            for producer in list(self.producers.values()):
+                producer.close_by_broker()
+
     async def apply_policies(self, policies: Policies) -> None:
         self.policies = policies
         for subscription in self.subscriptions.values():
@@ -233,10 +273,19 @@ class Topic:
             rate_in = self.rate_in = RateCounter.since(self.clock.monotonic_s())
         rate_in.add(num_messages, len(entry))
         future.add_done_callback(self._appended)
+        quota = self.policies.backlog_quota
+        if quota is not None and quota.limit_bytes >= 0 and quota.policy != "consumer_backlog_eviction":
+            future.add_done_callback(self._publish_quota_check)
         if dedup is not None and dedup_checked:
             seq = max(sequence_id, highest_sequence_id)
             future.add_done_callback(partial(_dedup_done, dedup, producer.name, seq))
         return future
+
+    def _publish_quota_check(self, future: asyncio.Future[Position]) -> None:
+        if not future.cancelled() and future.exception() is None and self.producers:
+            # After this entry's receipt (a callback added later): the entry is stored, its
+            # producer hears so before it is disconnected.
+            asyncio.get_running_loop().call_soon(self._check_quota_on_publish)
 
     def _appended(self, future: asyncio.Future[Position]) -> None:
         if future.cancelled() or future.exception() is not None:
@@ -269,7 +318,9 @@ class Topic:
             else:
                 mark_delete = start if start is not None else end_of_log(self.ledger)
                 cursor = ManagedCursor(name, _NonDurableOwner(self.ledger), mark_delete)
-            subscription = Subscription(name, self.ledger, cursor, sub_type, durable, self.partition_index, self.clock)
+            subscription = Subscription(
+                name, self.ledger, cursor, sub_type, durable, self.partition_index, self.clock, self.storage
+            )
             subscription.delayed_delivery = self.policies.delayed_delivery
             subscription.compacted_view = self.compacted
             self.subscriptions[name] = subscription
@@ -304,6 +355,8 @@ class Topic:
             await subscription.close()
         if delete_cursor and name in self.ledger.cursors:
             await self.ledger.delete_cursor(name)
+        if delete_cursor and self.storage is not None:
+            await self.storage.delete_ledger(delayed_index_name(self.full_name, name))
 
     # ---- figures and lifecycle -------------------------------------------------------------------
 

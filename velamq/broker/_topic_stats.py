@@ -166,6 +166,7 @@ def _subscription_stats(cursor: ManagedCursor, s: Subscription | None, average_e
         total_msg_expired=s.expired.messages_total,
         chunked_message_rate=s.chunks_out.message_rate,
         consumers=consumers,
+        msg_delayed=s.delayed_messages,
     )
 
 

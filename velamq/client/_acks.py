@@ -185,6 +185,31 @@ class AckGroupingTracker:
                 for data in ids[start : start + self.max_size]:
                     self._individual.pop((signed64(data.ledgerId), signed64(data.entryId)), None)
 
+    def take(self) -> list[tuple[int, list[pb.MessageIdData]]]:
+        """Everything not sent yet, as (ack type, ids) commands, taken out of the tracker (the
+        caller sends them with a receipt, or puts them back with restore)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        out: list[tuple[int, list[pb.MessageIdData]]] = []
+        if self._cumulative is not None:
+            out.append((pb.CommandAck.Cumulative, [self._cumulative]))
+            self._cumulative = None
+        ids = list(self._individual.values())
+        self._individual.clear()
+        out += [(pb.CommandAck.Individual, ids[s : s + self.max_size]) for s in range(0, len(ids), self.max_size)]
+        return out
+
+    def restore(self, commands: list[tuple[int, list[pb.MessageIdData]]]) -> None:
+        """Put back what take() gave (unconfirmed): it goes with the next flush."""
+        for ack_type, ids in commands:
+            if ack_type == pb.CommandAck.Cumulative:
+                if self._cumulative is None:
+                    self._cumulative = ids[0]
+                continue
+            for data in ids:
+                self._individual.setdefault((signed64(data.ledgerId), signed64(data.entryId)), data)
+
     def discard(self) -> None:
         """Forget unsent acks (after a seek they would acknowledge the wrong state)."""
         if self._timer is not None:

@@ -251,6 +251,9 @@ class ConsumerConfig:
     consumer_name: str | None = None
     ack_grouping_time_ms: int = 100
     ack_grouping_max_size: int = 1000
+    # acknowledge() waits for the broker's ACK_RESPONSE and raises if the ack failed (the official
+    # clients' ackReceiptEnabled / article 001); acks then leave at once, not grouped.
+    ack_receipt_enabled: bool = False
     negative_ack_redelivery_delay_ms: int = 60_000
     ack_timeout_ms: int = 0
     ack_timeout_tick_ms: int = 1000

@@ -380,6 +380,7 @@ class Connection:
         if future.done():
             return
         failed = command.type in (T.PARTITIONED_METADATA_RESPONSE, T.LOOKUP_RESPONSE) and body.response == body.Failed
+        failed = failed or (command.type == T.ACK_RESPONSE and body.HasField("error"))
         if command.type == T.ERROR or failed:
             future.set_exception(error_from_server(int(body.error), body.message))
         elif command.type == T.GET_SCHEMA_RESPONSE and body.HasField("error_code"):

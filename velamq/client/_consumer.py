@@ -351,8 +351,16 @@ class Consumer:
                 self.acknowledge_now(item)
 
     async def acknowledge(self, target: MessageOrId | Messages | Iterable[MessageOrId]) -> None:
-        """Acknowledge a message, a message id, a Messages from batch_receive, or a list of them."""
+        """Acknowledge a message, a message id, a Messages from batch_receive, or a list of them.
+        With ack_receipt_enabled, wait until the broker confirmed it; raise if it did not (no
+        connection: ConnectError; refused: the broker's error)."""
         self.acknowledge_now(target)
+        if self.config.ack_receipt_enabled:
+            await self._confirm_acks()
+
+    async def _confirm_acks(self) -> None:
+        for child in list(self._children.values()):
+            await child.confirm_acks()
 
     def acknowledge_cumulative_now(self, target: MessageOrId | Messages) -> None:
         if isinstance(target, Messages):
@@ -367,8 +375,10 @@ class Consumer:
 
     async def acknowledge_cumulative(self, target: MessageOrId | Messages) -> None:
         """Acknowledge everything up to a message (of its partition); for a Messages, up to its last
-        message of each partition it has messages of."""
+        message of each partition it has messages of. With ack_receipt_enabled, as acknowledge."""
         self.acknowledge_cumulative_now(target)
+        if self.config.ack_receipt_enabled:
+            await self._confirm_acks()
 
     async def negative_acknowledge(self, target: MessageOrId | Messages) -> None:
         self.negative_acknowledge_now(target)

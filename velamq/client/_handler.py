@@ -6,7 +6,8 @@
     connection lost /      reconnect in the background: lookup again, get a pooled connection,
     CLOSE_* from broker    register again (PRODUCER / SUBSCRIBE), with exponential backoff
                            (initial_backoff_s doubling up to max_backoff_s, with jitter);
-                           a fatal error ends the handler (_on_fatal)
+                           a fatal error ends the handler (_on_fatal), except where the
+                           handler keeps trying (_retry_after_refusal: backlog quotas)
 """
 
 from __future__ import annotations
@@ -81,6 +82,11 @@ class ConnectionHandler:
     def _on_disconnected(self) -> None:
         """The connection went away (before reconnecting)."""
 
+    def _retry_after_refusal(self, error: BaseException) -> bool:
+        """A reconnect was refused with a non-retriable error: True to keep trying anyway (a
+        producer blocked by a backlog quota waits for the backlog to drain)."""
+        return False
+
     # ---- connecting ------------------------------------------------------------------------------
 
     def new_request_id(self) -> int:
@@ -147,7 +153,7 @@ class ConnectionHandler:
             except Exception as exc:
                 if self._closing or self.client.is_closed:
                     return
-                if not is_retriable(exc):
+                if not is_retriable(exc) and not self._retry_after_refusal(exc):
                     log.warning("%s: reconnect failed for good: %s", self.topic, exc)
                     self._failed = exc
                     self._on_fatal(exc)

@@ -51,6 +51,7 @@ from velamq.client._errors import (
     ConnectError,
     MemoryBufferIsFullError,
     MessageTooBigError,
+    ProducerBlockedQuotaExceededError,
     ProducerQueueIsFullError,
     error_from_server,
 )
@@ -217,6 +218,17 @@ class PartitionProducer(ConnectionHandler):
     def _on_fatal(self, error: BaseException) -> None:
         self.state = State.FAILED
         self._fail_all(error)
+
+    def _retry_after_refusal(self, error: BaseException) -> bool:
+        """BR-3, as the official clients do on a reconnect: a backlog quota with
+        producer_request_hold keeps the pending sends (they wait for the backlog to drain, bounded
+        by the send timeout); with producer_exception they fail now. Either way the producer
+        stays and reconnects once the broker admits it again."""
+        if not isinstance(error, ProducerBlockedQuotaExceededError):
+            return False
+        if error.code == pb.ProducerBlockedQuotaExceededException:
+            self._fail_all(error)
+        return True
 
     @property
     def is_connected(self) -> bool:

@@ -290,7 +290,13 @@ class Producer:
         return asyncio.ensure_future(gathered())
 
     def _has_room(self, index: int) -> bool:
-        return self._permits[index].available > 0
+        """PR-11, for blocking-aware round robin: a partition is blocked when its pending queue is
+        full, or when its producer is disconnected, reconnecting or failed (a partition whose
+        producer is not created yet is not). Keyed messages never move."""
+        if self._permits[index].available <= 0:
+            return False
+        producer = self._partitions[index]
+        return producer is None or producer.is_connected
 
     # ---- state ---------------------------------------------------------------------------------
 

@@ -318,6 +318,30 @@ class TopicConsumer(ConnectionHandler):
             return False
         return True
 
+    async def confirm_acks(self) -> None:
+        """Ack receipts: send the acks not sent yet now, each command with a request id, and wait
+        for the broker's ACK_RESPONSE. Raises ConnectError without a connection and the broker's
+        error if it refused; the acks then stay queued (sent again after a reconnect)."""
+        commands = self.acks.grouped.take()
+        if not commands:
+            return
+        try:
+            connection = self.connection
+            if connection is None or not connection.is_ready or self.state is not State.READY:
+                raise ConnectError(f"{self.topic}: not connected, the acknowledgement is not confirmed")
+            for i, (ack_type, ids) in enumerate(commands):
+                command = pb.BaseCommand(type=T.ACK)
+                command.ack.consumer_id = self.consumer_id
+                command.ack.ack_type = ack_type  # type: ignore[assignment]
+                command.ack.message_id.extend(ids)
+                request_id = self.new_request_id()
+                command.ack.request_id = request_id
+                await connection.request(command, request_id)
+                commands[i] = (ack_type, [])
+        except BaseException:
+            self.acks.grouped.restore([(t, ids) for t, ids in commands if ids])
+            raise
+
     def send_redeliver(self, ids: list[MessageId] | None) -> None:
         """REDELIVER_UNACKNOWLEDGED_MESSAGES for these entries, or for everything unacked (None)."""
         connection = self.connection

@@ -116,6 +116,7 @@ async def topic_on_storage(
     store = Storage(config, clock)
     await store.start()
     topic = Topic(TopicName.parse(name), await store.open_ledger(name), clock)
+    topic.storage = store  # as the broker does: durable subscriptions store their delayed index
     try:
         yield topic
     finally:

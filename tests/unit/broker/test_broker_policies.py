@@ -173,3 +173,30 @@ def test_the_checker_runs_every_interval_of_the_clock(tmp_path: Path) -> None:
                 await tasks.close()
 
     asyncio.run(main())
+
+
+def test_backlog_quota_is_exact_at_publish_and_at_producer_creation(tmp_path: Path) -> None:
+    """BR-3: no periodic check runs here. A publish that takes the backlog past the size limit
+    disconnects the producers at once; once the backlog is back under the limit a producer is
+    admitted again (the broker's producer command asks Topic.backlog_quota_exceeded)."""
+
+    async def main() -> None:
+        clock = ManualClock()
+        async with topic_on_storage(tmp_path, clock) as topic:
+            sub = await subscribe(topic)
+            channel = RecordingChannel()
+            p = producer(topic, channel)
+            positions = await publish(topic, [b"x" * 100] * 4, clock)
+            entry_bytes = topic.ledger.size_bytes / topic.ledger.entries_total
+            quota = BacklogQuota(limit_bytes=int(entry_bytes * 5.5), policy="producer_exception")
+            await topic.apply_policies(Policies(backlog_quota=quota))
+            await publish(topic, [b"x" * 100], clock)  # 5 entries: under the limit
+            assert topic.backlog_quota_exceeded is None and topic.producers
+            await publish(topic, [b"x" * 100], clock)  # 6: over it, within one entry
+            await until(lambda: not topic.producers)
+            assert channel.of_type(T.CLOSE_PRODUCER) and p in channel.forgotten
+            assert topic.backlog_quota_exceeded == "producer_exception"
+            sub.acknowledge([(positions[0], None)])  # 5 left: under the limit, no check needed
+            assert topic.backlog_quota_exceeded is None
+
+    asyncio.run(main())
