@@ -12,8 +12,8 @@ imports the admin tier: this module is the only place that knows both.
 
 It also splits the one memory budget (`memoryBudgetBytes`, ME-1): the network's share (unsent
 outbound bytes and partial inbound frames, velamq.broker's NetworkBudget) comes off the top and
-storage splits the rest among its buffers and caches. And it tells the broker whether storage
-accepts appends (StorageHealth, for the disk guard), and keeps asyncio's own error reports (e.g.
+storage splits the rest among its buffers and caches. And it hands the broker the storage as its
+StorageHealth (`Storage.writable`, for the disk guard), and keeps asyncio's own error reports (e.g.
 an accept storm on the admin port) to one line per kind per minute.
 """
 
@@ -72,6 +72,7 @@ def storage_config(config: BrokerConfig) -> StorageConfig:
         gc_major_threshold=config.gc_major_threshold,
         gc_major_interval_s=config.gc_major_interval_s,
         gc_bytes_per_s=config.gc_bytes_per_s,
+        ballast_bytes=None,  # the derived emergency ballast: a restart on a full disk can recover
     )
 
 
@@ -100,7 +101,7 @@ class VelamqServer:
             self.storage,
             self.metadata,
             clock,
-            storage_health=StorageWriteHealth(self.storage),
+            storage_health=self.storage,
             disk_stat=disk_stat,
         )
         self._asyncio_log = RateLimitedLog(logging.getLogger("asyncio"), clock)
@@ -152,21 +153,3 @@ class VelamqServer:
         message = str(context.get("message", "asyncio error"))
         exc = context.get("exception")
         self._asyncio_log.error(f"{message}:{type(exc).__name__}", "%s: %r", message, exc)
-
-
-class StorageWriteHealth:
-    """Whether storage accepts appends, for the broker's disk guard (velamq.broker's StorageHealth).
-
-    Transitional: once storage provides `Storage.writable` itself (False while a write failure is
-    being retried, True again once one succeeds; docs/operations.md), the storage is passed as is
-    and this goes. Until then it reads storage's "journal broken" and "failed" (a flush failed)
-    figures, the write failures it cannot leave without a restart.
-    """
-
-    def __init__(self, storage: Storage) -> None:
-        self._storage = storage
-
-    @property
-    def writable(self) -> bool:
-        figures = self._storage.metrics()
-        return not (figures.get("velamq_storage_journal_broken", 0) or figures.get("velamq_storage_failed", 0))
