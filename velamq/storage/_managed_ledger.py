@@ -360,8 +360,13 @@ class ManagedLedger:
         count = trimmable(self._list, up_to)
         if not count:
             return []
-        doomed = [state.ledger_id for state in self._list.remove_first(count)]
-        await delete_ledgers(self._ctx, _meta_ops.ledger_delete(self.ml_id, doomed), doomed)
+        removed = self._list.remove_first(count)
+        doomed = [state.ledger_id for state in removed]
+        try:
+            await delete_ledgers(self._ctx, _meta_ops.ledger_delete(self.ml_id, doomed), doomed)
+        except StorageError:
+            self._list.put_back_first(removed)  # not journaled: they are still the log's
+            raise
         self._ctx.counters.ledgers_trimmed_total += len(doomed)
         return doomed
 

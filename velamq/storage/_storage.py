@@ -347,7 +347,7 @@ class Storage:
         self._check_started()
         while name in self._deleting:
             await asyncio.shield(self._deleting[name])
-        if name in self._open or name in self._opening:
+        if name in self._open or name in self._opening or name in self._unflushed:
             return await self.open_ledger(name)
         if name in self._deleted:
             return None
@@ -359,7 +359,7 @@ class Storage:
     async def ledger_exists(self, name: str) -> bool:
         """Whether a managed ledger of that name exists (open, or in the storage database)."""
         self._check_started()
-        if name in self._open:
+        if name in self._open or name in self._unflushed:
             return True
         if name in self._deleted:
             return False
@@ -369,7 +369,7 @@ class Storage:
         """Names of managed ledgers in name order, the first `limit` after `after` (a page)."""
         self._check_started()
         stored = await self._in_io(lambda db: db.ml_names(after, limit))
-        names = {n for _, n in stored} | {n for n in self._open if n > after}
+        names = {n for _, n in stored} | {n for n in (*self._open, *self._unflushed) if n > after}
         return sorted(n for n in names if n not in self._deleted or n in self._open)[:limit]
 
     async def delete_ledger(self, name: str) -> None:
@@ -400,8 +400,6 @@ class Storage:
                     return
                 ml_id, ledger_ids = found
                 unflushed = 0
-            for ledger_id in ledger_ids:
-                ctx.write_cache.drop_ledger(ledger_id)
             op = _meta_ops.ml_delete(ml_id, ledger_ids)
             op.future = self._loop.create_future()
             self._deleted[name] = op
@@ -417,6 +415,9 @@ class Storage:
                 if unflushed > ctx.write_path.flushed_generation:  # reopened only once flushed
                     self._unflushed[name] = unflushed
                 raise
+            # Only now: if the deletion had failed, these entries would still be the topic's.
+            for ledger_id in ledger_ids:
+                ctx.write_cache.drop_ledger(ledger_id)
         finally:
             del self._deleting[name]
             done.set_result(None)

@@ -80,6 +80,7 @@ class WritePath:
         self.health = WriteHealth(clock, self._probe_journal, self.retry_flush)
         self.stopping = False  # Storage.close: a failed flush is not waited for any more
         self._flush_running = False
+        self._attempt_waiters: list[asyncio.Future[None]] = []  # told when a flush attempt ends
         self._parked: deque[JournalGroup] = deque()
         self._parked_bytes = 0
         self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -245,6 +246,10 @@ class WritePath:
         """Called on the loop when the flusher is done with a half."""
         cache = self.write_cache
         self._flush_running = False
+        attempts, self._attempt_waiters = self._attempt_waiters, []
+        for attempt in attempts:
+            if not attempt.done():
+                attempt.set_result(None)
         if result.error is None:
             cache.flushed(result.buffer)
             self.health.flush_ok()
@@ -273,6 +278,8 @@ class WritePath:
     async def flush(self) -> None:
         """Wait until everything now in the write cache is in the entry logs and the index."""
         cache = self.write_cache
+        if self.health.flush_error is not None and not self._flush_running:
+            return  # the failed half waits for its retry (wait_flushed waits for it)
         active = cache.active
         if not active.empty:
             wanted = active.generation
@@ -304,9 +311,15 @@ class WritePath:
         unless storage is closing."""
         cache = self.write_cache
         while cache.flushed_generation < generation and (cache.flushing is not None or not cache.active.empty):
+            if self.health.flush_error is not None:
+                if self.stopping:
+                    return
+                if not self._flush_running:  # the retry's back-off: wait for its attempt
+                    attempt: asyncio.Future[None] = self._loop.create_future()
+                    self._attempt_waiters.append(attempt)
+                    await attempt
+                    continue
             await self.flush()
-            if self.stopping and self.health.flush_error is not None:
-                return
 
     # -- the age trigger -----------------------------------------------------------------------
 
