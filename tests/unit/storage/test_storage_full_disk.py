@@ -219,7 +219,7 @@ def test_a_full_tmpfs_stops_writes_which_resume_without_a_restart_and_a_restart_
 
     (small_tmpfs / "filler").unlink()
     resumed = child("tmpfs-resume", data_dir)
-    assert resumed["entries"] == acked + [resumed["appended"]]
+    assert resumed["entries"] == [*acked, resumed["appended"]]
     assert resumed["ballast"] == 1 << 20  # made again once there was room
 
 
