@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import resource
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +78,18 @@ def storage_config(config: BrokerConfig) -> StorageConfig:
     )
 
 
+def _statvfs_usage(path: Path) -> DiskUsage:
+    st = os.statvfs(path)
+    return DiskUsage(st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize)
+
+
+def _usage_with_ballast(stat: Callable[[Path], DiskUsage], storage: Storage, path: Path) -> DiskUsage:
+    """Disk usage as the disk guard should see it: storage's emergency ballast is space held back
+    for a start on a full disk (velamq/storage/_ballast.py), counted as free."""
+    usage = stat(path)
+    return DiskUsage(usage.total_bytes, usage.available_bytes + storage.ballast_bytes)
+
+
 class VelamqServer:
     """A whole velamq broker process in one object: storage, metadata, the Pulsar listener and the
     admin listener, started and closed together (`velamq standalone`, velamq.testing)."""
@@ -102,7 +116,7 @@ class VelamqServer:
             self.metadata,
             clock,
             storage_health=self.storage,
-            disk_stat=disk_stat,
+            disk_stat=partial(_usage_with_ballast, disk_stat or _statvfs_usage, self.storage),
         )
         self._asyncio_log = RateLimitedLog(logging.getLogger("asyncio"), clock)
         limits = {} if admin_connections_max is None else {"max_connections": admin_connections_max}

@@ -453,6 +453,11 @@ class Storage:
         """Why storage is not writable now, if it is not."""
         return self._write_path.health.failure if self._write_path is not None else None
 
+    @property
+    def ballast_bytes(self) -> int:
+        """The emergency ballast kept now (_ballast): space storage gives back when it must."""
+        return self._ballast.present_bytes
+
     def _on_writable(self) -> None:
         """Writable again after a failure: make the ballast again if it was given back."""
         if self._io is not None and self._state == "started":
