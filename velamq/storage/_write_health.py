@@ -82,6 +82,7 @@ class WriteHealth:
         self.journal_error: StorageError | None = None
         self.flush_error: StorageError | None = None
         self._task: asyncio.Task[None] | None = None
+        self._stopped = False
         self.on_writable: Callable[[], None] | None = None  # told when writable again after a failure
         self.failures_total = 0
         self.failures_no_space_total = 0
@@ -126,7 +127,7 @@ class WriteHealth:
         if self.writable:
             self.not_writable_since_s = self._clock.monotonic_s()
         self._log.error(f"write-failed-{kind}", "storage not writable, retrying with back-off: %s", error)
-        if self._task is None or self._task.done():
+        if not self._stopped and (self._task is None or self._task.done()):
             self._task = asyncio.get_running_loop().create_task(self._retry())
 
     def _maybe_recovered(self) -> None:
@@ -151,6 +152,7 @@ class WriteHealth:
                 self._retry_flush()
 
     def stop(self) -> None:
+        self._stopped = True  # storage is closing: no more retries (the journal keeps what is left)
         if self._task is not None:
             self._task.cancel()
             self._task = None
