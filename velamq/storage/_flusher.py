@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from velamq._errors import StorageError
+from velamq._log_limit import RateLimitedLog
 from velamq.storage import _layout
 from velamq.storage._journal_file import list_segments, segment_name
 from velamq.storage._log_writer import FlushStats, LogWriter
@@ -90,6 +91,8 @@ class Flusher:
         self.checkpoints_total = 0
         self.journal_segments_deleted_total = 0
         self.failures_total = 0
+        self.trim_failures_total = 0
+        self._log = RateLimitedLog(log)  # this thread's own
 
     @property
     def step_hook(self) -> Callable[[str], None] | None:
@@ -155,7 +158,11 @@ class Flusher:
         self.fsyncs_total += stats.fsyncs + (1 if self._sync else 0)  # the logs and the index's WAL
         if buffer.journal_end is not None:
             self.checkpoints_total += 1
-            self._trim_journal(buffer.journal_end.seq)
+            try:
+                self._trim_journal(buffer.journal_end.seq)
+            except OSError as exc:  # the half is flushed all the same; the next flush trims again
+                self.trim_failures_total += 1
+                self._log.warning("journal-trim", "cannot trim the journal now: %s", exc)
             self.writer.step("journal-trimmed")
         self.flushes_total += 1
         self.flush_seconds_total += time.perf_counter() - started

@@ -128,10 +128,16 @@ class LogWriter:
         active, committed = self.active, self.active.size_bytes if self.active is not None else 0
         written: dict[int, _Written] = {}
         try:
-            return self._flush(buffer, checkpoint, written)
+            stats = self._flush(buffer, checkpoint, written)
         except BaseException:
             self._undo(active, committed, written)
             raise
+        # Committed: nothing after this may fail the flush (the half would be flushed twice).
+        for w in written.values():
+            if w.sealed:
+                w.file.close()
+        self.step("index-committed")
+        return stats
 
     def _undo(self, active: EntryLogFile | None, committed: int, written: dict[int, _Written]) -> None:
         for w in written.values():
@@ -176,10 +182,6 @@ class LogWriter:
             self._raise_counters(buffer)
         stats.runs = len(kept)
         stats.logs_written = len(written)
-        for w in written.values():
-            if w.sealed:
-                w.file.close()
-        self.step("index-committed")
         return stats
 
     def _raise_counters(self, buffer: WriteBuffer) -> None:

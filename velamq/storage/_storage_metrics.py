@@ -96,6 +96,7 @@ def storage_metrics(
             p + "flush_checkpoints_total": flusher.checkpoints_total,
             p + "flush_journal_segments_deleted_total": flusher.journal_segments_deleted_total,
             p + "flush_failures_total": flusher.failures_total,
+            p + "flush_journal_trim_failures_total": flusher.trim_failures_total,
         }
     if gc is not None:
         logs = gc.last_logs
