@@ -9,10 +9,13 @@
    turns read-only at the failed append, nothing hangs, nothing acknowledged is lost, and once the
    filler is removed storage writes again by itself (velamq_storage_writable) and the broker turns
    writable, without a restart; a kill -9 then loses nothing acknowledged;
-3. in this process, with the fault injected at the filesystem boundary (a fake statvfs), so that it
+3. killed on a full disk (filled to the last byte): the broker starts on it, read-only (storage
+   gives back its ballast if replay needs the space), serves readers, refuses producers, and takes
+   them again once space is back;
+4. in this process, with the fault injected at the filesystem boundary (a fake statvfs), so that it
    runs wherever mounting is not allowed.
 
-Mounting needs root (CAP_SYS_ADMIN); without it, tests 1 and 2 are skipped with that reason.
+Mounting needs root (CAP_SYS_ADMIN); without it, tests 1 to 3 are skipped with that reason.
 """
 
 from __future__ import annotations
@@ -206,6 +209,57 @@ def test_a_failed_write_turns_the_broker_read_only_and_no_send_hangs(small_fs: P
         broker.start()
         client = make_client(broker.service_url)
         assert read_back(client, full, acked) == acked  # nothing acknowledged was lost
+    finally:
+        broker.stop()
+
+
+@pytest.mark.parametrize("small_fs", [128], indirect=True)
+def test_a_broker_killed_on_a_full_disk_starts_on_it_serves_reads_and_writes_once_space_is_back(
+    small_fs: Path, make_client: Any
+) -> None:
+    broker = broker_on(small_fs, "16M", 500)
+    try:
+        client = make_client(broker.service_url)
+        full = "persistent://public/default/full"
+        client.subscribe(full, "keep")
+        producer = client.create_producer(full, batching_enabled=False, send_timeout_millis=send_timeout_ms)
+        sends = Sends(producer)
+        for _ in range(100):
+            sends.send(sends.sent)
+        producer.flush()
+        st = os.statvfs(small_fs)
+        with open(small_fs / "filler", "wb") as f:
+            os.posix_fallocate(f.fileno(), 0, st.f_bavail * st.f_frsize - 4 * MIB)
+        fill_until(sends, lambda: metrics(broker.admin_url)["velamq_broker_disk_read_only"] == 1)
+        sends.check()
+        acked = sends.acked()
+        with open(small_fs / "filler2", "wb") as f:  # the last byte too
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        broker.kill()
+        broker.start()  # on the full disk: it starts, read-only
+        figures = metrics(broker.admin_url)
+        assert figures["velamq_broker_disk_read_only"] == 1
+        assert figures["velamq_storage_ballast_releases_total"] <= 1  # 1 when replay needed its space
+        client = make_client(broker.service_url)
+        assert read_back(client, full, acked) == acked  # reads and consumers are served
+        with pytest.raises(Exception, match="ProducerBlockedQuotaExceeded"):
+            client.create_producer(full)
+        (small_fs / "filler").unlink()
+        (small_fs / "filler2").unlink()
+        wait_for(lambda: metrics(broker.admin_url)["velamq_broker_disk_read_only"] == 0, timeout_s=60,
+                 what="writable once space is back")
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                client.create_producer(full).send(b"%08d" % 99_999_999 + b"after")
+                break
+            except Exception:
+                assert time.monotonic() < deadline, "the broker never took a producer again"
     finally:
         broker.stop()
 
