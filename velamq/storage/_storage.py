@@ -160,6 +160,7 @@ class Storage:
         config = self.config
         migrate_if_format_1(self._data_dir, sync=config.sync, log_bytes_max=config.entry_log_bytes_max)
         db = StorageDb(self._db_path, sync=config.sync, create=True)
+        writer: LogWriter | None = None
         try:
             removed, truncated, log_id_next = check_logs(self._logs_dir, db)
             log_ids = LogIds(log_id_next)
@@ -174,6 +175,8 @@ class Storage:
             writer.open()
             self.recovery = recover_journal(self._journal_dir, writer)
         except BaseException:
+            if writer is not None:
+                writer.close()
             db.close()
             raise
         self.recovery.logs_removed, self.recovery.log_bytes_truncated = removed, truncated
