@@ -156,6 +156,10 @@ class Journal:
         self._group_error: StorageError | None = None  # a failure during the group being processed
         self._sync_failed = False  # an fsync of the group being processed failed
         self.failure: StorageError | None = None  # the last failure, while no write succeeded since
+        # Set by the loop while flushes fail: appends are refused (and their ledgers fenced), so the
+        # journal past the checkpoint, which a restart must replay, stays about the write cache's
+        # size (the ballast's). Metadata operations (cursors, deletes) still go through.
+        self.refuse_appends: StorageError | None = None
         # Counters (written here only).
         self.appends_total = 0
         self.bytes_total = 0  # record bytes written, headers included
@@ -259,7 +263,7 @@ class Journal:
         synced = (0, 0)  # appends and operations of this group synced by a roll (durable whatever follows)
         for op in batch:
             if type(op) is AppendOp:
-                error = not_ready or op.handle.failed
+                error = not_ready or op.handle.failed or self.refuse_appends
                 ledger_id, entry_id, data = op.handle.ledger_id, op.entry_id, op.data
             elif type(op) is MetaOp:
                 error = not_ready or (op.fences.failed if op.fences is not None else None)

@@ -22,8 +22,9 @@ publish buffer, however slow the disk. The checkpoint a half carries is the end 
 it holds completely, so a group split across halves is replayed whole after a crash, never half.
 
 If a flush fails (disk full, out of descriptors, I/O error) its half stays the flushing one: still
-readable, still in the journal, tried again with back-off (_write_health) until it works; the
-active half fills meanwhile and then groups park, which is the same backpressure. A failed journal
+readable, still in the journal, tried again with back-off (_write_health) until it works; until
+then the journal refuses appends (they fail, their ledgers are fenced), so what a restart must
+replay stays about the write cache's size. A failed journal
 write fails its appends (the managed ledgers hear of it and go on in a new ledger). Neither
 latches anything: storage is not `writable` until both work again, and resumes by itself.
 """
@@ -250,13 +251,16 @@ class WritePath:
         for attempt in attempts:
             if not attempt.done():
                 attempt.set_result(None)
+        assert self.journal is not None
         if result.error is None:
             cache.flushed(result.buffer)
+            self.journal.refuse_appends = None
             self.health.flush_ok()
             if result.buffer.metadata:
                 self._on_metadata_flushed(result.buffer.metadata)
         else:
             self.health.flush_failed(result.error)  # the half stays, tried again after a back-off
+            self.journal.refuse_appends = result.error
         generation = result.buffer.generation
         waiters, self._flush_waiters = self._flush_waiters, []
         for wanted, future in waiters:

@@ -102,7 +102,8 @@ def test_a_failed_flush_keeps_its_half_readable_and_is_retried(
 ) -> None:
     """The journal writes (its segment stays open), the entry logs do not: appends are acknowledged
     (they are durable in the journal), the flush fails and is tried again after a back-off; the
-    half stays readable; EMFILE on opening an entry log is as temporary as a full disk."""
+    half stays readable; later appends fail until the flush works (so the journal to replay stays
+    small); EMFILE on opening an entry log is as temporary as a full disk."""
     data_dir = tmp_path / "data"
     disk = FaultyDisk(data_dir / "logs")
     clock = ManualClock()
@@ -127,11 +128,14 @@ def test_a_failed_flush_keeps_its_half_readable_and_is_retried(
             if fault != "fsync":
                 assert figures[f"velamq_storage_write_failures_{kind}_total"] >= 1
             assert [p for p, _ in await read_all(storage, TOPIC)] == acked  # from the kept half
-            more = [await ml.append(payload(100 + i, 500)) for i in range(5)]  # the journal still writes
+            with pytest.raises(StorageError, match="flushing the write cache failed"):
+                await ml.append(b"refused")
             assert not list((data_dir / "logs").glob("*.log")) or fault != "no_descriptors"
 
             disk.heal()
             await resumed(storage, clock)
+            more = [await ml.append(payload(100 + i, 500)) for i in range(5)]
+            assert more[0] == Position(acked[-1].ledger_id + 1, 0)
             await storage.flush()
             assert storage.metrics()["velamq_storage_flushes_total"] >= 1
         await storage.close()
