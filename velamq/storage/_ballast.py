@@ -10,9 +10,10 @@ reason. It is made again, when there is room for it twice over, at a start and w
 turns writable again after a failed write.
 
 Replay needs at most what was journaled and not flushed when the broker stopped: about the write
-cache (both halves) plus the appends parked behind it, which is why the default ballast is the
-write cache's size (at most 64 MiB, and never more than 1/16 of the filesystem). A clean shutdown
-leaves nothing to replay; a start then writes nothing it cannot do without.
+cache (both halves), since the journal refuses appends while flushes fail. Hence the default: the
+write cache's size, at most 64 MiB and 1/64 of the filesystem (small test filesystems keep their
+room; a large one then has more than the write cache). A clean shutdown leaves nothing to replay;
+a start then writes nothing it cannot do without.
 
 Everything here blocks: storage threads call it.
 """
@@ -29,7 +30,7 @@ log = logging.getLogger("velamq.storage")
 
 MIB = 1 << 20
 default_bytes_max = 64 * MIB
-filesystem_share_max = 16  # at most 1/16 of the filesystem
+filesystem_share_max = 64  # at most 1/64 of the filesystem
 
 
 def ballast_size(configured: int | None, write_cache_bytes: int, data_dir: Path) -> int:

@@ -152,7 +152,7 @@ class StorageConfig:
     gc_bytes_per_s: int = 64 * MIB
     # The emergency ballast (_ballast): space kept in <data_dir>/BALLAST and given back when a start
     # finds the disk too full to recover (journal replay writes entry logs and the index). None:
-    # the write cache's size, at most 64 MiB and 1/16 of the filesystem (the broker's setting,
+    # the write cache's size, at most 64 MiB and 1/64 of the filesystem (the broker's setting,
     # velamq/server.py); 0, the library's default: no ballast (tests and tools make many stores).
     ballast_bytes: int | None = 0
 
