@@ -12,8 +12,8 @@ imports the admin tier: this module is the only place that knows both.
 
 It also splits the one memory budget (`memoryBudgetBytes`, ME-1): the network's share (unsent
 outbound bytes and partial inbound frames, velamq.broker's NetworkBudget) comes off the top and
-storage splits the rest among its buffers and caches. And it tells the broker whether storage
-accepts appends (StorageHealth, for the disk guard), and keeps asyncio's own error reports (e.g.
+storage splits the rest among its buffers and caches. And it hands the broker the storage as its
+StorageHealth (`Storage.writable`, for the disk guard), and keeps asyncio's own error reports (e.g.
 an accept storm on the admin port) to one line per kind per minute.
 """
 
@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import resource
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +76,20 @@ def storage_config(config: BrokerConfig) -> StorageConfig:
         gc_major_threshold=config.gc_major_threshold,
         gc_major_interval_s=config.gc_major_interval_s,
         gc_bytes_per_s=config.gc_bytes_per_s,
+        ballast_bytes=None,  # the derived emergency ballast: a restart on a full disk can recover
     )
+
+
+def _statvfs_usage(path: Path) -> DiskUsage:
+    st = os.statvfs(path)
+    return DiskUsage(st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize)
+
+
+def _usage_with_ballast(stat: Callable[[Path], DiskUsage], storage: Storage, path: Path) -> DiskUsage:
+    """Disk usage as the disk guard should see it: storage's emergency ballast is space held back
+    for a start on a full disk (velamq/storage/_ballast.py), counted as free."""
+    usage = stat(path)
+    return DiskUsage(usage.total_bytes, usage.available_bytes + storage.ballast_bytes)
 
 
 class VelamqServer:
@@ -111,8 +126,8 @@ class VelamqServer:
             self.storage,
             self.metadata,
             clock,
-            storage_health=StorageWriteHealth(self.storage),
-            disk_stat=disk_stat,
+            storage_health=self.storage,
+            disk_stat=partial(_usage_with_ballast, disk_stat or _statvfs_usage, self.storage),
             authentication=self.authentication,
             authorization=self.authorization,
         )
@@ -190,20 +205,3 @@ async def load_authorization(model: AuthorizationModel, metadata: MetadataStore)
         for namespace in await metadata.list_namespaces(tenant):
             model.load_namespace(namespace, await metadata.get_policies(namespace))
 
-
-class StorageWriteHealth:
-    """Whether storage accepts appends, for the broker's disk guard (velamq.broker's StorageHealth).
-
-    Transitional: once storage provides `Storage.writable` itself (False while a write failure is
-    being retried, True again once one succeeds; docs/operations.md), the storage is passed as is
-    and this goes. Until then it reads storage's "journal broken" and "failed" (a flush failed)
-    figures, the write failures it cannot leave without a restart.
-    """
-
-    def __init__(self, storage: Storage) -> None:
-        self._storage = storage
-
-    @property
-    def writable(self) -> bool:
-        figures = self._storage.metrics()
-        return not (figures.get("velamq_storage_journal_broken", 0) or figures.get("velamq_storage_failed", 0))

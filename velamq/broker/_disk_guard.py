@@ -180,6 +180,10 @@ class DiskGuard:
         headroom = max(0, available - reserve)
         self._early_check_bytes = max(1, headroom // (4 * bytes_on_disk_per_appended_byte))
         fraction = usage.fraction
+        if not self.read_only and not self._storage.writable:
+            # A write failed without failing an append (a flush: appends wait for it meanwhile).
+            self._enter_read_only("storage does not write now (a write failed; it retries by itself)")
+            return
         if available <= reserve:
             self._enter_read_only(
                 f"disk usage {fraction:.1%} of {self.path}: {available >> 20} MiB free, at or below the "

@@ -42,6 +42,7 @@ names_page = 10_000
 
 KNOWN_TOP = {
     _layout.LOCK_FILE,
+    _layout.BALLAST_FILE,
     _layout.DB_FILE,
     _layout.DB_FILE + "-wal",
     _layout.DB_FILE + "-shm",

@@ -150,6 +150,11 @@ class StorageConfig:
     gc_major_threshold: float = 0.8
     gc_major_interval_s: float = 86400.0
     gc_bytes_per_s: int = 64 * MIB
+    # The emergency ballast (_ballast): space kept in <data_dir>/BALLAST and given back when a start
+    # finds the disk too full to recover (journal replay writes entry logs and the index). None:
+    # the write cache's size, at most 64 MiB and 1/64 of the filesystem (the broker's setting,
+    # velamq/server.py); 0, the library's default: no ballast (tests and tools make many stores).
+    ballast_bytes: int | None = 0
 
     def __post_init__(self) -> None:
         if self.sync_policy not in SYNC_POLICIES:
@@ -176,6 +181,8 @@ class StorageConfig:
             )
         if self.gc_bytes_per_s < 0:
             raise ValueError("gc_bytes_per_s must not be negative")
+        if self.ballast_bytes is not None and self.ballast_bytes < 0:
+            raise ValueError("ballast_bytes must not be negative")
         self.budget  # validates the overrides  # noqa: B018
 
     @property

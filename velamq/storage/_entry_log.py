@@ -144,6 +144,7 @@ class EntryLogFile:
                 _layout.fsync_dir(logs_dir)
         except BaseException:
             os.close(fd)
+            path.unlink(missing_ok=True)  # a disk full or I/O error: no half-made log is left
             raise
         return cls(path, log_id, fd, LOG_HEADER_BYTES)
 
@@ -192,7 +193,7 @@ def record_header(ledger_id: int, entry_id: int, data: bytes, crc: int) -> bytes
 
 def read_span(path: Path, start: int, end: int) -> bytes:
     """Bytes [start, end) of a log. FileNotFoundError if the log is gone (collected meanwhile)."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = _layout.open_retrying(path, os.O_RDONLY)
     try:
         return os.pread(fd, end - start, start)
     finally:

@@ -13,7 +13,8 @@ committed.
 
 Jobs run in order from one queue: flushes, and the garbage collector's request to seal the active
 log. With sync policy "none" nothing is fsynced. A flush that fails (disk full, I/O error) is
-reported to the loop, which stops accepting appends: the journal still holds what the flush lacked.
+reported to the loop, which keeps the half and submits it again after a back-off (_write_health):
+the journal still holds what the flush lacked, and the log writer put itself back as it was.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -28,10 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from velamq._errors import StorageError
+from velamq._log_limit import RateLimitedLog
 from velamq.storage import _layout
 from velamq.storage._journal_file import list_segments, segment_name
 from velamq.storage._log_writer import FlushStats, LogWriter
 from velamq.storage._write_cache import WriteBuffer
+from velamq.storage._write_health import storage_error
 
 log = logging.getLogger("velamq.storage")
 
@@ -86,6 +90,9 @@ class Flusher:
         self.fsyncs_total = 0
         self.checkpoints_total = 0
         self.journal_segments_deleted_total = 0
+        self.failures_total = 0
+        self.trim_failures_total = 0
+        self._log = RateLimitedLog(log)  # this thread's own
 
     @property
     def step_hook(self) -> Callable[[str], None] | None:
@@ -116,12 +123,13 @@ class Flusher:
                 result = FlushResult(job.buffer)
                 try:
                     result.stats = self._flush(job.buffer)
-                except OSError as exc:
-                    result.error = StorageError(f"flushing the write cache failed: {exc}")
-                    log.error("%s", result.error)
+                except (OSError, sqlite3.Error, StorageError) as exc:  # logged by WriteHealth, rate-limited
+                    result.error = storage_error("flushing the write cache failed", exc)
+                    self.failures_total += 1
                 except BaseException as exc:
                     log.exception("storage flusher: unexpected error")
-                    result.error = StorageError(f"flushing the write cache failed: {exc!r}")
+                    result.error = storage_error("flushing the write cache failed", exc)
+                    self.failures_total += 1
                 self._reply(self._on_flushed, result)
                 del result  # the half is the loop's again: hold nothing of it while idle
             elif type(job) is SealJob:
@@ -150,7 +158,11 @@ class Flusher:
         self.fsyncs_total += stats.fsyncs + (1 if self._sync else 0)  # the logs and the index's WAL
         if buffer.journal_end is not None:
             self.checkpoints_total += 1
-            self._trim_journal(buffer.journal_end.seq)
+            try:
+                self._trim_journal(buffer.journal_end.seq)
+            except OSError as exc:  # the half is flushed all the same; the next flush trims again
+                self.trim_failures_total += 1
+                self._log.warning("journal-trim", "cannot trim the journal now: %s", exc)
             self.writer.step("journal-trimmed")
         self.flushes_total += 1
         self.flush_seconds_total += time.perf_counter() - started

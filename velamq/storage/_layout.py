@@ -2,6 +2,7 @@
 
     <data_dir>/
       LOCK                      flock'd by the one Storage (or checker --delete) using this directory
+      BALLAST                   space kept back for a start on a full disk (_ballast)
       storage.db                the storage database (SQLite, WAL): entry index, ledgers, managed
       storage.db-wal, -shm      ledgers, cursors, entry logs, checkpoint, id counters (_storage_db)
       metadata.db               the metadata store's SQLite file (velamq.metadata), not ours
@@ -24,6 +25,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -32,6 +34,7 @@ import crc32c
 from velamq._errors import StorageError
 
 LOCK_FILE = "LOCK"
+BALLAST_FILE = "BALLAST"
 DB_FILE = "storage.db"
 LOGS_DIR = "logs"
 LOG_SUFFIX = ".log"
@@ -86,6 +89,22 @@ def write_all(fd: int, buffers: Sequence[bytes | memoryview]) -> int:
                 rest = rest[os.write(fd, rest) :]
         total_written += total
     return total_written
+
+
+def open_retrying(path: Path, flags: int, mode: int = 0o644, *, attempts: int = 6) -> int:
+    """os.open, waiting and trying again (10 ms doubling, about 0.6 s in all) while the process or
+    the system is out of file descriptors (EMFILE, ENFILE): a connection storm passes, a read
+    should not fail for it. Other errors, and the last attempt's, are raised."""
+    delay = 0.01
+    for attempt in range(attempts):
+        try:
+            return os.open(path, flags, mode)
+        except OSError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE) or attempt == attempts - 1:
+                raise
+        time.sleep(delay)  # a storage thread, never the event loop
+        delay *= 2
+    raise AssertionError("unreachable")
 
 
 def lock_data_dir(data_dir: Path) -> int:

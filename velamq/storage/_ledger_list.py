@@ -76,6 +76,13 @@ class LedgerList:
             self.size_bytes -= state.size_bytes
         return removed
 
+    def put_back_first(self, states: list[LedgerState]) -> None:
+        """Undo remove_first (the trim's deletion could not be journaled)."""
+        self.states[:0] = states
+        for state in states:
+            self.entries_total += state.entries
+            self.size_bytes += state.size_bytes
+
     def infos(self) -> list[LedgerInfo]:
         return [LedgerInfo(s.ledger_id, s.entries, s.size_bytes, s.created_ms, s.closed_ms) for s in self.states]
 

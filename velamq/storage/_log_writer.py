@@ -21,6 +21,7 @@ journal, with the same code. Everything here blocks.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from array import array
 from collections.abc import Callable
@@ -121,10 +122,41 @@ class LogWriter:
         self.active = None
 
     def flush(self, buffer: WriteBuffer, checkpoint: JournalLocation | None) -> FlushStats:
+        """Write one half (module docstring). If anything fails (disk full, out of descriptors, I/O
+        error), the writer is put back as it was before, so the same half can be flushed again:
+        the active log is cut back to its committed length, logs this flush created are removed."""
+        active, committed = self.active, self.active.size_bytes if self.active is not None else 0
+        written: dict[int, _Written] = {}
+        try:
+            stats = self._flush(buffer, checkpoint, written)
+        except BaseException:
+            self._undo(active, committed, written)
+            raise
+        # Committed: nothing after this may fail the flush (the half would be flushed twice).
+        for w in written.values():
+            if w.sealed:
+                w.file.close()
+        self.step("index-committed")
+        return stats
+
+    def _undo(self, active: EntryLogFile | None, committed: int, written: dict[int, _Written]) -> None:
+        for w in written.values():
+            if w.file is not active:  # created by this flush, never committed: not ours any more
+                w.file.close()
+                w.file.path.unlink(missing_ok=True)
+        self.active = active
+        if active is not None:
+            active.size_bytes = committed
+            try:  # give back what the failed write took (the next flush would overwrite it anyway)
+                os.ftruncate(active.fd, committed)
+            except OSError:
+                pass
+
+    def _flush(self, buffer: WriteBuffer, checkpoint: JournalLocation | None, written: dict[int, _Written]
+    ) -> FlushStats:
         stats = FlushStats()
         dead = ops.deleted_ledgers(buffer.metadata)
         runs: list[Run] = []
-        written: dict[int, _Written] = {}
         for ledger_id in sorted(buffer.segments):
             if ledger_id not in dead:
                 self._write_segment(buffer.segments[ledger_id], runs, written, stats)
@@ -150,10 +182,6 @@ class LogWriter:
             self._raise_counters(buffer)
         stats.runs = len(kept)
         stats.logs_written = len(written)
-        for w in written.values():
-            if w.sealed:
-                w.file.close()
-        self.step("index-committed")
         return stats
 
     def _raise_counters(self, buffer: WriteBuffer) -> None:

@@ -90,18 +90,19 @@ class ManagedLedger:
     __slots__ = (
         "_assigned_total",
         "_closed",
+        "_create_pending",
         "_ctx",
         "_current",
         "_current_bytes",
         "_cursors",
         "_durable_total",
-        "_failure",
         "_handle",
         "_last_confirmed",
         "_list",
         "_loop",
         "_persistence",
         "_reads",
+        "_roll_pending",
         "_state",
         "last_generation",
         "ml_id",
@@ -126,15 +127,20 @@ class ManagedLedger:
         self._persistence = CursorPersistence(name, ml_id, self._cursors, ctx)
         self._state: Literal["open", "closing", "closed"] = "open"
         self._closed: asyncio.Future[None] | None = None
-        self._failure: StorageError | None = None
+        # Its ML_CREATE is still to be journaled (a new log), or must be again (that write failed).
+        self._create_pending = False
+        # The current ledger lost an append (or its creation) to a failed write: the next append
+        # seals it at its durable end and starts a new one (no hole, nothing latched).
+        self._roll_pending = False
         self.last_generation = 0  # the newest write cache half this log's entries or operations went to
 
     # -- opening -------------------------------------------------------------------------------
 
     @classmethod
     def create(cls, name: str, ml_id: int, ctx: StorageContext) -> ManagedLedger:
-        """A new, empty log (its ML_CREATE is journaled by the caller, just before)."""
+        """A new, empty log: its ML_CREATE is journaled, then its first ledger's creation."""
         ml = cls(name, ml_id, ctx, asyncio.get_running_loop())
+        ml._create_pending = True
         ml._start_ledger()
         return ml
 
@@ -177,8 +183,17 @@ class ManagedLedger:
         creation is journaled before any of its entries."""
         ledger_id = self._ctx.allocate_ledger_id()
         created_ms = self._ctx.clock.now_ms()
-        self._handle = LedgerHandle(ledger_id, self)
-        self._ctx.journal.submit(_meta_ops.ledger_create(ledger_id, self.ml_id, created_ms, owner=self))
+        handle = self._handle = LedgerHandle(ledger_id, self)
+        journal = self._ctx.journal
+        if self._create_pending:
+            self._create_pending = False
+            create = _meta_ops.ml_create(self.ml_id, self.name, owner=self)
+            create.fences = handle  # no ledger of a log whose creation failed
+            journal.submit(create)
+        op = _meta_ops.ledger_create(ledger_id, self.ml_id, created_ms, owner=self)
+        op.fences = handle
+        journal.submit(op)
+        self._roll_pending = False
         self._current = LedgerState(ledger_id, 0, 0, 0, created_ms, None, self._assigned_total)
         self._list.add(self._current)
         self._list.current_id = ledger_id
@@ -204,9 +219,6 @@ class ManagedLedger:
         if self._state != "open":
             raise LedgerClosedError(f"managed ledger {self.name} is closed")
         ctx = self._ctx
-        failure = self._failure or ctx.write_path.failure or ctx.journal.broken
-        if failure is not None:
-            raise StorageError(f"managed ledger {self.name} failed; close and reopen it: {failure}")
         if type(data) is not bytes:
             data = bytes(data)  # a caller's bytearray could change under the cache
         size = len(data)
@@ -214,9 +226,14 @@ class ManagedLedger:
             raise ValueError(f"an entry must be 1 to {entry_bytes_max} bytes, not {size}")
         # Everything up to the submit stays synchronous, so positions follow call order.
         config = ctx.config
-        if self._current.assigned >= config.ledger_entries_max or self._current_bytes >= config.ledger_bytes_max:
-            self._roll()
         assert self._handle is not None
+        if (
+            self._current.assigned >= config.ledger_entries_max
+            or self._current_bytes >= config.ledger_bytes_max
+            or self._roll_pending
+            or self._handle.failed is not None
+        ):
+            self._roll()
         current = self._current
         entry_id = current.assigned
         current.assigned += 1
@@ -239,12 +256,24 @@ class ManagedLedger:
         if self._last_confirmed is None or pos > self._last_confirmed:
             self._last_confirmed = pos
 
-    def on_write_failed(self, ledger_id: int, error: StorageError) -> None:
-        # Positions after the failure may never reach the journal: stop appending. Closing and
-        # reopening the managed ledger recovers to what is really durable.
-        if self._failure is None:
-            log.error("managed ledger %s: ledger %d failed, appends refused: %s", self.name, ledger_id, error)
-            self._failure = error
+    def on_append_failed(self, ledger_id: int, error: StorageError) -> None:
+        """Called by the write path (on the loop) for each append a failed write lost. The journal
+        fenced its ledger, so the failures are the ledger's last assigned entries: they are taken
+        back (the ledger ends at its durable entries), and the next append starts a new ledger."""
+        ledger = self._list.get(ledger_id)
+        if ledger is not None and ledger.assigned > ledger.entries:
+            ledger.assigned -= 1
+            self._assigned_total -= 1
+        if ledger_id == self._list.current_id:
+            self._roll_pending = True
+
+    def on_op_failed(self, op: _meta_ops.MetaOp, error: StorageError) -> None:
+        """A metadata operation of this log failed to be journaled: its creation is journaled again
+        before the next ledger's; a ledger whose creation failed is replaced at the next append."""
+        if op.kind == _meta_ops.ML_CREATE:
+            self._create_pending = True
+        if op.fences is not None and op.fences is self._handle:
+            self._roll_pending = True
 
     @property
     def tail_active(self) -> bool:
@@ -331,8 +360,13 @@ class ManagedLedger:
         count = trimmable(self._list, up_to)
         if not count:
             return []
-        doomed = [state.ledger_id for state in self._list.remove_first(count)]
-        await delete_ledgers(self._ctx, _meta_ops.ledger_delete(self.ml_id, doomed), doomed)
+        removed = self._list.remove_first(count)
+        doomed = [state.ledger_id for state in removed]
+        try:
+            await delete_ledgers(self._ctx, _meta_ops.ledger_delete(self.ml_id, doomed), doomed)
+        except StorageError:
+            self._list.put_back_first(removed)  # not journaled: they are still the log's
+            raise
         self._ctx.counters.ledgers_trimmed_total += len(doomed)
         return doomed
 
@@ -400,7 +434,7 @@ class ManagedLedger:
             await barrier  # every append and operation of this log is in the write cache now
             write_path = self._ctx.write_path
             if flush and self.last_generation > write_path.flushed_generation:
-                await write_path.flush()
+                await write_path.wait_flushed(self.last_generation)
         finally:
             self._state = "closed"
             self._release()

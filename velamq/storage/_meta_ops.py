@@ -67,6 +67,11 @@ class MetaOp:
     owner: Any = None  # the ManagedLedger that asked (told if the journal write fails), or None
     future: asyncio.Future[None] | None = None  # resolves once the operation is durable
     generation: int = 0  # the write cache half it went to (set on the loop)
+    # The journal's LedgerHandle of a ledger that cannot exist without this operation (its
+    # creation, its managed ledger's creation): if the operation fails, so does every later append
+    # to that ledger, and a failed handle fails the operation (no entries of a ledger whose
+    # creation is not durable, no creation after a failed managed-ledger creation).
+    fences: Any = None
 
     @property
     def entry_id(self) -> int:

@@ -14,6 +14,13 @@ it is per topic: its work depends on the number of entry logs and on the journal
        says so; a group split across two halves may have been flushed in part) or its ledger is
        gone (deleted after the append: the record is skipped)
     4. the last half commits a checkpoint at the start of a fresh segment; older segments go
+       (each replayed half already removes the segments its checkpoint passed, so replay needs
+       little more space than one segment and one half)
+
+A start on a full disk: if nothing is left to replay (a clean shutdown), the checkpoint is all
+step 4 would write; when even that fails, the old segments stay (they replay to nothing) and
+storage starts. Replaying entries needs space: Storage releases its ballast (_ballast) and
+recovers again when this fails for lack of it.
 
 Damage in the journal: a record that does not verify ends its segment. In the newest segment that
 is a torn tail (the crash hit a group commit in flight, none of whose appends was acknowledged
@@ -30,10 +37,12 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from velamq._errors import StorageError
 from velamq.storage import _layout
 from velamq.storage import _meta_ops as ops
 from velamq.storage._journal_file import (
@@ -132,12 +141,16 @@ def recover_journal(journal_dir: Path, writer: LogWriter) -> JournalRecovery:
             end = JournalLocation(record.location.seq, record.location.offset + RECORD_HEADER_BYTES + len(record.data))
             writer.flush(buffer, end)
             buffer = WriteBuffer(buffer.generation + 1)
+            _remove_segments_before(journal_dir, end.seq)
     fresh = JournalLocation(found.next_seq, SEGMENT_HEADER_BYTES)
-    writer.flush(buffer, fresh)
-    for seq in list_segments(journal_dir):
-        if seq < fresh.seq:
-            (journal_dir / segment_name(seq)).unlink()
-    _layout.fsync_dir(journal_dir)
+    try:
+        writer.flush(buffer, fresh)
+    except (OSError, StorageError, sqlite3.Error) as exc:
+        if not buffer.empty:
+            raise
+        log.warning("journal recovery: cannot move the checkpoint (%s); the old segments stay, replaying nothing", exc)
+        return found
+    _remove_segments_before(journal_dir, fresh.seq)
     if found.records_replayed or found.metadata_replayed or found.torn_tails or found.corrupt_segments:
         log.info(
             "journal recovery: %d entries and %d metadata operations replayed, %d entries already indexed, "
@@ -151,6 +164,17 @@ def recover_journal(journal_dir: Path, writer: LogWriter) -> JournalRecovery:
             found.corrupt_segments,
         )
     return found
+
+
+def _remove_segments_before(journal_dir: Path, seq: int) -> None:
+    """Delete the segments a committed checkpoint has passed (space back as replay goes on)."""
+    removed = False
+    for old in list_segments(journal_dir):
+        if old < seq:
+            (journal_dir / segment_name(old)).unlink()
+            removed = True
+    if removed:
+        _layout.fsync_dir(journal_dir)
 
 
 class _Replay:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -33,6 +34,7 @@ from typing import TypeVar
 from velamq._clock import Clock, system_clock
 from velamq._errors import StorageError
 from velamq.storage import _layout, _meta_ops
+from velamq.storage._ballast import Ballast, ballast_size
 from velamq.storage._caches import ByteLRU
 from velamq.storage._config import Counters, MemoryBudget, StorageConfig, cache_entry_overhead_bytes, io_threads
 from velamq.storage._db_reader import DbReader
@@ -53,6 +55,7 @@ from velamq.storage._recovery import JournalRecovery, check_logs, recover_journa
 from velamq.storage._storage_db import StorageDb, StoredLedger, ThreadDbs
 from velamq.storage._storage_metrics import storage_metrics
 from velamq.storage._write_cache import WriteCache
+from velamq.storage._write_health import failure_kind
 from velamq.storage._write_path import WritePath
 
 log = logging.getLogger("velamq.storage")
@@ -104,7 +107,13 @@ class Storage:
         self._deleting: dict[str, asyncio.Future[None]] = {}
         self._deleted: dict[str, MetaOp] = {}  # deleted, not yet flushed: the database still has them
         self._deleted_names: dict[int, str] = {}  # ml id -> name, of those
+        # Closed by a delete whose write then failed: the write cache half (generation) the
+        # database must have before the name is read from it again.
+        self._unflushed: dict[str, int] = {}
         self._counters = Counters()
+        self._ballast = Ballast(
+            self._data_dir, ballast_size(config.ballast_bytes, budget.write_cache_bytes, self._data_dir)
+        )
         self.recovery: JournalRecovery | None = None
         self._state = "new"
 
@@ -134,10 +143,24 @@ class Storage:
         )
 
     def _recover(self) -> tuple[LogWriter, LogIds]:
-        """Blocking: migration, entry logs against the index, journal replay."""
+        """Blocking: migration, entry logs against the index, journal replay. On a disk too full
+        for replay, the ballast is given back and recovery runs again (_ballast); afterwards the
+        ballast is made again if there is room."""
+        ballast = self._ballast
+        try:
+            result = self._recover_once()
+        except (OSError, StorageError, sqlite3.Error) as exc:
+            if failure_kind(exc) != "no_space" or not ballast.release():
+                raise
+            result = self._recover_once()
+        ballast.make()
+        return result
+
+    def _recover_once(self) -> tuple[LogWriter, LogIds]:
         config = self.config
         migrate_if_format_1(self._data_dir, sync=config.sync, log_bytes_max=config.entry_log_bytes_max)
         db = StorageDb(self._db_path, sync=config.sync, create=True)
+        writer: LogWriter | None = None
         try:
             removed, truncated, log_id_next = check_logs(self._logs_dir, db)
             log_ids = LogIds(log_id_next)
@@ -152,6 +175,8 @@ class Storage:
             writer.open()
             self.recovery = recover_journal(self._journal_dir, writer)
         except BaseException:
+            if writer is not None:
+                writer.close()
             db.close()
             raise
         self.recovery.logs_removed, self.recovery.log_bytes_truncated = removed, truncated
@@ -185,6 +210,9 @@ class Storage:
             clock=self.clock,
         )
         journal.open()
+        if journal.failure is not None:  # no segment yet (a full disk): not writable until one is made
+            write_path.health.journal_failed(journal.failure)
+        write_path.health.on_writable = self._on_writable
         flusher = Flusher(writer, self._journal_dir, sync=config.sync, on_flushed=write_path.on_flushed, loop=loop)
         gc = GarbageCollector(
             self._db_path,
@@ -227,6 +255,8 @@ class Storage:
         if self._state != "started":
             return
         self._state = "closing"
+        if self._write_path is not None:
+            self._write_path.stopping = True  # a failed flush is left to the journal and replay
         for pending in list(self._opening.values()):
             try:
                 await asyncio.shield(pending)
@@ -295,6 +325,9 @@ class Storage:
     async def _open_ledger(self, name: str, ctx: StorageContext) -> ManagedLedger:
         try:
             stored: StoredLedger | None = None
+            unflushed = self._unflushed.pop(name, 0)
+            if unflushed:
+                await ctx.write_path.wait_flushed(unflushed)
             if name not in self._deleted:
                 assert self._reader is not None
                 stored = await self._reader.load(name)
@@ -302,7 +335,6 @@ class Storage:
             if stored is None:
                 ml_id = self._ml_id_next
                 self._ml_id_next += 1
-                ctx.journal.submit(_meta_ops.ml_create(ml_id, name))
                 ml = ManagedLedger.create(name, ml_id, ctx)
             else:
                 ml = ManagedLedger.restore(name, stored, ctx)
@@ -318,7 +350,7 @@ class Storage:
         self._check_started()
         while name in self._deleting:
             await asyncio.shield(self._deleting[name])
-        if name in self._open or name in self._opening:
+        if name in self._open or name in self._opening or name in self._unflushed:
             return await self.open_ledger(name)
         if name in self._deleted:
             return None
@@ -330,7 +362,7 @@ class Storage:
     async def ledger_exists(self, name: str) -> bool:
         """Whether a managed ledger of that name exists (open, or in the storage database)."""
         self._check_started()
-        if name in self._open:
+        if name in self._open or name in self._unflushed:
             return True
         if name in self._deleted:
             return False
@@ -340,7 +372,7 @@ class Storage:
         """Names of managed ledgers in name order, the first `limit` after `after` (a page)."""
         self._check_started()
         stored = await self._in_io(lambda db: db.ml_names(after, limit))
-        names = {n for _, n in stored} | {n for n in self._open if n > after}
+        names = {n for _, n in stored} | {n for n in (*self._open, *self._unflushed) if n > after}
         return sorted(n for n in names if n not in self._deleted or n in self._open)[:limit]
 
     async def delete_ledger(self, name: str) -> None:
@@ -362,6 +394,7 @@ class Storage:
             ml = self._open.get(name)
             if ml is not None:
                 ml_id, ledger_ids = ml.ml_id, await ml.delete()
+                unflushed = ml.last_generation
             elif name in self._deleted:
                 return
             else:
@@ -369,14 +402,25 @@ class Storage:
                 if found is None:
                     return
                 ml_id, ledger_ids = found
-            for ledger_id in ledger_ids:
-                ctx.write_cache.drop_ledger(ledger_id)
+                unflushed = 0
             op = _meta_ops.ml_delete(ml_id, ledger_ids)
             op.future = self._loop.create_future()
             self._deleted[name] = op
             self._deleted_names[ml_id] = name
             ctx.journal.submit(op)
-            await op.future
+            try:
+                await op.future
+            except StorageError:
+                # Not journaled (a failed write): the database still has the log, and so do we.
+                if self._deleted.get(name) is op:
+                    del self._deleted[name]
+                    self._deleted_names.pop(ml_id, None)
+                if unflushed > ctx.write_path.flushed_generation:  # reopened only once flushed
+                    self._unflushed[name] = unflushed
+                raise
+            # Only now: if the deletion had failed, these entries would still be the topic's.
+            for ledger_id in ledger_ids:
+                ctx.write_cache.drop_ledger(ledger_id)
         finally:
             del self._deleting[name]
             done.set_result(None)
@@ -399,6 +443,28 @@ class Storage:
             if self._open_peak > 1024 and len(self._open) < self._open_peak // 4:
                 self._open = dict(self._open)
                 self._open_peak = len(self._open)
+
+    @property
+    def writable(self) -> bool:
+        """Whether storage writes now: False while the last journal write or flush failed (disk
+        full, out of descriptors, I/O error) and no retry has succeeded yet; it turns True again by
+        itself (_write_health). The broker's disk guard reads it (its StorageHealth)."""
+        return self._state == "started" and self._write_path is not None and self._write_path.health.writable
+
+    @property
+    def write_failure(self) -> StorageError | None:
+        """Why storage is not writable now, if it is not."""
+        return self._write_path.health.failure if self._write_path is not None else None
+
+    @property
+    def ballast_bytes(self) -> int:
+        """The emergency ballast kept now (_ballast): space storage gives back when it must."""
+        return self._ballast.present_bytes
+
+    def _on_writable(self) -> None:
+        """Writable again after a failure: make the ballast again if it was given back."""
+        if self._io is not None and self._state == "started":
+            self._io.submit(self._ballast.make)
 
     @property
     def open_ledgers(self) -> dict[str, ManagedLedger]:
@@ -440,6 +506,7 @@ class Storage:
             counters=self._counters,
             open_ledgers=len(self._open),
             budget=self.memory_budget,
+            ballast=self._ballast,
         )
 
 

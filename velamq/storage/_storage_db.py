@@ -137,14 +137,17 @@ class StorageDb:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """BEGIN IMMEDIATE (take the write lock now) ... COMMIT; ROLLBACK on an exception."""
+        """BEGIN IMMEDIATE (take the write lock now) ... COMMIT; ROLLBACK on an exception, the
+        COMMIT's own included (a full disk fails it and leaves the transaction open: rolled back,
+        the next transaction can begin when space is back)."""
         self._conn.execute("BEGIN IMMEDIATE")
         try:
             yield
+            self._conn.execute("COMMIT")
         except BaseException:
-            self._conn.execute("ROLLBACK")
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
             raise
-        self._conn.execute("COMMIT")
 
     # -- meta ----------------------------------------------------------------------------------
 

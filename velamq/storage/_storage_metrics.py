@@ -17,6 +17,11 @@ Names ending in _total are counters, the rest gauges (the admin tier exports the
     velamq_storage_index_cache_*     cache also counts read-ahead entries
     velamq_storage_publish_buffer_*  bytes, bound, peak, feeders paused now, pauses
     velamq_storage_memory_*_bytes    the memory budget and its split
+    velamq_storage_writable, _write_* whether storage writes now, failed writes by kind (no space,
+                                     no descriptors), retries and recoveries (_write_health);
+                                     journal_*_failures_total, journal_repairs_total,
+                                     flush_failures_total: where they failed
+    velamq_storage_ballast_*         the emergency ballast kept, its target, releases (_ballast)
 
 plus the figures of the first storage version, kept under their names (appends_total,
 fsyncs_total, entries_per_fsync, read_entries_cache_total, read_entries_disk_total, ...).
@@ -27,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
+from velamq.storage._ballast import Ballast
 from velamq.storage._config import Counters, MemoryBudget
 from velamq.storage._flusher import Flusher
 from velamq.storage._gc import GarbageCollector
@@ -52,6 +58,7 @@ def storage_metrics(
     counters: Counters,
     open_ledgers: int,
     budget: MemoryBudget,
+    ballast: Ballast | None = None,
 ) -> dict[str, float]:
     p = "velamq_storage_"
     out: dict[str, float] = {}
@@ -71,7 +78,11 @@ def storage_metrics(
             p + "journal_entries_per_fsync": j_appends / j_fsyncs if j_fsyncs else 0.0,
             p + "journal_entries_per_fsync_last": journal.entries_per_fsync_last,
             p + "journal_segments_created_total": journal.segments_created_total,
-            p + "journal_broken": 1 if journal.broken else 0,
+            p + "journal_broken": 1 if journal.failure else 0,  # its last write failed, none succeeded since
+            p + "journal_write_failures_total": journal.write_failures_total,
+            p + "journal_segment_failures_total": journal.segment_failures_total,
+            p + "journal_repairs_total": journal.repairs_total,
+            p + "journal_probes_total": journal.probes_total,
         }
     if flusher is not None:
         out |= {
@@ -84,6 +95,8 @@ def storage_metrics(
             p + "flush_fsyncs_total": f_fsyncs,
             p + "flush_checkpoints_total": flusher.checkpoints_total,
             p + "flush_journal_segments_deleted_total": flusher.journal_segments_deleted_total,
+            p + "flush_failures_total": flusher.failures_total,
+            p + "flush_journal_trim_failures_total": flusher.trim_failures_total,
         }
     if gc is not None:
         logs = gc.last_logs
@@ -103,7 +116,12 @@ def storage_metrics(
     if write_path is not None:
         out[p + "write_cache_parked_bytes"] = write_path.parked_bytes
         out[p + "write_cache_parked_groups_total"] = write_path.parked_groups_total
-        out[p + "failed"] = 1 if write_path.failure else 0
+        out[p + "failed"] = 0 if write_path.health.writable else 1  # the first version's name
+        out |= write_path.health.metrics(p)
+    if ballast is not None:
+        out[p + "ballast_bytes"] = ballast.present_bytes
+        out[p + "ballast_bytes_target"] = ballast.size_bytes
+        out[p + "ballast_releases_total"] = ballast.releases_total
     for name, cache in caches:
         out |= cache.metrics(p + name)
     out[p + "tail_cache_skipped_inactive_total"] = counters.tail_cache_skipped_inactive_total

@@ -39,10 +39,11 @@ def trimmable(ledgers: LedgerList, up_to: Position) -> int:
 
 
 async def delete_ledgers(ctx: StorageContext, op: MetaOp, ledger_ids: list[int]) -> None:
-    """Forget the ledgers' entries in the write cache, then journal the deletion and wait until it
-    is durable (the flush then deletes their index rows and their bytes become garbage for _gc)."""
-    for ledger_id in ledger_ids:
-        ctx.write_cache.drop_ledger(ledger_id)
+    """Journal the deletion and wait until it is durable (the flush then deletes their index rows
+    and their bytes become garbage for _gc), then forget the ledgers' entries in the write cache
+    (not before: if the write fails, they are still the log's)."""
     op.future = asyncio.get_running_loop().create_future()
     ctx.journal.submit(op)
     await op.future
+    for ledger_id in ledger_ids:
+        ctx.write_cache.drop_ledger(ledger_id)

@@ -21,8 +21,12 @@ Memory therefore holds at most the two halves (each overshooting by at most one 
 publish buffer, however slow the disk. The checkpoint a half carries is the end of the last group
 it holds completely, so a group split across halves is replayed whole after a crash, never half.
 
-If a flush fails the storage stops accepting appends (`failure`); what it could not flush is still
-in the journal and comes back on the next start.
+If a flush fails (disk full, out of descriptors, I/O error) its half stays the flushing one: still
+readable, still in the journal, tried again with back-off (_write_health) until it works; until
+then the journal refuses appends (they fail, their ledgers are fenced), so what a restart must
+replay stays about the write cache's size. A failed journal
+write fails its appends (the managed ledgers hear of it and go on in a new ledger). Neither
+latches anything: storage is not `writable` until both work again, and resumes by itself.
 """
 
 from __future__ import annotations
@@ -37,12 +41,13 @@ from velamq._errors import StorageError
 from velamq.storage._caches import ByteLRU
 from velamq.storage._config import Counters, StorageConfig
 from velamq.storage._flusher import Flusher, FlushJob, FlushResult
-from velamq.storage._journal import AppendOp, Journal, JournalGroup, LedgerHandle
+from velamq.storage._journal import AppendOp, Journal, JournalGroup, LedgerHandle, ProbeOp
 from velamq.storage._journal_file import RECORD_HEADER_BYTES
 from velamq.storage._meta_ops import MetaOp
 from velamq.storage._position import Position
 from velamq.storage._publish_buffer import PublishBuffer
 from velamq.storage._write_cache import WriteCache
+from velamq.storage._write_health import WriteHealth
 
 log = logging.getLogger("velamq.storage")
 
@@ -73,7 +78,10 @@ class WritePath:
         self._counters = counters
         self.journal: Journal | None = None
         self.flusher: Flusher | None = None
-        self.failure: StorageError | None = None
+        self.health = WriteHealth(clock, self._probe_journal, self.retry_flush)
+        self.stopping = False  # Storage.close: a failed flush is not waited for any more
+        self._flush_running = False
+        self._attempt_waiters: list[asyncio.Future[None]] = []  # told when a flush attempt ends
         self._parked: deque[JournalGroup] = deque()
         self._parked_bytes = 0
         self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -94,6 +102,10 @@ class WritePath:
 
     def on_group(self, group: JournalGroup) -> None:
         """Called on the loop with each group the journal thread committed."""
+        if group.error is not None:
+            self.health.journal_failed(group.error)
+        elif group.wrote:
+            self.health.journal_ok()
         self._parked.append(group)
         self._parked_bytes += group.data_bytes
         self._drain()
@@ -117,7 +129,7 @@ class WritePath:
         cache = self.write_cache
         if cache.has_room:
             return True
-        if cache.flushing is None and self.failure is None:
+        if cache.flushing is None:
             self._swap()
             return True
         return False
@@ -189,9 +201,9 @@ class WritePath:
             if type(op) is AppendOp:
                 release(len(op.data))
                 self._counters.pending_appends -= 1
-                op.handle.owner.on_write_failed(op.handle.ledger_id, error)
+                op.handle.owner.on_append_failed(op.handle.ledger_id, error)
             elif type(op) is MetaOp and op.owner is not None:
-                op.owner.on_write_failed(op.subject, error)
+                op.owner.on_op_failed(op, error)
             if op.future is not None and not op.future.done():
                 op.future.set_exception(error)
         for future, reply_error in group.replies:
@@ -202,7 +214,7 @@ class WritePath:
             else:
                 future.set_exception(reply_error)
         cache = self.write_cache
-        if not cache.has_room and cache.flushing is None and self.failure is None:
+        if not cache.has_room and cache.flushing is None:
             self._swap()
 
     # -- flushes -------------------------------------------------------------------------------
@@ -211,43 +223,57 @@ class WritePath:
         assert self.flusher is not None
         self._swap_requested = False
         frozen = self.write_cache.swap()
+        self._flush_running = True
         self.flusher.submit(FlushJob(frozen))
+
+    def retry_flush(self) -> None:
+        """Submit the half whose flush failed again (WriteHealth's back-off calls this)."""
+        flushing = self.write_cache.flushing
+        if flushing is not None and not self._flush_running and self.flusher is not None:
+            self._flush_running = True
+            self.flusher.submit(FlushJob(flushing))
+
+    async def _probe_journal(self) -> StorageError | None:
+        assert self.journal is not None
+        probe: asyncio.Future[None] = self._loop.create_future()
+        self.journal.submit(ProbeOp(probe))
+        try:
+            await probe
+        except StorageError as exc:
+            return exc
+        return None
 
     def on_flushed(self, result: FlushResult) -> None:
         """Called on the loop when the flusher is done with a half."""
         cache = self.write_cache
-        cache.flushed(result.buffer)
-        if result.error is not None:
-            if self.failure is None:
-                self.failure = result.error
-                log.error("storage: flush failed, appends refused until restart: %s", result.error)
-            self._fail_parked(result.error)
-        elif result.buffer.metadata:
-            self._on_metadata_flushed(result.buffer.metadata)
+        self._flush_running = False
+        attempts, self._attempt_waiters = self._attempt_waiters, []
+        for attempt in attempts:
+            if not attempt.done():
+                attempt.set_result(None)
+        assert self.journal is not None
+        if result.error is None:
+            cache.flushed(result.buffer)
+            self.journal.refuse_appends = None
+            self.health.flush_ok()
+            if result.buffer.metadata:
+                self._on_metadata_flushed(result.buffer.metadata)
+        else:
+            self.health.flush_failed(result.error)  # the half stays, tried again after a back-off
+            self.journal.refuse_appends = result.error
         generation = result.buffer.generation
         waiters, self._flush_waiters = self._flush_waiters, []
         for wanted, future in waiters:
-            if wanted <= generation or self.failure is not None:
+            if wanted <= generation or result.error is not None:  # a failed attempt: callers look again
                 if not future.done():
                     future.set_result(None)
             else:
                 self._flush_waiters.append((wanted, future))
-        if self.failure is not None:
+        if result.error is not None:
             return
         if not cache.active.empty and (not cache.has_room or self._swap_requested):
             self._swap()
         self._drain()
-
-    def _fail_parked(self, error: StorageError) -> None:
-        while self._parked:
-            group = self._parked.popleft()
-            failed: list[tuple[AppendOp | MetaOp, StorageError]] = [(op, error) for op in group.metadata]
-            failed += [(op, error) for op in group.appends[group.applied :]]
-            group.metadata = []
-            group.appends = group.appends[: group.applied]
-            group.failed = failed + group.failed
-            self._finish(group)
-        self._parked_bytes = 0
 
     @property
     def flushed_generation(self) -> int:
@@ -256,8 +282,8 @@ class WritePath:
     async def flush(self) -> None:
         """Wait until everything now in the write cache is in the entry logs and the index."""
         cache = self.write_cache
-        if self.failure is not None:
-            return
+        if self.health.flush_error is not None and not self._flush_running:
+            return  # the failed half waits for its retry (wait_flushed waits for it)
         active = cache.active
         if not active.empty:
             wanted = active.generation
@@ -274,12 +300,29 @@ class WritePath:
         await future
 
     async def drain(self) -> None:
-        """Flush until nothing is parked and both halves are empty (Storage.close)."""
+        """Flush until nothing is parked and both halves are empty (Storage.flush and close); gives
+        up after a failed flush attempt (what is left is in the journal, replayed at the next start)."""
         cache = self.write_cache
-        while self.failure is None and (
-            self._parked or cache.flushing is not None or not cache.active.empty
-        ):
+        while self._parked or cache.flushing is not None or not cache.active.empty:
             self._drain()
+            await self.flush()
+            if self.health.flush_error is not None:
+                return
+
+    async def wait_flushed(self, generation: int) -> None:
+        """Wait until the halves up to `generation` are flushed, through failed attempts and their
+        retries (a managed ledger's close: the database must have the log before it is reopened),
+        unless storage is closing."""
+        cache = self.write_cache
+        while cache.flushed_generation < generation and (cache.flushing is not None or not cache.active.empty):
+            if self.health.flush_error is not None:
+                if self.stopping:
+                    return
+                if not self._flush_running:  # the retry's back-off: wait for its attempt
+                    attempt: asyncio.Future[None] = self._loop.create_future()
+                    self._attempt_waiters.append(attempt)
+                    await attempt
+                    continue
             await self.flush()
 
     # -- the age trigger -----------------------------------------------------------------------
@@ -293,8 +336,7 @@ class WritePath:
             active = cache.active
             age_s = self._clock.monotonic_s() - active.started_s
             if (
-                self.failure is None
-                and cache.flushing is None
+                cache.flushing is None
                 and not active.empty
                 and age_s >= interval_s * 0.9
             ):
@@ -304,3 +346,4 @@ class WritePath:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self.health.stop()

@@ -133,6 +133,29 @@ def test_a_write_failure_holds_read_only_until_storage_writes_again() -> None:
     asyncio.run(main())
 
 
+def test_storage_that_does_not_write_turns_the_broker_read_only_without_a_failed_append() -> None:
+    """A failed flush fails no append (appends wait in the write cache): the check sees it."""
+
+    async def main() -> None:
+        clock = ManualClock()
+        disk = FakeDisk(used=0.3)
+        storage = Storage()
+        g, refusals = guard(disk, clock, storage, check_interval_s=10)
+        await g.start()
+        assert not g.read_only
+        storage.writable = False
+        await g.check_now()
+        assert g.read_only and "storage does not write" in refusals[0]
+        await g.check_now()
+        assert g.read_only and len(refusals) == 1
+        storage.writable = True
+        await g.check_now()
+        assert not g.read_only
+        await g.close()
+
+    asyncio.run(main())
+
+
 # ---- the broker while read-only, over a recording transport --------------------------------------
 
 

@@ -307,7 +307,7 @@ def test_config_is_validated(tmp_path: Path) -> None:
         StorageConfig(tmp_path, ledger_entries_max=0)
 
 
-def test_a_failed_write_fails_its_appends_and_fences_the_ledger(
+def test_a_failed_write_fails_its_appends_and_the_log_goes_on_in_a_new_ledger(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def main() -> None:
@@ -322,13 +322,20 @@ def test_a_failed_write_fails_its_appends_and_fences_the_ledger(
                 patch.setattr(os, "writev", disk_full)
                 with pytest.raises(StorageError, match="No space left"):
                     await ml.append(b"lost")
-            with pytest.raises(StorageError):  # fenced: positions after a failed write may have holes
-                await ml.append(b"refused")
-            assert ml.last_confirmed == good
+                assert not storage.writable
+            # Nothing latched: the failed ledger ends at its durable entries (no hole), the next
+            # append starts a new ledger.
+            after = await ml.append(b"after")
+            assert after.ledger_id > good.ledger_id and after.entry_id == 0
+            assert ml.ledgers()[0].entries == 1
+            assert [e.data for e in await ml.read_entries(good, 10)] == [b"before", b"after"]
             await ml.close()
-            ml = await storage.open_ledger(TOPIC)  # reopening recovers what is really on disk
-            assert [e.data for e in await ml.read_entries(good, 10)] == [b"before"]
-            assert await ml.append(b"after") == Position(good.ledger_id, 1)
+            ml = await storage.open_ledger(TOPIC)  # what the database has is the same
+            assert [(e.position, e.data) for e in await ml.read_entries(good, 10)] == [
+                (good, b"before"),
+                (after, b"after"),
+            ]
+            assert storage.writable
 
     run(main())
 
