@@ -37,7 +37,7 @@ import socket
 import struct
 from collections.abc import Callable, Coroutine
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
 from velamq import _limits
 from velamq._errors import InvalidTopicNameError, ProtocolError
@@ -121,7 +121,8 @@ class ServerConnection(asyncio.Protocol):
     # ---- transport (asyncio.Protocol) ------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # A stream transport; uvloop's (TCPTransport) is not a subclass of asyncio.Transport.
+        transport = cast(asyncio.Transport, transport)
         self._transport = transport
         self._flow.attach(transport)
         sock = transport.get_extra_info("socket")
