@@ -50,7 +50,7 @@ from velamq.broker._liveness import Liveness
 from velamq.broker._producer import ServerProducer
 from velamq.broker._producer_commands import ProducerCommands
 from velamq.broker._schemas import protocol_schema
-from velamq.broker._text_fields import non_utf8_field
+from velamq.broker._text_fields import non_utf8_command_field, non_utf8_field
 from velamq.broker._transport_flow import TransportFlow
 from velamq.metadata import encode_version
 from velamq.protocol import Frame, FrameDecoder, encode_command, pb
@@ -261,7 +261,7 @@ class ServerConnection(asyncio.Protocol):
         if handler is None:
             name = T.Type.Name(command.type) if command.type in T.Type.values() else str(command.type)
             raise ProtocolError(f"unsupported command {name}")
-        bad = non_utf8_field(command)
+        bad = non_utf8_command_field(command)
         if bad is not None:
             # Refused before the handler runs: nothing is registered, stored or logged per event.
             message = f"{bad} is not valid UTF-8"

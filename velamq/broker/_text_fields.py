@@ -8,16 +8,24 @@ what reads it (a 500 from /stats, tracebacks from name parsing). So the connecti
 SEND's MessageMetadata; the answer is the dotted path of the first offending field, for the error
 message ("producer.producer_name is not valid UTF-8").
 
-Which message types can hold a string at all (directly or in a nested message) is worked out once
-per type, so a command without strings (SEND, FLOW, ACK) costs one dictionary lookup.
+Which fields of a message type can hold a string (directly or in a nested message) is worked out
+once per type into a plan. Checking a message then reads just those fields, the singular strings
+and the repeated fields each with one `attrgetter` call: a command body without strings (SEND,
+FLOW, ACK) costs a dictionary lookup, and a SEND's MessageMetadata (checked for every entry, issue
+12) about a microsecond instead of a walk over every set field.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
+
+from velamq.protocol import pb
 
 _has_strings: dict[str, bool] = {}
 
@@ -38,18 +46,90 @@ def _holds_strings(descriptor: Any, visiting: frozenset[str] = frozenset()) -> b
     return found
 
 
-def non_utf8_field(message: Message) -> str | None:
-    """The dotted path of the first string field of `message` that is not valid UTF-8, or None."""
-    if not _holds_strings(message.DESCRIPTOR):
+def _getter(names: list[str]) -> Callable[[Message], tuple[Any, ...]] | None:
+    """One C call that reads every named field, as a tuple (attrgetter of one name is no tuple)."""
+    if not names:
         return None
-    for field, value in message.ListFields():
-        if field.type == FieldDescriptor.TYPE_STRING:
-            values = value if field.is_repeated else (value,)
-            if any(not isinstance(v, str) for v in values):
-                return field.name
-        elif field.type == FieldDescriptor.TYPE_MESSAGE:
-            for item in value if field.is_repeated else (value,):
+    if len(names) == 1:
+        get_one = attrgetter(names[0])
+        return lambda message: (get_one(message),)
+    return attrgetter(*names)
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """The string-bearing fields of one message type, by how they are checked."""
+
+    strings: tuple[str, ...]  # singular string fields
+    read_strings: Callable[[Message], tuple[Any, ...]] | None
+    lists: tuple[tuple[str, bool], ...]  # repeated fields: (name, True for messages / False for strings)
+    read_lists: Callable[[Message], tuple[Any, ...]] | None
+    messages: tuple[str, ...]  # singular message fields that can hold strings
+
+    @classmethod
+    def of(cls, descriptor: Any) -> _Plan:
+        strings: list[str] = []
+        lists: list[tuple[str, bool]] = []
+        messages: list[str] = []
+        for field in sorted(descriptor.fields, key=lambda f: f.number):
+            is_string = field.type == FieldDescriptor.TYPE_STRING
+            is_message = field.type == FieldDescriptor.TYPE_MESSAGE and _holds_strings(field.message_type)
+            if not is_string and not is_message:
+                continue
+            if field.is_repeated:
+                lists.append((field.name, not is_string))
+            elif is_string:
+                strings.append(field.name)
+            else:
+                messages.append(field.name)
+        return cls(tuple(strings), _getter(strings), tuple(lists), _getter([n for n, _ in lists]), tuple(messages))
+
+
+_plans: dict[type[Message], _Plan] = {}
+_ONLY_STR = {str}
+
+
+def non_utf8_field(message: Message) -> str | None:
+    """The dotted path of a string field of `message` that is not valid UTF-8, or None."""
+    plan = _plans.get(type(message))
+    if plan is None:
+        plan = _plans[type(message)] = _Plan.of(message.DESCRIPTOR)
+    if plan.read_strings is not None:
+        strings = plan.read_strings(message)
+        if set(map(type, strings)) != _ONLY_STR:  # all in C: the common case is one set lookup
+            for name, value in zip(plan.strings, strings, strict=True):
+                if type(value) is not str:
+                    return name
+    lists = plan.read_lists(message) if plan.read_lists is not None else ()
+    if any(lists):  # most messages leave every repeated field empty
+        for (name, of_messages), values in zip(plan.lists, lists, strict=True):
+            if not values:
+                continue
+            if not of_messages:
+                if any(type(value) is not str for value in values):
+                    return name
+                continue
+            for item in values:
                 inner = non_utf8_field(item)
                 if inner is not None:
-                    return f"{field.name}.{inner}"
+                    return f"{name}.{inner}"
+    for name in plan.messages:
+        if message.HasField(name):
+            inner = non_utf8_field(getattr(message, name))
+            if inner is not None:
+                return f"{name}.{inner}"
     return None
+
+
+def non_utf8_command_field(command: pb.BaseCommand) -> str | None:
+    """`non_utf8_field` of a BaseCommand, reading only its body (the field its type names: the
+    other fields are never read), which spares walking the command (a microsecond or two)."""
+    body = _BODY_OF_TYPE.get(command.type)
+    if body is None:
+        return non_utf8_field(command)
+    inner = non_utf8_field(getattr(command, body))
+    return None if inner is None else f"{body}.{inner}"
+
+
+# BaseCommand's body fields are numbered as the command types they belong to.
+_BODY_OF_TYPE = {f.number: f.name for f in pb.BaseCommand.DESCRIPTOR.fields if f.number > 1}

@@ -4,6 +4,7 @@
     FrameDecoder            split a byte stream into Frames (command + entry)
     encode_command          a simple command as bytes
     encode_payload_command  SEND / MESSAGE around a checksummed entry
+    SendReceiptEncoder      SEND_RECEIPT frames from one kept template
     build_entry / split_entry / parse_entry_metadata / verify_entry
     build_batch / parse_batch / entry_messages
     decode_batch / encode_batch / single_columns / MessageColumns   batches at once, as columns
@@ -33,6 +34,7 @@ from velamq.protocol._entry import (
 )
 from velamq.protocol._frames import Frame, FrameDecoder, encode_command, encode_payload_command
 from velamq.protocol._ids import I64_MAX, signed64, unsigned64
+from velamq.protocol._receipts import SendReceiptEncoder
 
 __all__ = [
     "I64_MAX",
@@ -43,6 +45,7 @@ __all__ = [
     "Frame",
     "FrameDecoder",
     "MessageColumns",
+    "SendReceiptEncoder",
     "build_batch",
     "build_entry",
     "chunk_uuid",
