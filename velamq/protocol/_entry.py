@@ -35,12 +35,12 @@ def build_entry(metadata: pb.MessageMetadata, payload: bytes) -> bytes:
     return struct.pack(">HI", CHECKSUM_MAGIC, crc32c(body)) + body
 
 
-def with_checksum(unchecked: bytes) -> bytes:
+def with_checksum(unchecked: bytes | memoryview) -> bytes:
     """[metadata_size][metadata][payload] -> the checksummed form."""
     return struct.pack(">HI", CHECKSUM_MAGIC, crc32c(unchecked)) + unchecked
 
 
-def verify_entry(entry: bytes) -> None:
+def verify_entry(entry: bytes | memoryview) -> None:
     if len(entry) < HEAD_BYTES:
         raise ProtocolError("truncated entry")
     magic, expected, meta_size = _HEAD.unpack_from(entry, 0)
