@@ -17,6 +17,7 @@ FLOW, ACK) costs a dictionary lookup, and a SEND's MessageMetadata (checked for 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter
@@ -64,12 +65,15 @@ class _Plan:
     read_strings: Callable[[Message], tuple[Any, ...]] | None
     lists: tuple[tuple[str, bool], ...]  # repeated fields: (name, True for messages / False for strings)
     read_lists: Callable[[Message], tuple[Any, ...]] | None
+    # Finds a repeated field's tag in the message's wire bytes; no match: every one of them is empty.
+    list_tags: re.Pattern[bytes] | None
     messages: tuple[str, ...]  # singular message fields that can hold strings
 
     @classmethod
     def of(cls, descriptor: Any) -> _Plan:
         strings: list[str] = []
         lists: list[tuple[str, bool]] = []
+        tags: list[bytes] = []
         messages: list[str] = []
         for field in sorted(descriptor.fields, key=lambda f: f.number):
             is_string = field.type == FieldDescriptor.TYPE_STRING
@@ -78,19 +82,38 @@ class _Plan:
                 continue
             if field.is_repeated:
                 lists.append((field.name, not is_string))
+                tags.append(_length_delimited_tag(field.number))
             elif is_string:
                 strings.append(field.name)
             else:
                 messages.append(field.name)
-        return cls(tuple(strings), _getter(strings), tuple(lists), _getter([n for n, _ in lists]), tuple(messages))
+        list_tags = re.compile(b"|".join(re.escape(tag) for tag in tags)) if tags else None
+        return cls(
+            tuple(strings), _getter(strings), tuple(lists), _getter([n for n, _ in lists]), list_tags, tuple(messages)
+        )
+
+
+def _length_delimited_tag(number: int) -> bytes:
+    """A string or message field's tag as it is on the wire: varint(number << 3 | 2)."""
+    value = number << 3 | 2
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 _plans: dict[type[Message], _Plan] = {}
 _ONLY_STR = {str}
 
 
-def non_utf8_field(message: Message) -> str | None:
-    """The dotted path of a string field of `message` that is not valid UTF-8, or None."""
+def non_utf8_field(message: Message, wire: bytes | None = None) -> str | None:
+    """The dotted path of a string field of `message` that is not valid UTF-8, or None.
+
+    `wire`: the bytes `message` was parsed from, if the caller has them. A repeated field whose
+    tag is nowhere in them is empty and is not read: reading one makes its container (a Python
+    object) on a freshly parsed message, the costliest part of the check."""
     plan = _plans.get(type(message))
     if plan is None:
         plan = _plans[type(message)] = _Plan.of(message.DESCRIPTOR)
@@ -100,7 +123,10 @@ def non_utf8_field(message: Message) -> str | None:
             for name, value in zip(plan.strings, strings, strict=True):
                 if type(value) is not str:
                     return name
-    lists = plan.read_lists(message) if plan.read_lists is not None else ()
+    if plan.read_lists is None or (wire is not None and plan.list_tags is not None and not plan.list_tags.search(wire)):
+        lists: tuple[Any, ...] = ()
+    else:
+        lists = plan.read_lists(message)
     if any(lists):  # most messages leave every repeated field empty
         for (name, of_messages), values in zip(plan.lists, lists, strict=True):
             if not values:
