@@ -4,27 +4,32 @@ The protobuf runtime (upb) does not check proto2 `string` fields when it parses:
 bytes are not UTF-8 comes out as `bytes` instead of `str`. Left alone, such a value became a
 producer name, a subscription name or a property, was registered and stored, and later broke
 what reads it (a 500 from /stats, tracebacks from name parsing). So the connection asks
-`non_utf8_field` of each command before its handler runs, and the producer commands ask it of each
-SEND's MessageMetadata; the answer is the dotted path of the first offending field, for the error
-message ("producer.producer_name is not valid UTF-8").
+`non_utf8_command_field` of each command before its handler runs, and the producer commands ask
+`non_utf8_field` of each SEND's MessageMetadata; the answer is the dotted path of the first
+offending field, for the error message ("producer.producer_name is not valid UTF-8").
 
-Which fields of a message type can hold a string (directly or in a nested message) is worked out
-once per type into a plan. Checking a message then reads just those fields, the singular strings
-and the repeated fields each with one `attrgetter` call: a command body without strings (SEND,
-FLOW, ACK) costs a dictionary lookup, and a SEND's MessageMetadata (checked for every entry, issue
-12) about a microsecond instead of a walk over every set field.
+Two ways to check, both worked out once per message type:
+
+- From the wire bytes (a SEND's metadata, once per entry, issue 12): upb does check `string`
+  fields of proto3 messages when it parses, exactly as Python decodes UTF-8 (surrogates and
+  overlong forms refused). So each type gets a proto3 twin holding only its string-bearing fields
+  (nested twins for nested messages); parsing the wire bytes into the twin is the whole check,
+  about 0.2 µs in C. Only when it fails is the message read to name the field.
+- From the message: a plan of the string-bearing fields, the singular strings and the repeated
+  fields each read with one `attrgetter` call. A command body without strings (SEND, FLOW, ACK)
+  costs a dictionary lookup.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.descriptor import FieldDescriptor
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 
 from velamq.protocol import pb
 
@@ -47,6 +52,55 @@ def _holds_strings(descriptor: Any, visiting: frozenset[str] = frozenset()) -> b
     return found
 
 
+def _string_bearing(descriptor: Any) -> list[Any]:
+    """The fields of a type that are strings or messages that can hold one, by field number."""
+    return [
+        f for f in sorted(descriptor.fields, key=lambda f: f.number)
+        if f.type == FieldDescriptor.TYPE_STRING
+        or (f.type == FieldDescriptor.TYPE_MESSAGE and _holds_strings(f.message_type))
+    ]
+
+
+# ---- from the wire: a proto3 twin ---------------------------------------------------------------
+
+_twin_pool = descriptor_pool.DescriptorPool()
+_twins: dict[type[Message], Message] = {}
+
+
+def _twin_name(descriptor: Any) -> str:
+    return str(descriptor.full_name).replace(".", "_")
+
+
+def _twin_of(message_type: type[Message]) -> Message:
+    """An empty message of the proto3 twin of `message_type` (made on first use)."""
+    twin = _twins.get(message_type)
+    if twin is not None:
+        return twin
+    root = message_type.DESCRIPTOR
+    package = f"velamq.utf8.{_twin_name(root)}"
+    file = descriptor_pb2.FileDescriptorProto(name=f"{package}.proto", package=package, syntax="proto3")
+    pending, made = [root], set()
+    while pending:
+        descriptor = pending.pop()
+        if descriptor.full_name in made:
+            continue
+        made.add(descriptor.full_name)
+        twin_type = file.message_type.add(name=_twin_name(descriptor))
+        for field in _string_bearing(descriptor):
+            label = FieldDescriptor.LABEL_REPEATED if field.is_repeated else FieldDescriptor.LABEL_OPTIONAL
+            twin_field = twin_type.field.add(name=field.name, number=field.number, label=label, type=field.type)
+            if field.type == FieldDescriptor.TYPE_MESSAGE:
+                twin_field.type_name = f".{package}.{_twin_name(field.message_type)}"
+                pending.append(field.message_type)
+    _twin_pool.Add(file)
+    twin_class = message_factory.GetMessageClass(_twin_pool.FindMessageTypeByName(f"{package}.{_twin_name(root)}"))
+    twin = _twins[message_type] = twin_class()
+    return twin
+
+
+# ---- from the message: a plan of the fields to read --------------------------------------------
+
+
 def _getter(names: list[str]) -> Callable[[Message], tuple[Any, ...]] | None:
     """One C call that reads every named field, as a tuple (attrgetter of one name is no tuple)."""
     if not names:
@@ -59,49 +113,28 @@ def _getter(names: list[str]) -> Callable[[Message], tuple[Any, ...]] | None:
 
 @dataclass(frozen=True, slots=True)
 class _Plan:
-    """The string-bearing fields of one message type, by how they are checked."""
+    """The string-bearing fields of one message type, by how they are read."""
 
     strings: tuple[str, ...]  # singular string fields
     read_strings: Callable[[Message], tuple[Any, ...]] | None
     lists: tuple[tuple[str, bool], ...]  # repeated fields: (name, True for messages / False for strings)
     read_lists: Callable[[Message], tuple[Any, ...]] | None
-    # Finds a repeated field's tag in the message's wire bytes; no match: every one of them is empty.
-    list_tags: re.Pattern[bytes] | None
     messages: tuple[str, ...]  # singular message fields that can hold strings
 
     @classmethod
     def of(cls, descriptor: Any) -> _Plan:
         strings: list[str] = []
         lists: list[tuple[str, bool]] = []
-        tags: list[bytes] = []
         messages: list[str] = []
-        for field in sorted(descriptor.fields, key=lambda f: f.number):
+        for field in _string_bearing(descriptor):
             is_string = field.type == FieldDescriptor.TYPE_STRING
-            is_message = field.type == FieldDescriptor.TYPE_MESSAGE and _holds_strings(field.message_type)
-            if not is_string and not is_message:
-                continue
             if field.is_repeated:
                 lists.append((field.name, not is_string))
-                tags.append(_length_delimited_tag(field.number))
             elif is_string:
                 strings.append(field.name)
             else:
                 messages.append(field.name)
-        list_tags = re.compile(b"|".join(re.escape(tag) for tag in tags)) if tags else None
-        return cls(
-            tuple(strings), _getter(strings), tuple(lists), _getter([n for n, _ in lists]), list_tags, tuple(messages)
-        )
-
-
-def _length_delimited_tag(number: int) -> bytes:
-    """A string or message field's tag as it is on the wire: varint(number << 3 | 2)."""
-    value = number << 3 | 2
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+        return cls(tuple(strings), _getter(strings), tuple(lists), _getter([n for n, _ in lists]), tuple(messages))
 
 
 _plans: dict[type[Message], _Plan] = {}
@@ -111,9 +144,15 @@ _ONLY_STR = {str}
 def non_utf8_field(message: Message, wire: bytes | None = None) -> str | None:
     """The dotted path of a string field of `message` that is not valid UTF-8, or None.
 
-    `wire`: the bytes `message` was parsed from, if the caller has them. A repeated field whose
-    tag is nowhere in them is empty and is not read: reading one makes its container (a Python
-    object) on a freshly parsed message, the costliest part of the check."""
+    `wire`: the bytes `message` was parsed from, if the caller has them; then the check is one
+    parse into the type's proto3 twin, and the message is read only if that fails."""
+    if wire is not None:
+        twin = _twins.get(type(message)) or _twin_of(type(message))
+        try:
+            twin.ParseFromString(wire)  # it keeps the strings of the last check: one message's worth
+            return None
+        except DecodeError:
+            pass  # a string is not UTF-8: find out which below
     plan = _plans.get(type(message))
     if plan is None:
         plan = _plans[type(message)] = _Plan.of(message.DESCRIPTOR)
@@ -123,10 +162,7 @@ def non_utf8_field(message: Message, wire: bytes | None = None) -> str | None:
             for name, value in zip(plan.strings, strings, strict=True):
                 if type(value) is not str:
                     return name
-    if plan.read_lists is None or (wire is not None and plan.list_tags is not None and not plan.list_tags.search(wire)):
-        lists: tuple[Any, ...] = ()
-    else:
-        lists = plan.read_lists(message)
+    lists = plan.read_lists(message) if plan.read_lists is not None else ()
     if any(lists):  # most messages leave every repeated field empty
         for (name, of_messages), values in zip(plan.lists, lists, strict=True):
             if not values:
