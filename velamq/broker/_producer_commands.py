@@ -55,7 +55,8 @@ class _Receipt(Published):
     def __init__(
         self, commands: ProducerCommands, producer: ServerProducer, sequence_id: int, highest: int | None
     ) -> None:
-        super().__init__()
+        # Published.__init__ inlined (one per unbatched entry): appended_to sets the rest.
+        self._done = False
         self._commands = commands
         self._producer = producer
         self._sequence_id = sequence_id

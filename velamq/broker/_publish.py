@@ -34,12 +34,12 @@ class Published:
 
     __slots__ = ("_dedup", "_dedup_name", "_dedup_sequence_id", "_done", "_topic")
 
+    _topic: Topic
+    _dedup: Deduplication | None
+
     def __init__(self) -> None:
+        # Only `_done` is read before appended_to: a subclass may set just that (see _Receipt).
         self._done = False
-        self._topic: Topic | None = None
-        self._dedup: Deduplication | None = None
-        self._dedup_name = ""
-        self._dedup_sequence_id = -1
 
     def appended_to(self, topic: Topic, dedup: Deduplication | None, producer_name: str, sequence_id: int) -> None:
         """Called by Topic.publish_with before the append: the topic to wake, and deduplication's
@@ -59,9 +59,8 @@ class Published:
         try:
             if self._dedup is not None:
                 self._dedup.persisted_up_to(self._dedup_name, self._dedup_sequence_id)
-            if self._topic is not None:
-                for subscription in self._topic.subscriptions.values():
-                    subscription.wake()
+            for subscription in self._topic.subscriptions.values():
+                subscription.wake()
             self.durable(position)
         except Exception:  # never into the write path, which resolves the rest of the group
             log.exception("after a durable append")
