@@ -36,7 +36,7 @@ from velamq.broker._producer import ServerProducer
 from velamq.broker._publish import Published
 from velamq.broker._text_fields import non_utf8_field
 from velamq.broker._topic import Topic
-from velamq.protocol import Frame, SendReceiptEncoder, entry_metadata_bytes, parse_entry_metadata, pb
+from velamq.protocol import Frame, SendReceiptEncoder, parse_entry_metadata_bytes, pb
 from velamq.storage import Position
 
 log = logging.getLogger(__name__)
@@ -173,8 +173,8 @@ class ProducerCommands:
             return
         # Stored entries must be readable by every consumer: a send whose metadata does not
         # decode is refused here (ProtocolError closes this connection only).
-        metadata = parse_entry_metadata(entry)
-        bad = non_utf8_field(metadata, entry_metadata_bytes(entry))
+        metadata, metadata_bytes = parse_entry_metadata_bytes(entry)
+        bad = non_utf8_field(metadata, metadata_bytes)
         if bad is not None:
             raise ProtocolError(f"SEND metadata: {bad} is not valid UTF-8")
         topic = producer.topic

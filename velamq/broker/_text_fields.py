@@ -189,9 +189,14 @@ def non_utf8_command_field(command: pb.BaseCommand) -> str | None:
     body = _BODY_OF_TYPE.get(command.type)
     if body is None:
         return non_utf8_field(command)
+    if not _BODY_HOLDS_STRINGS[command.type]:
+        return None  # SEND, FLOW, ACK...: nothing to check
     inner = non_utf8_field(getattr(command, body))
     return None if inner is None else f"{body}.{inner}"
 
 
 # BaseCommand's body fields are numbered as the command types they belong to.
 _BODY_OF_TYPE = {f.number: f.name for f in pb.BaseCommand.DESCRIPTOR.fields if f.number > 1}
+_BODY_HOLDS_STRINGS = {
+    f.number: _holds_strings(f.message_type) for f in pb.BaseCommand.DESCRIPTOR.fields if f.number > 1
+}
