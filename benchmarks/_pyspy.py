@@ -19,11 +19,14 @@ def py_spy_path() -> str | None:
 
 
 @contextlib.contextmanager
-def recording(py_spy: str, pid: int, out: str, rate: int = 200) -> Iterator[None]:
+def recording(py_spy: str, pid: int, out: str, rate: int = 200, gil_only: bool = False) -> Iterator[None]:
     """Sample `pid` (every thread, without pausing it) while the block runs; the raw profile is in
-    `out` afterwards. py-spy writes it when interrupted, as after Ctrl-C."""
+    `out` afterwards. py-spy writes it when interrupted, as after Ctrl-C. `gil_only`: only the
+    thread holding the GIL, which is where the process spends CPU on Python (waits in fsync or
+    epoll, which py-spy otherwise counts, drop out)."""
     spy = subprocess.Popen([py_spy, "record", "--format", "raw", "--rate", str(rate), "--nonblocking", "--threads",
-                            "-o", out, "--pid", str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            *(["--gil"] if gil_only else []), "-o", out, "--pid", str(pid)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1.0)  # py-spy attaches
     try:
         yield

@@ -249,14 +249,14 @@ def run_rows(args: argparse.Namespace, url: str, pid: int | None, admin_url: str
             for step in steps:
                 with tempfile.TemporaryDirectory() as tmp:
                     out = os.path.join(tmp, "profile.txt")
-                    spy = (recording(py_spy, pid, out) if py_spy is not None and pid is not None
+                    spy = (recording(py_spy, pid, out, gil_only=True) if py_spy is not None and pid is not None
                            else contextlib.nullcontext())
                     with spy:
                         row = dataclasses.replace(measured(step, pid), loop=loop)
                     if py_spy is not None and os.path.exists(out):
                         with open(out) as f:
                             samples, lines = top_table(f.read(), args.top)
-                        profiles.append(f"### broker ({loop}) during {row.mode}: {samples} samples\n\n"
+                        profiles.append(f"### broker ({loop}) during {row.mode}: {samples} samples holding the GIL\n\n"
                                         + "\n".join(lines))
                 if row.mode.startswith("produce"):
                     row = dataclasses.replace(row, entries=stored_entries(admin_url, topic))
@@ -278,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--broker-args", default="", help="extra `velamq standalone` args for the started broker")
     ap.add_argument("--loops", default="asyncio,uvloop",
                     help="event loops of the started brokers, one broker each, in this order")
-    ap.add_argument("--profile", action="store_true", help="sample the started broker with py-spy during each row")
+    ap.add_argument("--profile", action="store_true",
+                    help="sample the started broker with py-spy (the thread holding the GIL) during each row")
     ap.add_argument("--top", type=int, default=15, help="functions listed per profile")
     args = ap.parse_args(argv)
     loops = [name.strip() for name in args.loops.split(",") if name.strip()]

@@ -3,6 +3,7 @@ or without the wire bytes (which let it skip repeated fields whose tag is absent
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -86,3 +87,22 @@ def test_a_command_is_checked_by_its_body() -> None:
     send.send.producer_id = 1
     send.send.sequence_id = 2
     assert non_utf8_command_field(send) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "utf8"),
+    [
+        (b"\xed\xa0\x80", False),  # a surrogate, encoded
+        (b"\xc0\x80", False),  # an overlong NUL
+        (b"\xf4\x90\x80\x80", False),  # past U+10FFFF
+        (b"\xe2\x82", False),  # cut short
+        (b"\xef\xbf\xbf", True),  # U+FFFF is a character
+        (b"\x00", True),
+        ("ключ ☃ 𝄞".encode(), True),
+    ],
+)
+def test_the_wire_check_agrees_with_python_on_the_edges_of_utf8(value: bytes, utf8: bool) -> None:
+    wire = _field(1, b"producer") + b"\x10\x01\x18\x01" + _field(4, _field(1, b"k") + _field(2, value))
+    expected = None if utf8 else "properties.value"
+    assert non_utf8_field(pb.MessageMetadata.FromString(wire), wire) == expected
+    assert non_utf8_field(pb.MessageMetadata.FromString(wire)) == expected
