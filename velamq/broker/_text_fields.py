@@ -64,15 +64,15 @@ def _string_bearing(descriptor: Any) -> list[Any]:
 # ---- from the wire: a proto3 twin ---------------------------------------------------------------
 
 _twin_pool = descriptor_pool.DescriptorPool()
-_twins: dict[type[Message], Message] = {}
+_twins: dict[type[Message], type[Message]] = {}
 
 
 def _twin_name(descriptor: Any) -> str:
     return str(descriptor.full_name).replace(".", "_")
 
 
-def _twin_of(message_type: type[Message]) -> Message:
-    """An empty message of the proto3 twin of `message_type` (made on first use)."""
+def _twin_of(message_type: type[Message]) -> type[Message]:
+    """The class of the proto3 twin of `message_type` (made on first use)."""
     twin = _twins.get(message_type)
     if twin is not None:
         return twin
@@ -94,8 +94,8 @@ def _twin_of(message_type: type[Message]) -> Message:
                 pending.append(field.message_type)
     _twin_pool.Add(file)
     twin_class = message_factory.GetMessageClass(_twin_pool.FindMessageTypeByName(f"{package}.{_twin_name(root)}"))
-    twin = _twins[message_type] = twin_class()
-    return twin
+    _twins[message_type] = twin_class
+    return twin_class
 
 
 # ---- from the message: a plan of the fields to read --------------------------------------------
@@ -149,7 +149,9 @@ def non_utf8_field(message: Message, wire: bytes | None = None) -> str | None:
     if wire is not None:
         twin = _twins.get(type(message)) or _twin_of(type(message))
         try:
-            twin.ParseFromString(wire)  # it keeps the strings of the last check: one message's worth
+            # A new message each time: parsing into a kept one would grow its arena (upb frees
+            # an arena only with its message) by a copy of every SEND's metadata, without end.
+            twin.FromString(wire)
             return None
         except DecodeError:
             pass  # a string is not UTF-8: find out which below

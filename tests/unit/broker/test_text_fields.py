@@ -3,6 +3,8 @@ or without the wire bytes (which let it skip repeated fields whose tag is absent
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -32,6 +34,7 @@ texts = st.text(max_size=8).map(str.encode) | st.just(BAD) | st.binary(max_size=
 # partition_key 6, replicate_to 7 (repeated), encryption_algo 14, uuid 26; properties 4 holds
 # KeyValue messages (key 1, value 2); encryption_keys 13 holds EncryptionKeys (key 1, metadata 3
 # of KeyValue).
+SINGULAR = {5, 6, 14, 26}
 singles = st.tuples(st.sampled_from([5, 6, 7, 14, 26]), texts)
 properties = st.tuples(texts, texts).map(lambda kv: (4, _field(1, kv[0]) + _field(2, kv[1])))
 keys = st.tuples(texts, texts, texts).map(
@@ -69,7 +72,10 @@ def test_a_non_utf8_string_is_found_with_or_without_the_wire_bytes(
     wire = _field(1, producer_name) + b"\x10" + _varint(sequence_id) + b"\x18" + _varint(1_764_000_000_000)
     wire += b"".join(_field(number, value) for number, value in fields)
     metadata = pb.MessageMetadata.FromString(wire)
-    values = [producer_name] + [v for number, value in fields for v in _strings(number, value)]
+    # A singular field given twice holds the last value given; repeated ones hold them all.
+    last = {1: producer_name} | {number: value for number, value in fields if number in SINGULAR}
+    repeated = [v for number, value in fields if number not in SINGULAR for v in _strings(number, value)]
+    values = list(last.values()) + repeated
     expected_bad = not all(_is_utf8(v) for v in values)
     found = non_utf8_field(metadata, wire)
     assert (found is not None) == expected_bad
@@ -106,3 +112,20 @@ def test_the_wire_check_agrees_with_python_on_the_edges_of_utf8(value: bytes, ut
     expected = None if utf8 else "properties.value"
     assert non_utf8_field(pb.MessageMetadata.FromString(wire), wire) == expected
     assert non_utf8_field(pb.MessageMetadata.FromString(wire)) == expected
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_checking_from_the_wire_keeps_nothing_per_message() -> None:
+    # A protobuf message that is parsed into again and again keeps every copy in its arena: with
+    # a kept twin, 200,000 checks of 1 KB of metadata grew the process by ~200 MB.
+    wire = _field(1, b"p" * 1000) + b"\x10\x01\x18\x01"
+    metadata = pb.MessageMetadata.FromString(wire)
+    assert non_utf8_field(metadata, wire) is None
+    before = _rss_bytes()
+    for _ in range(200_000):
+        non_utf8_field(metadata, wire)
+    assert _rss_bytes() - before < 50 << 20
