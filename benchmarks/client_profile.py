@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
+
+from _pyspy import py_spy_path, summarise
 
 from velamq.client import AsyncClient, Client
 
@@ -105,40 +105,6 @@ def run_path(url: str, path: str, n: int, size: int) -> None:
     print(f"rate {rate:.0f}", flush=True)
 
 
-def _function(frame: str) -> str:
-    # py-spy raw frames: "name (path/file.py:line)"
-    name, _, where = frame.partition(" (")
-    where = where.rstrip(")")
-    file = where.rsplit(":", 1)[0]
-    for marker in ("velamq/", "asyncio/", "site-packages/"):
-        if marker in file:
-            file = file[file.index(marker):]
-            break
-    else:
-        file = os.path.basename(file)
-    return f"{name} ({file})"
-
-
-def summarise(raw: str, top: int) -> tuple[int, list[tuple[str, int, int]]]:
-    own: collections.Counter[str] = collections.Counter()
-    total: collections.Counter[str] = collections.Counter()
-    samples = 0
-    for line in raw.splitlines():
-        stack, _, count_text = line.rpartition(" ")
-        if not stack or not count_text.isdigit():
-            continue
-        count = int(count_text)
-        frames = [_function(f) for f in stack.split(";")[1:]]  # the first is the thread
-        if not frames:
-            continue
-        samples += count
-        own[frames[-1]] += count
-        for name in set(frames):
-            total[name] += count
-    rows = [(name, own[name], total[name]) for name, _ in own.most_common(top)]
-    return samples, rows
-
-
 def profile(py_spy: str, url: str, path: str, n: int, size: int, top: int) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "profile.txt")
@@ -179,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.unbatched:
         os.environ["PROFILE_UNBATCHED"] = "1"  # for the children
-    py_spy = shutil.which("py-spy", path=os.path.dirname(sys.executable)) or shutil.which("py-spy")
+    py_spy = py_spy_path()
     if py_spy is None:
         print("py-spy is not installed: .venv/bin/pip install -e '.[dev]'", file=sys.stderr)
         return 2

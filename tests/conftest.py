@@ -10,8 +10,10 @@
 from __future__ import annotations
 
 import gc
+import os
 import re
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -86,10 +88,14 @@ def client(broker: BrokerProcess, make_client: ClientFactory) -> Any:
     return make_client(broker.service_url)
 
 
+_session_status: list[int] = []  # pytest's exit status, for pytest_unconfigure
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Close the official clients that a test left open (one whose broker was killed under it may
     have failed to close), while the interpreter is whole: a `pulsar.Client` destroyed during the
     interpreter's own shutdown ends the process with std::terminate, turning a green run red."""
+    _session_status.append(int(exitstatus))
     pulsar = sys.modules.get("pulsar")
     if pulsar is None:
         return
@@ -104,3 +110,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         print(f"\nconftest: closed {len(left)} official client(s) left open by tests", file=sys.stderr)
     del left
     gc.collect()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """End the test process with pytest's own status once everything is reported. A C++ thread of
+    the official client library (the test peer) still running when the interpreter finalizes makes
+    the C++ runtime call std::terminate ("terminate called without an active exception", exit 134)
+    after a fully green run; no test's outcome depends on what finalization would do."""
+    if not _session_status or not any(m.startswith("pulsar") for m in sys.modules):
+        return
+    threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    if threads:
+        print(f"conftest: {len(threads)} thread(s) still running at exit: {sorted(threads)[:10]}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(_session_status[-1])

@@ -44,7 +44,7 @@ import socket
 import struct
 from collections.abc import Callable, Coroutine
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
 from velamq import _limits
 from velamq._errors import InvalidTopicNameError, ProtocolError
@@ -59,7 +59,7 @@ from velamq.broker._liveness import Liveness
 from velamq.broker._producer import ServerProducer
 from velamq.broker._producer_commands import ProducerCommands
 from velamq.broker._schemas import protocol_schema
-from velamq.broker._text_fields import non_utf8_field
+from velamq.broker._text_fields import non_utf8_command_field, non_utf8_field
 from velamq.broker._transport_flow import TransportFlow
 from velamq.metadata import encode_version
 from velamq.protocol import Frame, FrameDecoder, encode_command, pb
@@ -136,7 +136,8 @@ class ServerConnection(asyncio.Protocol):
     # ---- transport (asyncio.Protocol) ------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # A stream transport; uvloop's (TCPTransport) is not a subclass of asyncio.Transport.
+        transport = cast(asyncio.Transport, transport)
         self._transport = transport
         self._flow.attach(transport)
         sock = transport.get_extra_info("socket")
@@ -278,7 +279,7 @@ class ServerConnection(asyncio.Protocol):
         if handler is None:
             name = T.Type.Name(command.type) if command.type in T.Type.values() else str(command.type)
             raise ProtocolError(f"unsupported command {name}")
-        bad = non_utf8_field(command)
+        bad = non_utf8_command_field(command)
         if bad is not None:
             # Refused before the handler runs: nothing is registered, stored or logged per event.
             message = f"{bad} is not valid UTF-8"

@@ -5,7 +5,9 @@
                     max producers); WaitForExclusive answers "queued" first and waits; the
                     producer is registered only with its success reply
     SEND            checks (checksum, size policy, metadata decodes, its strings are UTF-8),
-                    Topic.publish, then a SEND_RECEIPT when the entry is durable
+                    Topic.publish_with, then a SEND_RECEIPT when the entry is durable: the
+                    entry's _Receipt (a Published, _publish.py) sends it the moment storage
+                    resolves the append, from a template (SendReceiptEncoder)
     CLOSE_PRODUCER  detach and answer SUCCESS
 
 SEND is handled inline, not as a task, so appends keep the order in which frames arrived and a
@@ -23,9 +25,7 @@ sending the same messages again, forever.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from functools import partial
 
 from velamq._errors import ProtocolError, StorageError
 from velamq._topic_name import TopicName
@@ -33,9 +33,10 @@ from velamq.broker._channel import CLOSED_CHANNEL, Channel, success_reply
 from velamq.broker._context import ProducerBroker
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker._producer import ServerProducer
+from velamq.broker._publish import Published
 from velamq.broker._text_fields import non_utf8_field
 from velamq.broker._topic import Topic
-from velamq.protocol import Frame, parse_entry_metadata, pb, unsigned64
+from velamq.protocol import Frame, SendReceiptEncoder, parse_entry_metadata_bytes, pb
 from velamq.storage import Position
 
 log = logging.getLogger(__name__)
@@ -46,11 +47,34 @@ T = pb.BaseCommand
 closed_ids_max = 10_000
 
 
+class _Receipt(Published):
+    """What one SEND waits for: its receipt once the entry is durable, or the failure's answer."""
+
+    __slots__ = ("_commands", "_highest", "_producer", "_sequence_id")
+
+    def __init__(
+        self, commands: ProducerCommands, producer: ServerProducer, sequence_id: int, highest: int | None
+    ) -> None:
+        # Published.__init__ inlined (one per unbatched entry): appended_to sets the rest.
+        self._done = False
+        self._commands = commands
+        self._producer = producer
+        self._sequence_id = sequence_id
+        self._highest = highest
+
+    def durable(self, position: Position) -> None:
+        self._commands.send_receipt(self._producer, self._sequence_id, self._highest, position)
+
+    def failed(self, exception: BaseException) -> None:
+        self._commands.send_failed(self._producer, self._sequence_id, exception)
+
+
 class ProducerCommands:
     """The producers of one connection, by producer id, and the handlers of their commands."""
 
     def __init__(self, channel: Channel, broker: ProducerBroker) -> None:
         self._channel = channel
+        self._receipts = SendReceiptEncoder()
         self._broker = broker
         self._producers: dict[int, ServerProducer] = {}
         self._closed_by_broker: dict[int, None] = {}  # insertion-ordered set
@@ -127,56 +151,61 @@ class ProducerCommands:
         return reply
 
     def on_send(self, frame: Frame) -> None:
+        # The hot path of an unbatched producer (issue 12): each protobuf field is read once.
         send = frame.command.send
-        producer = self._producers.get(send.producer_id)
+        producer_id = send.producer_id
+        producer = self._producers.get(producer_id)
         if producer is None:
-            if send.producer_id in self._closed_by_broker:
+            if producer_id in self._closed_by_broker:
                 return  # sent before the client saw CLOSE_PRODUCER: it sends it again, or fails it
-            raise ProtocolError(f"SEND for unknown producer id {send.producer_id}")
-        if self._broker.disk_guard.read_only:
+            raise ProtocolError(f"SEND for unknown producer id {producer_id}")
+        broker = self._broker
+        disk_guard = broker.disk_guard
+        if disk_guard.read_only:
             producer.close_by_broker()  # the client fails or re-sends what it has pending
             return
-        if frame.entry is None:
-            raise ProtocolError("SEND without a payload")
-        if not frame.checksum_valid:
-            self._send_error(send.producer_id, send.sequence_id, pb.ChecksumError, "checksum mismatch")
-            return
         entry = frame.entry
+        if entry is None:
+            raise ProtocolError("SEND without a payload")
+        sequence_id = send.sequence_id
+        if not frame.checksum_valid:
+            self._send_error(producer_id, sequence_id, pb.ChecksumError, "checksum mismatch")
+            return
         # Stored entries must be readable by every consumer: a send whose metadata does not
         # decode is refused here (ProtocolError closes this connection only).
-        metadata = parse_entry_metadata(entry)
-        bad = non_utf8_field(metadata)
+        metadata, metadata_bytes = parse_entry_metadata_bytes(entry)
+        bad = non_utf8_field(metadata, metadata_bytes)
         if bad is not None:
             raise ProtocolError(f"SEND metadata: {bad} is not valid UTF-8")
         topic = producer.topic
+        is_chunk = send.is_chunk
         limit = topic.policies.max_message_bytes
-        if limit is not None and not send.is_chunk and len(entry) > limit + 10:
+        if limit is not None and not is_chunk and len(entry) > limit + 10:
             # As Pulsar: NotAllowed for this send (the client treats it as a connection error).
-            self._send_error(
-                send.producer_id, send.sequence_id, pb.NotAllowedError, f"Exceed maximum message size {limit}"
-            )
+            self._send_error(producer_id, sequence_id, pb.NotAllowedError, f"Exceed maximum message size {limit}")
             return
         dedup_checked = True
-        if send.is_chunk:
+        if is_chunk:
             dedup_checked = metadata.chunk_id == metadata.num_chunks_from_msg - 1
             producer.chunks_in.add(1, len(entry))
             topic.chunks_published += 1
-        future = topic.publish(
+        has_highest = send.HasField("highest_sequence_id")
+        highest_sequence_id = send.highest_sequence_id if has_highest else 0
+        topic.publish_with(
             producer,
             entry,
             send.num_messages if send.HasField("num_messages") else 1,
-            send.sequence_id,
-            send.highest_sequence_id,
+            sequence_id,
+            highest_sequence_id,
             dedup_checked,
+            _Receipt(self, producer, sequence_id, highest_sequence_id if has_highest else None),
         )
         # ME-2: above the broker-wide publish buffer (bytes received, not yet durable), stop reading
         # from this producer's socket until storage has drained; producers see backpressure.
-        buffer = self._broker.publish_buffer
+        buffer = broker.publish_buffer
         if buffer.full:
             self._channel.pause_reading_until_room(buffer)
-        self._broker.disk_guard.note_appended(len(entry))
-        highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else None
-        future.add_done_callback(partial(self._receipt, producer, send.sequence_id, highest))
+        disk_guard.note_appended(len(entry))
 
     def _send_error(self, producer_id: int, sequence_id: int, code: int, message: str) -> None:
         reply = pb.BaseCommand(type=T.SEND_ERROR)
@@ -186,34 +215,26 @@ class ProducerCommands:
         reply.send_error.message = message
         self._channel.send_command(reply)
 
-    def _receipt(
-        self, producer: ServerProducer, sequence_id: int, highest: int | None, future: asyncio.Future[Position]
-    ) -> None:
+    def send_receipt(self, producer: ServerProducer, sequence_id: int, highest: int | None, position: Position) -> None:
+        """The entry is durable (or a duplicate, at (-1, -1)): SEND_RECEIPT."""
         if self._channel.closed:
             return
-        if future.cancelled() or future.exception() is not None:
-            error = future.exception() if not future.cancelled() else None
-            if producer.topic.closed or future.cancelled():
-                return  # unloaded or deleted: the producer was closed, the client sends it again
-            if isinstance(error, StorageError):
-                # Read-only until storage writes again: every producer is closed, none re-admitted.
-                self._broker.disk_guard.write_failed(error)
-                if self._producers.get(producer.producer_id) is producer:
-                    producer.close_by_broker()
-                return
-            self._broker.log_limit.error("append-failed", "append failed on %s: %s", producer.topic.full_name, error)
-            self._send_error(producer.producer_id, sequence_id, pb.PersistenceError, "could not store the message")
+        self._channel.write(
+            self._receipts.encode(producer.producer_id, sequence_id, highest, position.ledger_id, position.entry_id)
+        )
+
+    def send_failed(self, producer: ServerProducer, sequence_id: int, error: BaseException) -> None:
+        """The append failed (run from the loop, not from inside storage's write path)."""
+        if self._channel.closed or producer.topic.closed:
+            return  # gone, or unloaded or deleted: the producer was closed, the client sends it again
+        if isinstance(error, StorageError):
+            # Read-only until storage writes again: every producer is closed, none re-admitted.
+            self._broker.disk_guard.write_failed(error)
+            if self._producers.get(producer.producer_id) is producer:
+                producer.close_by_broker()
             return
-        position = future.result()
-        reply = pb.BaseCommand(type=T.SEND_RECEIPT)
-        r = reply.send_receipt
-        r.producer_id = producer.producer_id
-        r.sequence_id = sequence_id
-        if highest is not None:
-            r.highest_sequence_id = highest
-        r.message_id.ledgerId = unsigned64(position.ledger_id)
-        r.message_id.entryId = unsigned64(position.entry_id)
-        self._channel.send_command(reply)
+        self._broker.log_limit.error("append-failed", "append failed on %s: %s", producer.topic.full_name, error)
+        self._send_error(producer.producer_id, sequence_id, pb.PersistenceError, "could not store the message")
 
     def on_close_producer(self, frame: Frame) -> None:
         request = frame.command.close_producer

@@ -1,8 +1,9 @@
 """A loaded topic: its managed ledger, producers and subscriptions. Lives on the broker loop.
 
-Publish path: SEND → ProducerCommands.on_send → Topic.publish → ManagedLedger.append (durable under the sync policy) →
-receipt and a wake-up of every subscription's dispatcher. Positions are assigned in call order,
-so receipts for one producer go out in the order its sends arrived.
+Publish path: SEND → ProducerCommands.on_send → Topic.publish_with → ManagedLedger.append_with (durable
+under the sync policy) → a wake-up of every subscription's dispatcher and the receipt, both from
+the entry's Published (_publish.py). Positions are assigned in call order, so receipts for one
+producer go out in the order its sends arrived.
 
 A loaded topic that nobody uses is small: `__slots__`, a rate counter, locks and events made on
 first use, policies shared with the other topics of its namespace, and subscriptions that keep
@@ -15,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from functools import partial
 
 from velamq._clock import Clock
 from velamq._errors import StorageError
@@ -27,6 +27,7 @@ from velamq.broker._delay_store import delayed_index_name
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker._positions import end_of_log
 from velamq.broker._producer import ServerProducer
+from velamq.broker._publish import Published, PublishedFuture
 from velamq.broker._rates import NO_RATE, RateCounter
 from velamq.broker._subscription import Subscription
 from velamq.metadata import Policies
@@ -221,6 +222,15 @@ class Topic:
             return quota.policy
         return None
 
+    def after_durable(self) -> None:
+        """An entry of this topic is durable and its receipt on its way (_publish.py): with a size
+        quota, check it now, after the receipt, so the producer hears of the entry first."""
+        quota = self.policies.backlog_quota
+        if quota is None or quota.limit_bytes < 0 or quota.policy == "consumer_backlog_eviction":
+            return
+        if self.producers:
+            asyncio.get_running_loop().call_soon(self._check_quota_on_publish)
+
     def _check_quota_on_publish(self) -> None:
         """A size quota is checked at every publish, so producers stop within one entry (or the
         batches already on the wire) of the limit, not at the next periodic check."""
@@ -254,44 +264,48 @@ class Topic:
         highest_sequence_id: int,
         dedup_checked: bool,
     ) -> asyncio.Future[Position]:
-        """Append an entry. With deduplication on, a duplicate resolves at once to (-1, -1).
+        """`publish_with` answering with a future: the entry's position once durable."""
+        future: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+        self.publish_with(
+            producer, entry, num_messages, sequence_id, highest_sequence_id, dedup_checked, PublishedFuture(future)
+        )
+        return future
+
+    def publish_with(
+        self,
+        producer: ServerProducer,
+        entry: bytes,
+        num_messages: int,
+        sequence_id: int,
+        highest_sequence_id: int,
+        dedup_checked: bool,
+        published: Published,
+    ) -> None:
+        """Append an entry; `published` learns the outcome (_publish.py). With deduplication on, a
+        duplicate is answered with (-1, -1) on the next loop turn, and nothing is stored.
         `dedup_checked` is False for all chunks of a chunked message but the last."""
         dedup = self.dedup
-        if dedup is not None and dedup_checked and dedup.is_duplicate(producer.name, sequence_id, highest_sequence_id):
-            done: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
-            done.set_result(DUPLICATE_POSITION)
-            return done
+        if dedup is not None and dedup_checked:
+            if dedup.is_duplicate(producer.name, sequence_id, highest_sequence_id):
+                asyncio.get_running_loop().call_soon(published.durable, DUPLICATE_POSITION)
+                return
+            published.appended_to(self, dedup, producer.name, max(sequence_id, highest_sequence_id))
+        else:
+            published.appended_to(self, None, "", -1)
         try:
-            future = self.ledger.append_nowait(entry)
+            self.ledger.append_with(entry, published)
         except (StorageError, ValueError) as exc:
-            # Same path as a failed write: the receipt callback answers SEND_ERROR.
-            future = asyncio.get_running_loop().create_future()
-            future.set_exception(exc)
-        producer.rate_in.add(num_messages, len(entry))
+            published.set_exception(exc)  # the same path as a failed write: SEND_ERROR
+        # RateCounter.add inlined: twice per unbatched entry.
+        size = len(entry)
+        rate_in = producer.rate_in
+        rate_in.messages_total += num_messages
+        rate_in.bytes_total += size
         rate_in = self.rate_in
         if rate_in is NO_RATE:
             rate_in = self.rate_in = RateCounter.since(self.clock.monotonic_s())
-        rate_in.add(num_messages, len(entry))
-        future.add_done_callback(self._appended)
-        quota = self.policies.backlog_quota
-        if quota is not None and quota.limit_bytes >= 0 and quota.policy != "consumer_backlog_eviction":
-            future.add_done_callback(self._publish_quota_check)
-        if dedup is not None and dedup_checked:
-            seq = max(sequence_id, highest_sequence_id)
-            future.add_done_callback(partial(_dedup_done, dedup, producer.name, seq))
-        return future
-
-    def _publish_quota_check(self, future: asyncio.Future[Position]) -> None:
-        if not future.cancelled() and future.exception() is None and self.producers:
-            # After this entry's receipt (a callback added later): the entry is stored, its
-            # producer hears so before it is disconnected.
-            asyncio.get_running_loop().call_soon(self._check_quota_on_publish)
-
-    def _appended(self, future: asyncio.Future[Position]) -> None:
-        if future.cancelled() or future.exception() is not None:
-            return
-        for subscription in self.subscriptions.values():
-            subscription.wake()
+        rate_in.messages_total += num_messages
+        rate_in.bytes_total += size
 
     # ---- subscriptions ---------------------------------------------------------------------------
 
@@ -400,10 +414,3 @@ class Topic:
         for subscription in list(self.subscriptions.values()):
             await subscription.close()
         self.subscriptions.clear()
-
-
-def _dedup_done(dedup: Deduplication, producer_name: str, sequence_id: int, future: asyncio.Future[Position]) -> None:
-    if future.cancelled() or future.exception() is not None:
-        dedup.failed(producer_name)
-    else:
-        dedup.persisted_up_to(producer_name, sequence_id)

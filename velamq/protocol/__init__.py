@@ -4,7 +4,8 @@
     FrameDecoder            split a byte stream into Frames (command + entry)
     encode_command          a simple command as bytes
     encode_payload_command  SEND / MESSAGE around a checksummed entry
-    build_entry / split_entry / parse_entry_metadata / verify_entry
+    SendReceiptEncoder      SEND_RECEIPT frames from one kept template
+    build_entry / split_entry / parse_entry_metadata(_bytes) / verify_entry
     build_batch / parse_batch / entry_messages
     decode_batch / encode_batch / single_columns / MessageColumns   batches at once, as columns
     compress / decompress / codec_from_name
@@ -27,12 +28,14 @@ from velamq.protocol._entry import (
     build_entry,
     crc32c,
     parse_entry_metadata,
+    parse_entry_metadata_bytes,
     split_entry,
     verify_entry,
     with_checksum,
 )
 from velamq.protocol._frames import Frame, FrameDecoder, encode_command, encode_payload_command
 from velamq.protocol._ids import I64_MAX, signed64, unsigned64
+from velamq.protocol._receipts import SendReceiptEncoder
 
 __all__ = [
     "I64_MAX",
@@ -43,6 +46,7 @@ __all__ = [
     "Frame",
     "FrameDecoder",
     "MessageColumns",
+    "SendReceiptEncoder",
     "build_batch",
     "build_entry",
     "chunk_uuid",
@@ -57,6 +61,7 @@ __all__ = [
     "entry_messages",
     "parse_batch",
     "parse_entry_metadata",
+    "parse_entry_metadata_bytes",
     "pb",
     "signed64",
     "single_columns",

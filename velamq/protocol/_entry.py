@@ -35,12 +35,12 @@ def build_entry(metadata: pb.MessageMetadata, payload: bytes) -> bytes:
     return struct.pack(">HI", CHECKSUM_MAGIC, crc32c(body)) + body
 
 
-def with_checksum(unchecked: bytes) -> bytes:
+def with_checksum(unchecked: bytes | memoryview) -> bytes:
     """[metadata_size][metadata][payload] -> the checksummed form."""
     return struct.pack(">HI", CHECKSUM_MAGIC, crc32c(unchecked)) + unchecked
 
 
-def verify_entry(entry: bytes) -> None:
+def verify_entry(entry: bytes | memoryview) -> None:
     if len(entry) < HEAD_BYTES:
         raise ProtocolError("truncated entry")
     magic, expected, meta_size = _HEAD.unpack_from(entry, 0)
@@ -60,16 +60,22 @@ def entry_metadata_bytes(entry: bytes) -> bytes:
 
 def parse_entry_metadata(entry: bytes) -> pb.MessageMetadata:
     """The MessageMetadata of a checksummed entry (no checksum check: stored entries were verified)."""
+    return parse_entry_metadata_bytes(entry)[0]
+
+
+def parse_entry_metadata_bytes(entry: bytes) -> tuple[pb.MessageMetadata, bytes]:
+    """`parse_entry_metadata`, and the metadata's bytes as they are in the entry."""
     if len(entry) < HEAD_BYTES:
         raise ProtocolError("truncated entry")
     metadata = pb.MessageMetadata()
+    raw = entry_metadata_bytes(entry)
     try:
-        metadata.ParseFromString(entry_metadata_bytes(entry))
+        metadata.ParseFromString(raw)
     except (DecodeError, RuntimeError, ValueError) as exc:
         raise ProtocolError(f"undecodable message metadata: {exc}") from None
     if not metadata.IsInitialized():
         raise ProtocolError("message metadata is missing required fields")
-    return metadata
+    return metadata, raw
 
 
 def split_entry(entry: bytes) -> tuple[pb.MessageMetadata, bytes]:

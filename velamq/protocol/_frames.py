@@ -82,39 +82,45 @@ class FrameDecoder:
         frames: list[Frame] = []
         offset = 0
         end = len(buf)
-        while end - offset >= 4:
-            (total,) = _U32.unpack_from(buf, offset)
-            if total > self.frame_bytes_max:
-                raise FrameTooLargeError(total, self.frame_bytes_max)
-            if total < 4:
-                raise ProtocolError(f"frame size {total} is smaller than its command-size field")
-            if end - offset - 4 < total:
-                break
-            start = offset + 4
-            offset = start + total
-            frames.append(self._decode_frame(bytes(buf[start:offset])))
+        # One copy per frame part: commands and entries are cut from a view of the buffer (the
+        # view is released before the buffer is trimmed: a bytearray with a view cannot resize).
+        with memoryview(buf) as view:
+            while end - offset >= 4:
+                (total,) = _U32.unpack_from(view, offset)
+                if total > self.frame_bytes_max:
+                    raise FrameTooLargeError(total, self.frame_bytes_max)
+                if total < 4:
+                    raise ProtocolError(f"frame size {total} is smaller than its command-size field")
+                if end - offset - 4 < total:
+                    break
+                start = offset + 4
+                offset = start + total
+                frames.append(self._decode_frame(view, start, offset))
         if offset:
             del buf[:offset]
         return frames
 
-    def _decode_frame(self, frame: bytes) -> Frame:
-        (command_size,) = _U32.unpack_from(frame, 0)
-        if command_size > len(frame) - 4 or command_size > _command_bytes_max:
-            raise ProtocolError(f"command size {command_size} exceeds frame size {len(frame)}")
+    def _decode_frame(self, view: memoryview, start: int, end: int) -> Frame:
+        (command_size,) = _U32.unpack_from(view, start)
+        body_start = start + 4
+        entry_start = body_start + command_size
+        if command_size > end - body_start or command_size > _command_bytes_max:
+            raise ProtocolError(f"command size {command_size} exceeds frame size {end - start}")
         command = pb.BaseCommand()
         try:
-            command.ParseFromString(frame[4 : 4 + command_size])
+            command.ParseFromString(bytes(view[body_start:entry_start]))
         except (DecodeError, RuntimeError, ValueError) as exc:
             raise ProtocolError(f"undecodable command: {exc}") from None
         _check_command(command)
-        if len(frame) == 4 + command_size:
+        if entry_start == end:
             return Frame(command)
+        rest = view[entry_start:end]
         try:
-            return Frame(command, self._entry(frame[4 + command_size :]))
+            return Frame(command, self._entry(rest))
         except ChecksumMismatchError:
-            return Frame(command, frame[4 + command_size :], checksum_valid=False)
+            return Frame(command, bytes(rest), checksum_valid=False)
 
-    def _entry(self, rest: bytes) -> bytes:
+    def _entry(self, rest: memoryview) -> bytes:
         if len(rest) >= 2 and _U16.unpack_from(rest, 0)[0] == BROKER_ENTRY_MAGIC:
             if len(rest) < 6:
                 raise ProtocolError("truncated broker entry metadata")
@@ -125,7 +131,7 @@ class FrameDecoder:
                 verify_entry(rest)
             else:
                 _check_entry_shape(rest, 6)
-            return rest
+            return bytes(rest)
         _check_entry_shape(rest, 0)
         return with_checksum(rest)
 
@@ -151,7 +157,7 @@ def _check_command(command: pb.BaseCommand) -> None:
         raise ProtocolError(f"{body} command is missing required fields")
 
 
-def _check_entry_shape(entry: bytes, metadata_size_at: int) -> None:
+def _check_entry_shape(entry: bytes | memoryview, metadata_size_at: int) -> None:
     if len(entry) < metadata_size_at + 4:
         raise ProtocolError("truncated entry")
     (meta_size,) = _U32.unpack_from(entry, metadata_size_at)

@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from velamq._clock import Clock
 from velamq._errors import StorageError
@@ -76,12 +76,24 @@ class LedgerHandle:
     failed: StorageError | None = None
 
 
+class AppendWaiter(Protocol):
+    """What an append resolves once durable (or failed), on the loop: an asyncio.Future, or an
+    object of the caller's that acts on the outcome at once instead of scheduling callbacks
+    (the broker's receipts, issue 12). It must not raise, nor call back into storage."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: Any, /) -> None: ...
+
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+
 @dataclass(eq=False, slots=True)
 class AppendOp:
     handle: LedgerHandle
     entry_id: int
     data: bytes
-    future: asyncio.Future[Any]
+    future: AppendWaiter
     crc: int = 0  # CRC32C of data, computed by the journal thread, reused by the flusher
 
 

@@ -40,7 +40,7 @@ from velamq.storage._config import Counters, StorageConfig, entry_bytes_max
 from velamq.storage._cursor import CursorState, ManagedCursor
 from velamq.storage._cursor_persistence import CursorPersistence
 from velamq.storage._entry_log import Run
-from velamq.storage._journal import AppendOp, BarrierOp, Journal, LedgerHandle
+from velamq.storage._journal import AppendOp, AppendWaiter, BarrierOp, Journal, LedgerHandle
 from velamq.storage._journal_file import RECORD_HEADER_BYTES
 from velamq.storage._ledger_list import LedgerList, LedgerState
 from velamq.storage._position import Entry, LedgerInfo, Position
@@ -214,8 +214,16 @@ class ManagedLedger:
 
     def append_nowait(self, data: bytes) -> asyncio.Future[Position]:
         """`append` without a coroutine: the position is assigned now, in call order, and the
-        future resolves once the entry is durable. The broker calls this once per SEND, so it
-        saves a task per message; errors (closed or failed ledger, bad size) raise at once."""
+        future resolves once the entry is durable. It saves a task per message; errors (closed
+        or failed ledger, bad size) raise at once."""
+        future: asyncio.Future[Position] = self._loop.create_future()
+        self.append_with(data, future)
+        return future
+
+    def append_with(self, data: bytes, waiter: AppendWaiter) -> None:
+        """`append_nowait` resolving the caller's `waiter` (set_result(Position) once durable,
+        set_exception if the write fails) instead of a future: the broker calls this once per
+        SEND and acts on the outcome without a callback scheduled per entry."""
         if self._state != "open":
             raise LedgerClosedError(f"managed ledger {self.name} is closed")
         ctx = self._ctx
@@ -241,9 +249,7 @@ class ManagedLedger:
         self._current_bytes += RECORD_HEADER_BYTES + size
         ctx.publish_buffer.acquire(size)
         ctx.counters.pending_appends += 1
-        future: asyncio.Future[Position] = self._loop.create_future()
-        ctx.journal.submit(AppendOp(self._handle, entry_id, data, future))
-        return future
+        ctx.journal.submit(AppendOp(self._handle, entry_id, data, waiter))
 
     def on_durable(self, ledger_id: int, last_entry_id: int, entries: int, size_bytes: int) -> None:
         """Called by the write path (on the loop): entries up to last_entry_id of ledger_id are durable."""

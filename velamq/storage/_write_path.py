@@ -156,6 +156,7 @@ class WritePath:
         appends = group.appends
         start = end = group.applied
         durable: dict[LedgerHandle, list[int]] = {}  # handle -> [last entry id, count, record bytes]
+        tail_active: dict[LedgerHandle, bool] = {}  # asked once per ledger: nothing here changes it
         skipped_inactive = 0
         data_bytes = 0
         while end < len(appends) and active.size_bytes < half_bytes_max:
@@ -174,7 +175,10 @@ class WritePath:
                 run[0] = entry_id
                 run[1] += 1
                 run[2] += RECORD_HEADER_BYTES + len(data)
-            if handle.owner.tail_active:
+            active_tail = tail_active.get(handle)
+            if active_tail is None:
+                active_tail = tail_active[handle] = handle.owner.tail_active
+            if active_tail:
                 tail.put(Position(handle.ledger_id, entry_id), data)
             else:
                 skipped_inactive += 1
