@@ -24,7 +24,9 @@ Sequence ids: the next id is last_sequence_id + 1 from the first PRODUCER_SUCCES
 initial_sequence_id), so a named producer resumes where the broker's dedup state is (CO-6). A
 message may bring its own sequence_id; ids only go up.
 
-Steps 10 to 12 (the pending queue, receipts, the send timeout) are in _pending_sends.py.
+Steps 6 to 11 (sequence ids, the open batch, SEND ops of single messages and chunks) are in the
+base SendOps (_send_ops.py); 10 to 12 (the pending queue, receipts, the send timeout) are in
+_pending_sends.py.
 
 Delayed messages (deliver_at) are never batched. With chunking enabled, a payload whose
 compressed size exceeds the chunk size is split (see velamq/protocol/_chunks.py); every chunk
@@ -35,7 +37,6 @@ the chunked id.
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -48,17 +49,17 @@ from velamq.client._connection import Connection
 from velamq.client._errors import (
     AlreadyClosedError,
     ChecksumError,
-    ConnectError,
     MemoryBufferIsFullError,
     MessageTooBigError,
     ProducerBlockedQuotaExceededError,
     ProducerQueueIsFullError,
     error_from_server,
 )
-from velamq.client._handler import ClientContext, ConnectionHandler
+from velamq.client._handler import ClientContext
 from velamq.client._message import MessageId, ProducerMessage
-from velamq.client._pending_sends import ChunkContext, PendingMessage, PendingSends, Receipt, SendOp
-from velamq.protocol import build_entry, chunk_uuid, codec_from_name, pb, signed64, split_chunks
+from velamq.client._pending_sends import PendingMessage, PendingSends, Receipt
+from velamq.client._send_ops import SendOps, State
+from velamq.protocol import codec_from_name, pb, signed64
 
 if TYPE_CHECKING:
     from velamq.client._producer import Producer
@@ -80,40 +81,18 @@ def _chunk_payload_bytes(max_message_bytes: int, config: ProducerConfig) -> int:
     return limit
 
 
-def _send_command(producer_id: int, sequence_id: int, *, num_messages: int | None = None,
-                  highest: int | None = None, is_chunk: bool = False) -> pb.BaseCommand:
-    command = pb.BaseCommand(type=T.SEND)
-    s = command.send
-    s.producer_id = producer_id
-    s.sequence_id = sequence_id
-    if num_messages is not None:
-        s.num_messages = num_messages
-    if highest is not None:
-        s.highest_sequence_id = highest
-    if is_chunk:
-        s.is_chunk = True
-    return command
-
-
-class State(enum.Enum):
-    CONNECTING = "connecting"
-    READY = "ready"
-    CLOSING = "closing"
-    CLOSED = "closed"
-    FAILED = "failed"
-
-
 _READY = State.READY
 
 
-class PartitionProducer(ConnectionHandler):
+class PartitionProducer(SendOps):
     """The producer of one topic or partition, over one connection at a time.
 
     It registers (PRODUCER) with a name and an epoch, admits each message against the pending
     permits and the client's memory limit, batches, compresses or chunks it into SEND ops with
-    sequence ids, and hands them to its PendingSends, which completes them on their receipts. After a
-    reconnect it registers again and writes every pending op again before anything new; the broker
-    deduplicates by producer name and sequence id. Producer holds one per partition.
+    sequence ids (its base SendOps), and hands them to its PendingSends, which completes them on
+    their receipts. After a reconnect it registers again and writes every pending op again before
+    anything new; the broker deduplicates by producer name and sequence id. Producer holds one per
+    partition.
     """
 
     def __init__(self, client: ClientContext, owner: Producer, topic: str, partition: int, config: ProducerConfig,
@@ -368,78 +347,6 @@ class PartitionProducer(ConnectionHandler):
         if not self.memory.try_acquire(size):
             self.permits.release(permits)
             raise MemoryBufferIsFullError(size, self.memory.limit)
-
-    def _take_sequence_id(self, message: ProducerMessage) -> int:
-        if message.sequence_id is not None:
-            sequence_id = message.sequence_id
-            self._next_sequence_id = max(self._next_sequence_id, sequence_id + 1)
-        else:
-            sequence_id = self._next_sequence_id
-            self._next_sequence_id += 1
-        return sequence_id
-
-    def _add_to_batch(self, message: ProducerMessage, sequence_id: int, pending: PendingMessage) -> None:
-        batch = self._batch
-        assert batch is not None
-        if not batch.has_space_for(len(message.value)):
-            self._flush_batch()
-        was_empty = len(batch) == 0
-        if batch.add(message, sequence_id, pending):
-            self._flush_batch()
-        elif was_empty:
-            delay_s = self.config.batching_max_publish_delay_ms / 1000
-            self._batch_timer = asyncio.get_running_loop().call_later(delay_s, self._flush_batch)
-
-    def _flush_batch(self) -> None:
-        if self._batch_timer is not None:
-            self._batch_timer.cancel()
-            self._batch_timer = None
-        batch = self._batch
-        if batch is None or len(batch) == 0:
-            return
-        built = batch.build(self.producer_name, self._codec, self.client.clock.now_ms())
-        if self.schema_version:
-            built.metadata.schema_version = self.schema_version
-        n = built.count
-        entry = build_entry(built.metadata, built.payload)
-        command = _send_command(self.producer_id, built.sequence_id, num_messages=n, highest=built.highest_sequence_id)
-        self._enqueue(SendOp(built.sequence_id, built.highest_sequence_id, n, Connection.encode_send(command, entry),
-                             list(built.items), self.client.clock.monotonic_s(), n, built.value_bytes, batched=True,
-                             entry_bytes=len(entry)))
-
-    def _send_single(self, meta: pb.MessageMetadata, payload: bytes, sequence_id: int, pending: PendingMessage,
-                     size: int) -> None:
-        entry = build_entry(meta, payload)
-        frame = Connection.encode_send(_send_command(self.producer_id, sequence_id), entry)
-        self._enqueue(SendOp(sequence_id, sequence_id, 1, frame, [pending], self.client.clock.monotonic_s(), 1, size,
-                             entry_bytes=len(entry)))
-
-    def _send_chunks(self, meta: pb.MessageMetadata, payload: bytes, sequence_id: int, pending: PendingMessage,
-                     size: int, chunk_size: int, chunks: int) -> None:
-        parts = split_chunks(payload, chunk_size)
-        assert len(parts) == chunks
-        meta.uuid = chunk_uuid(self.producer_name, sequence_id)
-        meta.num_chunks_from_msg = chunks
-        meta.total_chunk_msg_size = len(payload)
-        context = ChunkContext()
-        now_s = self.client.clock.monotonic_s()
-        for chunk_id, part in enumerate(parts):
-            meta.chunk_id = chunk_id
-            entry = build_entry(meta, part)
-            frame = Connection.encode_send(_send_command(self.producer_id, sequence_id, is_chunk=True), entry)
-            last = chunk_id == chunks - 1
-            # Memory is given back with the last chunk; every chunk gives back its own permit.
-            self._enqueue(SendOp(sequence_id, sequence_id, 1, frame, [pending] if last else [], now_s, 1,
-                                 size if last else 0, chunk=context, last_chunk=last, entry_bytes=len(entry)))
-
-    def _enqueue(self, op: SendOp) -> None:
-        self.pending.append(op)
-        connection = self.connection
-        if self.state in (State.READY, State.CLOSING) and connection is not None and connection.is_ready:
-            try:
-                connection.send_frame(op.frame)
-            except ConnectError:
-                pass  # resent after reconnect
 
     # ---- receipts and failures -----------------------------------------------------------------
 

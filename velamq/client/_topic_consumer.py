@@ -14,23 +14,24 @@ resumes after the last message the application saw (non-durable).
 
 Two helpers hold the rest, each with its own state: MessageIntake (_consumer_intake.py) turns a
 MESSAGE into Messages (chunks, batches, decompression, the reader's start filter), and
-ConsumerAcks (_consumer_acks.py) tracks acknowledgements, redeliveries and dead letters. This
-module owns the connection: SUBSCRIBE, FLOW, the commands they ask for, seek and close.
+ConsumerAcks (_consumer_acks.py) tracks acknowledgements, redeliveries and dead letters, whose
+ACK and REDELIVER commands its base ConsumerAckCommands (_consumer_ack_commands.py) sends. This
+module owns the connection: SUBSCRIBE, FLOW, seek and close.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 from typing import TYPE_CHECKING, Any
 
 from velamq.client._config import ConsumerConfig, KeySharedPolicy
 from velamq.client._connection import Connection
+from velamq.client._consumer_ack_commands import ConsumerAckCommands, State
 from velamq.client._consumer_acks import ConsumerAcks
 from velamq.client._consumer_intake import MessageIntake
-from velamq.client._errors import AlreadyClosedError, ConnectError, OperationTimeoutError
-from velamq.client._handler import ClientContext, ConnectionHandler
+from velamq.client._errors import ConnectError, OperationTimeoutError
+from velamq.client._handler import ClientContext
 from velamq.client._message import MessageId, ReceivedBatch, message_at
 from velamq.client._receiver_queue import ReceiverQueue, message_available
 from velamq.protocol import pb, unsigned64
@@ -56,20 +57,14 @@ def _fill_key_shared_meta(meta: pb.KeySharedMeta, policy: KeySharedPolicy | None
         meta.allowOutOfOrderDelivery = policy.allow_out_of_order_delivery
 
 
-class State(enum.Enum):
-    CONNECTING = "connecting"
-    READY = "ready"
-    CLOSED = "closed"
-    FAILED = "failed"
-
-
-class TopicConsumer(ConnectionHandler):
+class TopicConsumer(ConsumerAckCommands):
     """The consumer of one subscription on one topic or partition, over one connection at a time.
 
     It subscribes (again after every reconnect, as a new generation), grants the broker FLOW
     permits as the application takes messages from the shared receiver queue, and sends the ACK,
     REDELIVER, SEEK and CLOSE commands of that subscription. MESSAGEs are decoded by its
-    MessageIntake and acknowledgement state is kept by its ConsumerAcks; the application's
+    MessageIntake and acknowledgement state is kept by its ConsumerAcks (the commands leave from
+    its base, ConsumerAckCommands); the application's
     Consumer holds one TopicConsumer per partition and routes each call to the right one.
     """
 
@@ -279,105 +274,7 @@ class TopicConsumer(ConnectionHandler):
         batch, j = self._last_taken
         return batch.message_id(j)
 
-    # ---- acknowledging (the state is in ConsumerAcks; the commands leave here) -----------------
-
-    def acknowledge(self, message_id: MessageId) -> None:
-        self._check_open()
-        self.acks.acknowledge(message_id)
-
-    def acknowledge_range(self, batch: ReceivedBatch, first: int, end: int) -> None:
-        self._check_open()
-        self.acks.acknowledge_range(batch, first, end)
-
-    def acknowledge_one(self, batch: ReceivedBatch, j: int) -> None:
-        if self.state is State.CLOSED:
-            raise AlreadyClosedError(f"{self.topic}: consumer is closed")
-        self.acks.acknowledge_one(batch, j)
-
-    def acknowledge_cumulative(self, message_id: MessageId) -> None:
-        self._check_open()
-        self.acks.acknowledge_cumulative(message_id)
-
-    def negative_acknowledge(self, message_id: MessageId) -> None:
-        self._check_open()
-        self.acks.negative_acknowledge(message_id)
-
-    def send_ack(self, ack_type: int, ids: list[pb.MessageIdData], validation_error: int | None = None) -> bool:
-        connection = self.connection
-        if connection is None or not connection.is_ready or self.state is not State.READY:
-            return False  # kept by the tracker; flushed after the next SUBSCRIBE
-        command = pb.BaseCommand(type=T.ACK)
-        command.ack.consumer_id = self.consumer_id
-        command.ack.ack_type = ack_type  # type: ignore[assignment]
-        command.ack.message_id.extend(ids)
-        if validation_error is not None:
-            command.ack.validation_error = validation_error  # type: ignore[assignment]
-        try:
-            connection.send_command(command)
-        except ConnectError:
-            return False
-        return True
-
-    async def confirm_acks(self) -> None:
-        """Ack receipts: send the acks not sent yet now, each command with a request id, and wait
-        for the broker's ACK_RESPONSE. Raises ConnectError without a connection and the broker's
-        error if it refused; the acks then stay queued (sent again after a reconnect)."""
-        commands = self.acks.grouped.take()
-        if not commands:
-            return
-        try:
-            connection = self.connection
-            if connection is None or not connection.is_ready or self.state is not State.READY:
-                raise ConnectError(f"{self.topic}: not connected, the acknowledgement is not confirmed")
-            for i, (ack_type, ids) in enumerate(commands):
-                command = pb.BaseCommand(type=T.ACK)
-                command.ack.consumer_id = self.consumer_id
-                command.ack.ack_type = ack_type  # type: ignore[assignment]
-                command.ack.message_id.extend(ids)
-                request_id = self.new_request_id()
-                command.ack.request_id = request_id
-                await connection.request(command, request_id)
-                commands[i] = (ack_type, [])
-        except BaseException:
-            self.acks.grouped.restore([(t, ids) for t, ids in commands if ids])
-            raise
-
-    def send_redeliver(self, ids: list[MessageId] | None) -> None:
-        """REDELIVER_UNACKNOWLEDGED_MESSAGES for these entries, or for everything unacked (None)."""
-        connection = self.connection
-        if connection is None or not connection.is_ready:
-            return
-        command = pb.BaseCommand(type=T.REDELIVER_UNACKNOWLEDGED_MESSAGES)
-        command.redeliverUnacknowledgedMessages.consumer_id = self.consumer_id
-        if ids:
-            entries = {mid.entry_key(): mid for mid in ids}
-            for mid in entries.values():
-                command.redeliverUnacknowledgedMessages.message_ids.append(
-                    MessageId(mid.ledger_id, mid.entry_id, mid.partition).to_proto())
-        try:
-            connection.send_command(command)
-        except ConnectError:
-            pass
-
-    def redeliver_all(self) -> None:
-        """Everything unacknowledged comes again: the queued messages are dropped first (they
-        would otherwise arrive twice) and their permits given back, as the official clients do."""
-        self.acks.clear_ack_timeouts()
-        generation = self.generation
-        dropped = self.queue.drop(lambda b: b.owner is self and b.generation == generation)
-        self.queue.drop(lambda b: b.owner is self)
-        # Messages already handed out in bulk but not yet to the application (the blocking client's
-        # prefetch) are stale too: they come again.
-        self.generation += 1
-        self.send_redeliver(None)
-        if dropped:
-            self.permits_back(dropped)
-
     # ---- seek, last message id, close ----------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self.state is State.CLOSED:
-            raise AlreadyClosedError(f"{self.topic}: consumer is closed")
 
     async def _ready_connection(self) -> Connection:
         deadline = self.client.clock.monotonic_s() + self.client.config.operation_timeout_s
