@@ -124,9 +124,11 @@ def broker_on(fs: Path, memory: str, check_interval_ms: int) -> BrokerProcess:
     # Small journal files: trimming one frees 1 MiB, not the 64 MiB that would turn the broker
     # writable again at once on so small a disk (the read-only state is what the tests look at).
     # A deleted topic's entries leave the disk when the garbage collector drops or rewrites their
-    # entry logs: it runs every second here, not BookKeeper's default quarter of an hour.
+    # entry logs: it runs every second here, not BookKeeper's default quarter of an hour. Entry
+    # logs of 4 MiB: a deleted topic's entries fill whole logs, which the collector drops without
+    # copying anything (on a full disk there is no room to rewrite a log shared with live entries).
     config.write_text(
-        f"diskCheckInterval={check_interval_ms}\njournalMaxSizeMB=1\n"
+        f"diskCheckInterval={check_interval_ms}\njournalMaxSizeMB=1\nlogSizeLimit={4 * MIB}\n"
         "gcWaitTime=1000\nminorCompactionInterval=1\nmajorCompactionInterval=2\n"
     )
     broker = BrokerProcess(fs / "data", ["--config", str(config), "--memory", memory], log_path=fs.parent / "log")
