@@ -49,6 +49,12 @@ def publishers(broker: BrokerProcess, topic: str) -> list[Any]:
     return list(json.loads(body)["publishers"])
 
 
+def backlog(broker: BrokerProcess, topic: str) -> int:
+    status, body = http("GET", f"{broker.admin_url}/admin/v2/persistent/{topic}/stats")
+    assert status == 200, body
+    return int(json.loads(body)["subscriptions"]["sub"]["msgBacklog"])
+
+
 async def drain(consumer: Consumer) -> int:
     count = 0
     while True:
@@ -102,21 +108,25 @@ def test_producer_request_hold_sends_wait_until_the_backlog_drains(quota_broker:
             consumer = await c.subscribe(f"persistent://{topic}", "sub", initial_position="earliest")
             producer = await c.create_producer(f"persistent://{topic}", batching_enabled=False,
                                                send_timeout_ms=60_000)
-            stored = 0
+            sent: list[asyncio.Future[Any]] = []
             while await _has_publishers(quota_broker, topic):  # until the broker stops it
                 future = await producer.send_async(PAYLOAD)
                 await until(lambda f=future: _done_or_blocked(quota_broker, topic, f))
-                stored += future.done()
+                sent.append(future)
+            # What the broker stored, from its own stats: the last send's receipt may still be on
+            # its way, or that send may be held by the client to go again after the drain.
+            stored = backlog(quota_broker, topic)
             assert LIMIT // 260 <= stored <= LIMIT // 200 + 1  # within one entry of the limit
             held = [await producer.send_async(b"held-%d" % i) for i in range(3)]
             assert not any(f.done() for f in held)  # nothing is admitted while nothing is acked
             received = []
-            while len(received) < stored + 3:
+            while len(received) < len(sent) + 3:
                 message = await consumer.receive(timeout_ms=20_000)
                 received.append(message.data())
                 await consumer.acknowledge(message)
-            assert received[stored:] == [b"held-0", b"held-1", b"held-2"]
-            await asyncio.gather(*held)  # every held send went through, none failed
+            assert received[:len(sent)] == [PAYLOAD] * len(sent)  # every send, in order
+            assert received[len(sent):] == [b"held-0", b"held-1", b"held-2"]
+            await asyncio.gather(*sent, *held)  # every held send went through, none failed
 
     asyncio.run(main())
 
