@@ -39,28 +39,29 @@ SUBSCRIPTION_AUTH_MODE: Final = "subscription_auth_mode"
 # ---------------------------------------------------------------------------- the shared model
 
 
+def _model(call: Call) -> Any:
+    """The server's authorization model, or None when authorization is off."""
+    return call.security.authorization if call.security is not None else None
+
+
 async def reload_namespace(call: Call, ns: str) -> None:
     """Load the namespace's stored grants into the authorization model (if the server has one)."""
-    model = call.security.authorization if call.security is not None else None
-    if model is not None:
+    if (model := _model(call)) is not None:
         model.load_namespace(ns, await call.backend.metadata.get_policies(ns))
 
 
 def forget_namespace(call: Call, ns: str) -> None:
-    model = call.security.authorization if call.security is not None else None
-    if model is not None:
+    if (model := _model(call)) is not None:
         model.drop_namespace(ns)
 
 
 async def reload_tenant(call: Call, tenant: str) -> None:
-    model = call.security.authorization if call.security is not None else None
-    if model is not None:
+    if (model := _model(call)) is not None:
         model.load_tenant(tenant, await call.backend.metadata.get_tenant(tenant))
 
 
 def forget_tenant(call: Call, tenant: str) -> None:
-    model = call.security.authorization if call.security is not None else None
-    if model is not None:
+    if (model := _model(call)) is not None:
         model.drop_tenant(tenant)
 
 

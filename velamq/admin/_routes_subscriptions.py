@@ -23,6 +23,7 @@ On a partitioned topic, the calls without a 405 above act on every partition, as
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from velamq._topic_name import TopicName
@@ -92,29 +93,27 @@ async def list_subscriptions(call: Call) -> Response:
     return Response.json(sorted(names))
 
 
-async def create_subscription(call: Call) -> Response:
-    start = message_id_body(json_body(call))
+async def _on_subscription(call: Call, action: Callable[[str, str], Awaitable[object]]) -> Response:
+    """Run action(topic name, subscription) on the topic, or on each partition of a partitioned one."""
     topic = await _topic(call)
     subscription = call.params["subscription"]
-    position = "latest" if start is None else start
 
-    async def create(name: str) -> None:
-        await call.backend.create_subscription(name, subscription, position)
+    async def run(name: str) -> None:
+        await action(name, subscription)
 
-    await on_topic_or_partitions(call, topic, create)
+    await on_topic_or_partitions(call, topic, run)
     return Response.no_content()
+
+
+async def create_subscription(call: Call) -> Response:
+    start = message_id_body(json_body(call))
+    position = "latest" if start is None else start
+    return await _on_subscription(call, lambda name, sub: call.backend.create_subscription(name, sub, position))
 
 
 async def delete_subscription(call: Call) -> Response:
     force = bool_param(call, "force")
-    topic = await _topic(call)
-    subscription = call.params["subscription"]
-
-    async def delete(name: str) -> None:
-        await call.backend.delete_subscription(name, subscription, force)
-
-    await on_topic_or_partitions(call, topic, delete)
-    return Response.no_content()
+    return await _on_subscription(call, lambda name, sub: call.backend.delete_subscription(name, sub, force))
 
 
 async def skip(call: Call) -> Response:
@@ -125,26 +124,12 @@ async def skip(call: Call) -> Response:
 
 
 async def skip_all(call: Call) -> Response:
-    topic = await _topic(call)
-    subscription = call.params["subscription"]
-
-    async def clear(name: str) -> None:
-        await call.backend.skip_messages(name, subscription, None)
-
-    await on_topic_or_partitions(call, topic, clear)
-    return Response.no_content()
+    return await _on_subscription(call, lambda name, sub: call.backend.skip_messages(name, sub, None))
 
 
 async def expire(call: Call) -> Response:
     seconds = _path_int(call, "seconds")
-    topic = await _topic(call)
-    subscription = call.params["subscription"]
-
-    async def expire_one(name: str) -> None:
-        await call.backend.expire_messages(name, subscription, seconds)
-
-    await on_topic_or_partitions(call, topic, expire_one)
-    return Response.no_content()
+    return await _on_subscription(call, lambda name, sub: call.backend.expire_messages(name, sub, seconds))
 
 
 async def expire_all_subscriptions(call: Call) -> Response:

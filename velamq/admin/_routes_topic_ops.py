@@ -135,25 +135,23 @@ async def last_message_id(call: Call) -> Response:
     return Response.json(last_message_id_json(await call.backend.last_message_id(str(topic))))
 
 
-async def unload(call: Call) -> Response:
+async def _on_each_partition(call: Call, action: Callable[[str], Awaitable[Any]]) -> Response:
     topic = topic_of(call)
     await require_topic(call, topic)
-    await on_topic_or_partitions(call, topic, call.backend.unload_topic)
+    await on_topic_or_partitions(call, topic, action)
     return Response.no_content()
+
+
+async def unload(call: Call) -> Response:
+    return await _on_each_partition(call, call.backend.unload_topic)
 
 
 async def trigger_compaction(call: Call) -> Response:
-    topic = topic_of(call)
-    await require_topic(call, topic)
-    await on_topic_or_partitions(call, topic, call.backend.trigger_compaction)
-    return Response.no_content()
+    return await _on_each_partition(call, call.backend.trigger_compaction)
 
 
 async def trim(call: Call) -> Response:
-    topic = topic_of(call)
-    await require_topic(call, topic)
-    await on_topic_or_partitions(call, topic, call.backend.trim_topic)
-    return Response.no_content()
+    return await _on_each_partition(call, call.backend.trim_topic)
 
 
 async def compaction_status(call: Call) -> Response:
