@@ -9,7 +9,7 @@ client.conf (--client-conf or $PULSAR_CLIENT_CONF) whose webServiceUrl is the de
     clusters    list | get
     tenants     list | get | create | update | delete
     namespaces  list | topics (destinations) | create | delete | policies | unload | clear-backlog |
-                unsubscribe | <property verbs> | <policy verbs>
+                unsubscribe | <property verbs> | <permission verbs> | <policy verbs>
     topics      list | list-partitioned-topics | create | delete | create-partitioned-topic |
                 update-partitioned-topic | delete-partitioned-topic | create-missed-partitions |
                 get-partitioned-topic-metadata | lookup | partitioned-lookup | stats |
@@ -17,13 +17,14 @@ client.conf (--client-conf or $PULSAR_CLIENT_CONF) whose webServiceUrl is the de
                 unload | compact | compaction-status | trim-topic | last-message-id | subscriptions |
                 create-subscription | unsubscribe | skip | skip-all | clear-backlog | expire-messages |
                 expire-messages-all-subscriptions | reset-cursor | <message verbs> |
-                <property verbs> | <policy verbs>
+                <property verbs> | <permission verbs> | <policy verbs>
     schemas     get | upload | delete | extract | compatibility      (_admin_schemas.py)
     storage     check [--data-dir D] [--delete]
 
 Policy verbs (set-X, get-X, remove-X) are in _admin_policies.py, the verbs that read messages
 (peek-messages, get-message-by-id, examine-messages, get-message-id) in _admin_messages.py,
-property verbs in _admin_properties.py, the schema verbs and settings in _admin_schemas.py;
+property verbs in _admin_properties.py, the grants (permissions, grant-permission, ...) in
+_admin_permissions.py, the schema verbs and settings in _admin_schemas.py;
 docs/admin.md has the table against pulsar-admin's verbs.
 Times take pulsar-admin's units (s, m, h, d, w, y; a bare number is seconds), sizes K, M, G, T.
 Output is a table (a list one item a line, an object as KEY VALUE rows); --json prints the
@@ -43,6 +44,7 @@ from velamq._topic_name import TopicName
 from velamq.cli import _admin_policies, _admin_schemas
 from velamq.cli._admin_messages import add_message_verbs
 from velamq.cli._admin_output import parse_time_s, render, render_json
+from velamq.cli._admin_permissions import add_namespace_permission_verbs, add_topic_permission_verbs
 from velamq.cli._admin_policies import namespace_path, topic_path, verb
 from velamq.cli._admin_properties import add_namespace_property_verbs, add_topic_property_verbs
 from velamq.cli._security_args import add_security_arguments, read_client_conf, security_from_args
@@ -153,6 +155,7 @@ def _namespaces(groups: Any) -> None:
     verb(group, "unsubscribe", "delete a subscription from every loaded topic of a namespace",
          lambda c, a: c.request("POST", namespace_path(a.namespace, "unsubscribe", a.subscription)), unsubscribe_args)
     add_namespace_property_verbs(group)
+    add_namespace_permission_verbs(group)
     _admin_policies.add_policy_verbs(group, topic_level=False)
     _admin_schemas.add_namespace_schema_verbs(group)
 
@@ -301,6 +304,7 @@ def _topics(groups: Any) -> None:
 
     add_message_verbs(group)
     add_topic_property_verbs(group)
+    add_topic_permission_verbs(group)
     _admin_policies.add_policy_verbs(group, topic_level=True)
     _admin_schemas.add_topic_schema_verbs(group)
 
@@ -365,6 +369,14 @@ def _admin_client(args: argparse.Namespace) -> AdminClient:
     return security_from_args(args, conf).admin_client(url)
 
 
+# What to do about a refusal: the broker's reason says what was refused, not how to get through.
+_STATUS_HINTS = {
+    401: "hint: the broker wants credentials: --token, --auth-plugin/--auth-params, or --client-conf",
+    403: "hint: the role of these credentials may not do this; a superuser or one of the tenant's "
+         "admin roles may (velamq admin tenants update TENANT --admin-roles ...)",
+}
+
+
 def run_admin(args: argparse.Namespace) -> int:
     if getattr(args, "local", None) is not None:
         return int(args.local(args))
@@ -373,6 +385,8 @@ def run_admin(args: argparse.Namespace) -> int:
         result = args.handler(client, args)
     except AdminError as exc:
         print(f"error: {exc.reason} (HTTP {exc.status})" if exc.status else f"error: {exc.reason}", file=sys.stderr)
+        if exc.status in _STATUS_HINTS:
+            print(_STATUS_HINTS[exc.status], file=sys.stderr)
         return 1
     except CredentialsError as exc:
         print(f"velamq admin: {exc}", file=sys.stderr)
