@@ -62,27 +62,28 @@ def storage_metrics(
 ) -> dict[str, float]:
     p = "velamq_storage_"
     out: dict[str, float] = {}
-    j_appends = journal.appends_total if journal else 0
-    j_fsyncs = journal.fsyncs_total if journal else 0
+    js = journal.stats if journal is not None else None
+    j_appends = js.appends_total if js else 0
+    j_fsyncs = js.fsyncs_total if js else 0
     f_fsyncs = flusher.fsyncs_total if flusher else 0
-    if journal is not None:
+    if journal is not None and js is not None:
         out |= {
             p + "journal_appends_total": j_appends,
-            p + "journal_bytes_total": journal.bytes_total,
-            p + "journal_groups_total": journal.groups_total,
+            p + "journal_bytes_total": js.bytes_total,
+            p + "journal_groups_total": js.groups_total,
             p + "journal_fsyncs_total": j_fsyncs,
-            p + "journal_fsync_seconds_total": journal.fsync_seconds_total,
-            p + "journal_fsync_seconds_max": journal.fsync_seconds_max,
-            p + "journal_fsync_seconds_avg": journal.fsync_seconds_total / j_fsyncs if j_fsyncs else 0.0,
-            p + "journal_write_seconds_total": journal.write_seconds_total,
+            p + "journal_fsync_seconds_total": js.fsync_seconds_total,
+            p + "journal_fsync_seconds_max": js.fsync_seconds_max,
+            p + "journal_fsync_seconds_avg": js.fsync_seconds_total / j_fsyncs if j_fsyncs else 0.0,
+            p + "journal_write_seconds_total": js.write_seconds_total,
             p + "journal_entries_per_fsync": j_appends / j_fsyncs if j_fsyncs else 0.0,
-            p + "journal_entries_per_fsync_last": journal.entries_per_fsync_last,
-            p + "journal_segments_created_total": journal.segments_created_total,
+            p + "journal_entries_per_fsync_last": js.entries_per_fsync_last,
+            p + "journal_segments_created_total": js.segments_created_total,
             p + "journal_broken": 1 if journal.failure else 0,  # its last write failed, none succeeded since
-            p + "journal_write_failures_total": journal.write_failures_total,
-            p + "journal_segment_failures_total": journal.segment_failures_total,
-            p + "journal_repairs_total": journal.repairs_total,
-            p + "journal_probes_total": journal.probes_total,
+            p + "journal_write_failures_total": js.write_failures_total,
+            p + "journal_segment_failures_total": js.segment_failures_total,
+            p + "journal_repairs_total": js.repairs_total,
+            p + "journal_probes_total": js.probes_total,
         }
     if flusher is not None:
         out |= {
@@ -139,10 +140,9 @@ def storage_metrics(
     out |= {
         p + "appends_total": j_appends,
         p + "fsyncs_total": j_fsyncs + f_fsyncs,
-        p + "fsync_seconds_total": journal.fsync_seconds_total if journal else 0.0,
-        p + "bytes_written_total": (journal.bytes_total if journal else 0)
-        + (flusher.flush_bytes_total if flusher else 0),
-        p + "group_commits_total": journal.groups_total if journal else 0,
+        p + "fsync_seconds_total": js.fsync_seconds_total if js else 0.0,
+        p + "bytes_written_total": (js.bytes_total if js else 0) + (flusher.flush_bytes_total if flusher else 0),
+        p + "group_commits_total": js.groups_total if js else 0,
         p + "entries_per_fsync": j_appends / j_fsyncs if j_fsyncs else float(j_appends),
         p + "open_ledgers": open_ledgers,
         p + "pending_appends": counters.pending_appends,

@@ -113,7 +113,7 @@ def test_a_deletion_during_a_compaction_stays_a_deletion(tmp_path: Path) -> None
             names = list(written)
             for name in names[2:]:
                 await storage.delete_ledger(name)
-            gc = storage._gc
+            gc = storage._threads.gc
             assert gc is not None
             copied, resume = threading.Event(), threading.Event()
 
@@ -166,7 +166,7 @@ def test_a_crash_at_every_step_of_a_collection_loses_nothing_and_leaves_no_garba
                 await storage.delete_ledger(name)
                 del written[name]
             assert mls
-            gc = storage._gc
+            gc = storage._threads.gc
             assert gc is not None
 
             def hook(step: str) -> None:
