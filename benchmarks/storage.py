@@ -525,7 +525,7 @@ async def journal_alone(directory: Path, size: int, in_flight: int, seconds: flo
         _, elapsed = await _drive(lambda _t: append(), 1, in_flight, seconds)
     finally:
         await loop.run_in_executor(None, journal.stop)
-    return journal.bytes_total / elapsed / 1e6, journal.bytes_total / max(1, journal.fsyncs_total)
+    return journal.stats.bytes_total / elapsed / 1e6, journal.stats.bytes_total / max(1, journal.stats.fsyncs_total)
 
 
 def raw_sequential(path: Path, block: int, seconds: float) -> float:

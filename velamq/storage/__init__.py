@@ -7,9 +7,12 @@ journal trim; _flusher, _log_writer), the garbage collector (_gc) and a few I/O 
 opening a managed ledger). The number of files depends on the bytes stored, never on the number of
 topics. docs/storage.md tells the whole story. Byte layouts: _layout (directories), _journal_file
 (journal records), _meta_ops (metadata records), _entry_log (entry logs and runs), _storage_db
-(storage.db's tables). A managed ledger (_managed_ledger) delegates to _ledger_list (its ledgers),
-_read_path (reads), _cursor_persistence (cursor state) and _trim (retention). Every timed behaviour
-goes through the injected velamq._clock.Clock, so tests can drive time with a ManualClock.
+(storage.db's tables). Storage (_storage) starts and stops through _storage_startup (lock,
+recovery, the threads) and hands out managed ledgers through _ledger_directory (by name, deletion).
+A managed ledger (_managed_ledger) delegates to _ledger_list (its ledgers), _ledger_rollover (the
+current ledger), _read_path (reads), _cursor_persistence (cursors) and _trim (retention). Every
+timed behaviour goes through the injected velamq._clock.Clock, so tests can drive time with a
+ManualClock.
 """
 
 from velamq.storage._config import MemoryBudget, StorageConfig

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from velamq._errors import StorageError
@@ -31,11 +30,12 @@ log = logging.getLogger("velamq.storage")
 
 
 class CursorPersistence:
-    """The dirty set and the pending round of one managed ledger's cursors."""
+    """One managed ledger's cursors as persisted: added and deleted, the dirty set and the pending
+    round."""
 
     __slots__ = ("_ctx", "_cursors", "_dirty", "_last_persist_s", "_ml_id", "_name", "_task", "open")
 
-    def __init__(self, name: str, ml_id: int, cursors: Mapping[str, ManagedCursor], ctx: StorageContext) -> None:
+    def __init__(self, name: str, ml_id: int, cursors: dict[str, ManagedCursor], ctx: StorageContext) -> None:
         self._name = name
         self._ml_id = ml_id
         self._cursors = cursors  # the managed ledger's live cursors, by name
@@ -52,6 +52,16 @@ class CursorPersistence:
         self._dirty.add(name)
         if self._task is None and self.open:
             self._task = asyncio.get_running_loop().create_task(self._persist_soon())
+
+    async def add(self, cursor: ManagedCursor) -> None:
+        """A new cursor: one of the log's from now on, journaled at once."""
+        self._cursors[cursor.name] = cursor
+        await self.write_now(cursor)
+
+    async def delete(self, name: str) -> None:
+        """The cursor is the log's no more; its deletion is journaled."""
+        if self._cursors.pop(name, None) is not None:
+            await self.remove(name)
 
     async def write_now(self, cursor: ManagedCursor) -> None:
         """Journal one cursor at once (a new subscription must survive a crash right after it)."""
@@ -91,9 +101,7 @@ class CursorPersistence:
         self._last_persist_s = self._ctx.clock.monotonic_s()
         cursors = [self._cursors[n] for n in sorted(names) if n in self._cursors]
         try:
-            await self._submit(
-                [_meta_ops.cursor_put(self._ml_id, c.name, c.state().to_json_bytes()) for c in cursors]
-            )
+            await self._submit([_meta_ops.cursor_put(self._ml_id, c.name, c.state().to_json_bytes()) for c in cursors])
         except BaseException:
             self._dirty = names | (self._dirty or set())  # not durable: try again next round
             raise

@@ -45,7 +45,7 @@ from pathlib import Path
 
 from velamq._errors import CorruptEntryError
 from velamq.storage import _layout
-from velamq.storage._journal_file import RECORD_FIELDS, RECORD_HEADER_BYTES, record_data_bytes_max
+from velamq.storage._journal_file import RECORD_FIELDS, RECORD_HEADER_BYTES, scan_records
 from velamq.storage._layout import crc_of
 
 LOG_MAGIC = b"VLMQELG1"
@@ -257,31 +257,5 @@ def scan_log(path: Path, log_id: int) -> Iterator[LogRecord]:
     with open(path, "rb", buffering=0) as f:
         if not log_header_ok(f.read(LOG_HEADER_BYTES), log_id):
             raise CorruptEntryError(f"entry log {path}", "its header does not name it")
-        pos = buf_start = LOG_HEADER_BYTES
-        buf = b""
-        eof = False
-        while True:
-            rel = pos - buf_start
-            need = RECORD_HEADER_BYTES
-            length = -1
-            if len(buf) - rel >= RECORD_HEADER_BYTES:
-                length, data_crc, ledger_id, entry_id = RECORD_FIELDS.unpack_from(buf, rel)
-                (header_crc,) = _CRC.unpack_from(buf, rel + RECORD_FIELDS.size)
-                if header_crc != crc_of(memoryview(buf)[rel : rel + RECORD_FIELDS.size]):
-                    return
-                if length == 0 or length > record_data_bytes_max:
-                    return
-                need += length
-            if len(buf) - rel < need:
-                if eof:
-                    return
-                chunk = f.read(max(log_chunk_bytes, need))
-                buf = buf[rel:] + chunk
-                buf_start = pos
-                eof = not chunk
-                continue
-            begin = rel + RECORD_HEADER_BYTES
-            if crc_of(memoryview(buf)[begin : begin + length]) != data_crc:
-                return
-            yield LogRecord(pos, ledger_id, entry_id, RECORD_HEADER_BYTES + length)
-            pos += RECORD_HEADER_BYTES + length
+        for pos, ledger_id, entry_id, _, data in scan_records(f, LOG_HEADER_BYTES, log_chunk_bytes):
+            yield LogRecord(pos, ledger_id, entry_id, RECORD_HEADER_BYTES + len(data))

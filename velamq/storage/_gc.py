@@ -43,6 +43,7 @@ from velamq.storage import _layout
 from velamq.storage._entry_log import EntryLogFile, Run, log_chunk_bytes, parse_records, read_span
 from velamq.storage._log_writer import LogIds, remove_log
 from velamq.storage._storage_db import LogRow, StorageDb
+from velamq.storage._write_health import failure_kind
 
 log = logging.getLogger("velamq.storage")
 
@@ -146,7 +147,16 @@ class GarbageCollector:
                     result = self.run_pass(db, job.threshold)
                 except BaseException as exc:
                     self.errors_total += 1
-                    log.exception("storage garbage collector: the pass failed")
+                    if failure_kind(exc) == "no_space":
+                        # Expected while the disk is full: one line, no traceback; the next pass
+                        # (the schedule's, or a caller's collect) tries again.
+                        log.warning(
+                            "storage garbage collector: the pass failed, the disk is full (%s); "
+                            "the next pass tries again",
+                            exc,
+                        )
+                    else:
+                        log.exception("storage garbage collector: the pass failed")
                     self._reply(job.future, None, exc)
                 else:
                     self._reply(job.future, result, None)
@@ -159,7 +169,12 @@ class GarbageCollector:
             if future.done():
                 return
             if error is not None:
-                future.set_exception(error if isinstance(error, StorageError) else StorageError(repr(error)))
+                if isinstance(error, StorageError):
+                    future.set_exception(error)
+                else:
+                    wrapped = StorageError(repr(error))
+                    wrapped.__cause__ = error  # failure_kind sees the OSError behind it
+                    future.set_exception(wrapped)
             else:
                 assert result is not None
                 future.set_result(result)

@@ -23,6 +23,7 @@ from velamq.storage._config import StorageConfig
 from velamq.storage._db_reader import DbReader
 from velamq.storage._flusher import Flusher, SealJob
 from velamq.storage._gc import GarbageCollector, GcJob, GcResult
+from velamq.storage._write_health import failure_kind
 
 log = logging.getLogger("velamq.storage")
 
@@ -87,4 +88,5 @@ class GcSchedule:
                     await self._seal_active_if_sparse(threshold, config.entry_log_bytes_max // 16)
                 await self._pass(threshold)
             except StorageError as exc:
-                log.error("storage garbage collection: %s", exc)
+                if failure_kind(exc) != "no_space":  # a full disk: the collector's thread said so
+                    log.error("storage garbage collection: %s", exc)

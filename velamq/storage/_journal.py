@@ -29,18 +29,17 @@ written, synced and removed) tells whether writing works again when nothing else
 (_write_health).
 
 The queue has no bound of its own: every item references bytes an awaiting caller already holds,
-and the publish buffer (ME-2) bounds the bytes in flight. Counters are written only here and read
-from the loop (single writer, int reads are atomic under the GIL).
+and the publish buffer (ME-2) bounds the bytes in flight. The segment file itself (create, write,
+sync, cut back, roll) is _journal_segment's; so are the counters (JournalStats: written only here,
+read from the loop).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import queue
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,22 +48,13 @@ from typing import Any, Protocol
 from velamq._clock import Clock
 from velamq._errors import StorageError
 from velamq._log_limit import RateLimitedLog
-from velamq.storage import _layout
-from velamq.storage._journal_file import (
-    SEGMENT_HEADER_BYTES,
-    JournalLocation,
-    encode_segment_header,
-    record_header,
-    segment_name,
-)
-from velamq.storage._layout import crc_of, write_all
+from velamq.storage._journal_file import SEGMENT_HEADER_BYTES, JournalLocation, record_header
+from velamq.storage._journal_segment import JournalStats, SegmentFile
+from velamq.storage._layout import crc_of
 from velamq.storage._meta_ops import MetaOp
 from velamq.storage._write_health import storage_error
 
 log = logging.getLogger("velamq.storage")
-
-PROBE_FILE = "probe.tmp"
-probe_bytes = 64 * 1024
 
 
 @dataclass(eq=False, slots=True)
@@ -133,8 +123,9 @@ class JournalGroup:
 class Journal:
     """The one write-ahead log of a Storage and its thread: ops come in through one FIFO queue,
     leave as group commits (one writev, one fsync under "fsync") handed back to the loop in order.
-    Entries and metadata operations are records alike; segments roll over by size. A failed write
-    fails its group and fences its ledgers, never the journal (module docstring)."""
+    Entries and metadata operations are records alike; segments roll over by size (the segment
+    file's work is _journal_segment's). A failed write fails its group and fences its ledgers,
+    never the journal (module docstring)."""
 
     def __init__(
         self,
@@ -149,8 +140,6 @@ class Journal:
         clock: Clock,
     ) -> None:
         self._clock = clock
-        self._dir = journal_dir
-        self._seq = first_seq
         self._policy = policy
         self._sync_interval_s = sync_interval_ms / 1000
         self._segment_bytes = segment_bytes
@@ -159,12 +148,8 @@ class Journal:
         self._queue: queue.SimpleQueue[Op | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="velamq-storage-journal", daemon=True)
         self._log = RateLimitedLog(log, clock)  # this thread's own
-        self._fd = -1  # -1: no segment yet (it could not be created): each group tries again
-        self._offset = 0
-        self._synced_offset = 0  # where the current segment was last synced (or created)
-        self._repair_at: int | None = None  # cut the segment back to here before writing more
-        self._unsynced = False
-        self._last_sync_s = self._clock.monotonic_s()
+        self.stats = JournalStats()  # written here only
+        self._segment = SegmentFile(journal_dir, first_seq, policy=policy, clock=clock, stats=self.stats)
         self._group_error: StorageError | None = None  # a failure during the group being processed
         self._sync_failed = False  # an fsync of the group being processed failed
         self.failure: StorageError | None = None  # the last failure, while no write succeeded since
@@ -172,33 +157,19 @@ class Journal:
         # journal past the checkpoint, which a restart must replay, stays about the write cache's
         # size (the ballast's). Metadata operations (cursors, deletes) still go through.
         self.refuse_appends: StorageError | None = None
-        # Counters (written here only).
-        self.appends_total = 0
-        self.bytes_total = 0  # record bytes written, headers included
-        self.groups_total = 0
-        self.fsyncs_total = 0
-        self.fsync_seconds_total = 0.0
-        self.fsync_seconds_max = 0.0
-        self.write_seconds_total = 0.0
-        self.entries_per_fsync_last = 0.0
-        self.segments_created_total = 0
-        self.write_failures_total = 0
-        self.segment_failures_total = 0  # a segment could not be created (at a roll, or at start)
-        self.repairs_total = 0  # a failed write's bytes cut off after a first attempt failed
-        self.probes_total = 0
 
     @property
     def location(self) -> JournalLocation:
-        return JournalLocation(self._seq, self._offset)
+        return JournalLocation(self._segment.seq, self._segment.offset)
 
     def open(self) -> None:
         """Create the first segment (blocking: call from a thread, before start). If it cannot be
         created now (a full disk at start), the first group tries again."""
         try:
-            self._new_segment(self._seq)
+            self._segment.create(self._segment.seq)
         except OSError as exc:
             self.failure = storage_error("journal cannot create its segment", exc)
-            self.segment_failures_total += 1
+            self.stats.segment_failures_total += 1
             log.warning("%s; storage starts without writing", self.failure)
 
     def start(self) -> None:
@@ -224,25 +195,22 @@ class Journal:
                     log.exception("storage journal: unexpected error")
                     error = StorageError(f"journal failed: {exc!r}")
                     self.failure = error
-                    if self._fd >= 0:
-                        self._repair_at = self._synced_offset
+                    self._segment.cut_back_to_last_sync()
                     self._fail_all(batch, error)
-            elif self._unsynced and self._policy == "interval":
+            elif self._segment.unsynced and self._policy == "interval":
                 self._sync()
             del batch  # hold no entry while idle
             if stop:
-                if self._unsynced and self._policy != "none":
+                if self._segment.unsynced and self._policy != "none":
                     self._sync()
-                if self._fd >= 0:
-                    os.close(self._fd)
-                    self._fd = -1
+                self._segment.close()
                 return
 
     def _take(self) -> tuple[list[Op], bool]:
         """Everything queued (waiting for the first item), and whether a stop was among it."""
         timeout: float | None = None
-        if self._unsynced and self._policy == "interval":
-            timeout = max(0.0, self._last_sync_s + self._sync_interval_s - self._clock.monotonic_s())
+        if self._segment.unsynced and self._policy == "interval":
+            timeout = max(0.0, self._segment.last_sync_s + self._sync_interval_s - self._clock.monotonic_s())
         try:
             item = self._queue.get(timeout=timeout)
         except queue.Empty:
@@ -267,54 +235,11 @@ class Journal:
         group = JournalGroup()
         self._group_error = None
         self._sync_failed = False
-        not_ready = self._make_ready()
-        buffers: list[bytes] = []
-        pending: list[AppendOp | MetaOp] = []
-        pending_bytes = 0
-        segment_bytes = self._segment_bytes
-        synced = (0, 0)  # appends and operations of this group synced by a roll (durable whatever follows)
-        for op in batch:
-            if type(op) is AppendOp:
-                error = not_ready or op.handle.failed or self.refuse_appends
-                ledger_id, entry_id, data = op.handle.ledger_id, op.entry_id, op.data
-            elif type(op) is MetaOp:
-                error = not_ready or (op.fences.failed if op.fences is not None else None)
-                ledger_id, entry_id, data = op.subject, op.entry_id, op.payload
-            elif type(op) is ProbeOp:
-                if pending:  # in order: what came before the probe is written first
-                    self._write(buffers, pending, pending_bytes, group)
-                    buffers, pending, pending_bytes = [], [], 0
-                group.replies.append((op.future, not_ready or self._probe()))
-                continue
-            else:
-                assert type(op) is BarrierOp
-                group.replies.append((op.future, None))
-                continue
-            if error is not None:
-                _fail(op, error, group)
-                continue
-            crc = crc_of(data)
-            if type(op) is AppendOp:
-                op.crc = crc
-            header = record_header(len(data), crc, ledger_id, entry_id)
-            size = len(header) + len(data)
-            if pending and self._offset + pending_bytes + size > segment_bytes:
-                self._write(buffers, pending, pending_bytes, group)
-                buffers, pending, pending_bytes = [], [], 0
-                if self._roll():
-                    synced = (len(group.appends), len(group.metadata))
-            elif (
-                not pending and self._offset > SEGMENT_HEADER_BYTES and self._offset + size > segment_bytes
-            ) and self._roll():
-                synced = (len(group.appends), len(group.metadata))
-            buffers.append(header)
-            buffers.append(data)
-            pending.append(op)
-            pending_bytes += size
-        if pending:
-            self._write(buffers, pending, pending_bytes, group)
+        synced = self._write_batch(batch, group)
         durable = group.appends or group.metadata
-        if (durable and self._policy == "fsync") or (self._policy == "interval" and self._interval_due()):
+        if (durable and self._policy == "fsync") or (
+            self._policy == "interval" and self._segment.sync_due(self._sync_interval_s)
+        ):
             self._sync()
         if self._sync_failed and self._policy == "fsync":
             # Nothing of this group is durable: its appends fail (and fence their ledgers), and the
@@ -326,25 +251,71 @@ class Journal:
             group.appends = group.appends[: synced[0]]
             group.metadata = group.metadata[: synced[1]]
             group.data_bytes = sum(len(op.data) for op in group.appends)
-        self.groups_total += 1
+        stats = self.stats
+        stats.groups_total += 1
         if group.appends:
-            self.appends_total += len(group.appends)
+            stats.appends_total += len(group.appends)
             if self._policy == "fsync":
-                self.entries_per_fsync_last = float(len(group.appends))
+                stats.entries_per_fsync_last = float(len(group.appends))
         if self._group_error is not None:
             group.error = self._group_error
         elif group.appends or group.metadata:
             group.wrote = True
             self.failure = None
-        group.end = JournalLocation(self._seq, self._offset)
+        group.end = self.location
         try:
             self._loop.call_soon_threadsafe(self._deliver, group)
         except RuntimeError:  # the loop is closed: nobody is waiting any more
             pass
 
+    def _write_batch(self, batch: list[Op], group: JournalGroup) -> tuple[int, int]:
+        """Encode and write the batch's records (a writev per stretch between probes and rolls),
+        answer its barriers and probes. Returns how many appends and operations of the group a roll
+        synced (durable whatever follows)."""
+        not_ready = self._make_ready()
+        buffers: list[bytes] = []
+        pending: list[AppendOp | MetaOp] = []
+        pending_bytes = 0
+        segment = self._segment
+        segment_bytes = self._segment_bytes
+        synced = (0, 0)
+        for op in batch:
+            if type(op) is ProbeOp:
+                if pending:  # in order: what came before the probe is written first
+                    self._write(buffers, pending, pending_bytes, group)
+                    buffers, pending, pending_bytes = [], [], 0
+                group.replies.append((op.future, not_ready or self._probe()))
+                continue
+            if type(op) is BarrierOp:
+                group.replies.append((op.future, None))
+                continue
+            assert type(op) is AppendOp or type(op) is MetaOp
+            error, header, data = _record(op, not_ready, self.refuse_appends)
+            if error is not None:
+                _fail(op, error, group)
+                continue
+            size = len(header) + len(data)
+            # Full: what is pending goes to this segment, the record to the next (a segment holds
+            # at least one record, however large).
+            if segment.offset + pending_bytes + size > segment_bytes and (
+                pending or segment.offset > SEGMENT_HEADER_BYTES
+            ):
+                if pending:
+                    self._write(buffers, pending, pending_bytes, group)
+                    buffers, pending, pending_bytes = [], [], 0
+                if self._roll():
+                    synced = (len(group.appends), len(group.metadata))
+            buffers.append(header)
+            buffers.append(data)
+            pending.append(op)
+            pending_bytes += size
+        if pending:
+            self._write(buffers, pending, pending_bytes, group)
+        return synced
+
     def _failed(self, error: StorageError) -> StorageError:
         """Note a failure of the group being processed (logged at most once a minute per kind)."""
-        self.write_failures_total += 1
+        self.stats.write_failures_total += 1
         self._group_error = self._group_error or error
         self.failure = error
         self._log.error(f"journal-{type(error.__cause__).__name__}", "%s", error)
@@ -353,71 +324,42 @@ class Journal:
     def _make_ready(self) -> StorageError | None:
         """Before a group: cut off a failed write that could not be cut off before, and create the
         segment if there is none. The error if the journal cannot be written now."""
-        if self._repair_at is not None and self._fd >= 0:
+        segment = self._segment
+        try:
+            segment.cut_back()
+        except OSError as exc:
+            return self._failed(storage_error("journal cannot cut off a failed write", exc))
+        if segment.fd < 0:
             try:
-                os.ftruncate(self._fd, self._repair_at)
-                os.lseek(self._fd, self._repair_at, os.SEEK_SET)
-                if self._policy != "none":
-                    _layout.sync_fd(self._fd)
+                segment.create(segment.seq)
             except OSError as exc:
-                return self._failed(storage_error("journal cannot cut off a failed write", exc))
-            self._offset = self._synced_offset = self._repair_at
-            self._repair_at = None
-            self._unsynced = False
-            self.repairs_total += 1
-        if self._fd < 0:
-            try:
-                self._new_segment(self._seq)
-            except OSError as exc:
-                self.segment_failures_total += 1
+                self.stats.segment_failures_total += 1
                 return self._failed(storage_error("journal cannot create its segment", exc))
         return None
 
     def _probe(self) -> StorageError | None:
-        """Write, sync and remove a small file next to the segments: whether writing works again."""
-        self.probes_total += 1
-        path = self._dir / PROBE_FILE
+        """Whether writing works again (SegmentFile.probe)."""
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                write_all(fd, [bytes(probe_bytes)])
-                if self._policy != "none":
-                    _layout.sync_fd(fd)
-            finally:
-                os.close(fd)
-                path.unlink(missing_ok=True)
+            self._segment.probe()
         except OSError as exc:
             return self._failed(storage_error("journal write probe failed", exc))
         if self._group_error is None:
             self.failure = None
         return None
 
-    def _interval_due(self) -> bool:
-        return self._unsynced and self._clock.monotonic_s() - self._last_sync_s >= self._sync_interval_s
-
     def _write(self, buffers: list[bytes], ops: list[AppendOp | MetaOp], size: int, group: JournalGroup) -> None:
-        if self._repair_at is not None or self._fd < 0 or (self._sync_failed and self._policy == "fsync"):
+        if not self._segment.writable or (self._sync_failed and self._policy == "fsync"):
             error = self._group_error or StorageError("journal not writable")
             for op in ops:
                 _fail(op, error, group)
             return
-        started = time.perf_counter()
         try:
-            write_all(self._fd, buffers)
+            self._segment.write(buffers, size)
         except OSError as exc:
             error = self._failed(storage_error("journal write failed", exc))
             for op in ops:
                 _fail(op, error, group)
-            try:  # cut off what part of the group reached the file, so replay never sees it
-                os.ftruncate(self._fd, self._offset)
-                os.lseek(self._fd, self._offset, os.SEEK_SET)
-            except OSError:
-                self._repair_at = self._offset  # tried again before the next write
             return
-        self.write_seconds_total += time.perf_counter() - started
-        self._offset += size
-        self.bytes_total += size
-        self._unsynced = True
         for op in ops:
             if type(op) is AppendOp:
                 group.appends.append(op)
@@ -427,78 +369,38 @@ class Journal:
                 group.metadata.append(op)
 
     def _sync(self) -> None:
-        self._unsynced = False
-        self._last_sync_s = self._clock.monotonic_s()
-        if self._policy == "none" or self._fd < 0:
-            return
-        started = time.perf_counter()
         try:
-            _layout.sync_fd(self._fd)
+            self._segment.sync()
         except OSError as exc:
-            # The page cache may have dropped what it could not write: under "fsync" what was
-            # written since the last sync is cut off (and its appends fail); under "interval" the
-            # next sync tries again (those appends were delivered already, as that policy allows).
             self._sync_failed = True
             self._failed(storage_error("journal fsync failed", exc))
-            if self._policy == "fsync":
-                self._repair_at = self._synced_offset
-            else:
-                self._unsynced = True  # the next interval tries again
-        else:
-            self._synced_offset = self._offset
-        elapsed = time.perf_counter() - started
-        self.fsyncs_total += 1
-        self.fsync_seconds_total += elapsed
-        if elapsed > self.fsync_seconds_max:
-            self.fsync_seconds_max = elapsed
 
     def _roll(self) -> bool:
         """Start the next segment (the current one synced first, unless the policy is none). If it
         cannot be created, go on in the current one and try again at the next roll. Returns whether
         everything written so far is synced (it is, unless the policy is none or the sync failed)."""
-        if self._fd < 0 or self._repair_at is not None:
+        segment = self._segment
+        if not segment.writable:
             return False
-        if self._unsynced and self._policy != "none":
+        if segment.unsynced and self._policy != "none":
             self._sync()
             if self._sync_failed:
                 return False
-        old_fd, old_seq, old_offset = self._fd, self._seq, self._offset
         try:
-            self._new_segment(self._seq + 1)
+            segment.create_next()
         except OSError as exc:
-            self._fd, self._seq, self._offset = old_fd, old_seq, old_offset
-            self.segment_failures_total += 1
+            self.stats.segment_failures_total += 1
             self._log.warning(
-                "journal-roll", "journal cannot start segment %d, going on in %d: %s", old_seq + 1, old_seq, exc
+                "journal-roll",
+                "journal cannot start segment %d, going on in %d: %s",
+                segment.seq + 1,
+                segment.seq,
+                exc,
             )
-            return self._policy == "fsync"
-        os.close(old_fd)
         return self._policy == "fsync"
 
-    def _new_segment(self, seq: int) -> None:
-        """Create segment `seq` and make it the current one; on failure nothing changes (a partly
-        created file is removed)."""
-        self._dir.mkdir(parents=True, exist_ok=True)
-        path = self._dir / segment_name(seq)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        try:
-            write_all(fd, [encode_segment_header(seq)])
-            if self._policy != "none":
-                _layout.sync_fd(fd)
-                _layout.fsync_dir(self._dir)
-        except BaseException:
-            os.close(fd)
-            path.unlink(missing_ok=True)
-            raise
-        self._fd = fd
-        self._seq = seq
-        self._offset = self._synced_offset = SEGMENT_HEADER_BYTES
-        self._repair_at = None
-        self._unsynced = False
-        self.segments_created_total += 1
-
     def _fail_all(self, batch: list[Op], error: StorageError) -> None:
-        group = JournalGroup(end=JournalLocation(self._seq, self._offset), error=error)
+        group = JournalGroup(end=self.location, error=error)
         for op in batch:
             if type(op) is BarrierOp or type(op) is ProbeOp:
                 group.replies.append((op.future, error))
@@ -509,6 +411,25 @@ class Journal:
             self._loop.call_soon_threadsafe(self._deliver, group)
         except RuntimeError:
             pass
+
+
+def _record(
+    op: AppendOp | MetaOp, not_ready: StorageError | None, refuse_appends: StorageError | None
+) -> tuple[StorageError | None, bytes, bytes]:
+    """The op's record (error None, header, data), or why it is not written (error, b"", b"")."""
+    if type(op) is AppendOp:
+        error = not_ready or op.handle.failed or refuse_appends
+        ledger_id, entry_id, data = op.handle.ledger_id, op.entry_id, op.data
+    else:
+        assert type(op) is MetaOp
+        error = not_ready or (op.fences.failed if op.fences is not None else None)
+        ledger_id, entry_id, data = op.subject, op.entry_id, op.payload
+    if error is not None:
+        return error, b"", b""
+    crc = crc_of(data)
+    if type(op) is AppendOp:
+        op.crc = crc  # reused by the flusher
+    return None, record_header(len(data), crc, ledger_id, entry_id), data
 
 
 def _fail(op: AppendOp | MetaOp, error: StorageError, group: JournalGroup) -> None:

@@ -48,6 +48,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from velamq.storage._layout import crc_of
 
@@ -171,36 +172,43 @@ class SegmentReader:
             self.header_ok = segment_header_ok(f.read(SEGMENT_HEADER_BYTES), self.seq)
             if not self.header_ok:
                 return
-            pos = self.start
-            self.valid_end = pos
-            f.seek(pos)
-            buf = b""
+            self.valid_end = self.start
+            f.seek(self.start)
+            for pos, ledger_id, entry_id, data_crc, data in scan_records(f, self.start, replay_chunk_bytes):
+                yield JournalRecord(ledger_id, entry_id, bytes(data), data_crc, JournalLocation(self.seq, pos))
+                self.valid_end = pos + RECORD_HEADER_BYTES + len(data)
+
+
+def scan_records(f: BinaryIO, pos: int, chunk_bytes: int) -> Iterator[tuple[int, int, int, int, memoryview]]:
+    """The intact records of a journal segment or an entry log (the same record format), read from
+    `f` (positioned at `pos`) a chunk at a time: (position, ledger id, entry id, data CRC, data).
+    Stops at the first record whose header or data does not verify, or at the end of the file."""
+    buf = b""
+    buf_start = pos
+    eof = False
+    while True:
+        rel = pos - buf_start
+        need = RECORD_HEADER_BYTES
+        length = -1
+        if len(buf) - rel >= RECORD_HEADER_BYTES:
+            length, data_crc, ledger_id, entry_id = RECORD_FIELDS.unpack_from(buf, rel)
+            (header_crc,) = _CRC.unpack_from(buf, rel + RECORD_FIELDS.size)
+            if header_crc != crc_of(memoryview(buf)[rel : rel + RECORD_FIELDS.size]):
+                return
+            if length == 0 or length > record_data_bytes_max:
+                return
+            need += length
+        if len(buf) - rel < need:
+            if eof:
+                return
+            chunk = f.read(max(chunk_bytes, need))
+            buf = buf[rel:] + chunk
             buf_start = pos
-            eof = False
-            while True:
-                rel = pos - buf_start
-                need = RECORD_HEADER_BYTES
-                length = -1
-                if len(buf) - rel >= RECORD_HEADER_BYTES:
-                    length, data_crc, ledger_id, entry_id = RECORD_FIELDS.unpack_from(buf, rel)
-                    (header_crc,) = _CRC.unpack_from(buf, rel + RECORD_FIELDS.size)
-                    if header_crc != crc_of(memoryview(buf)[rel : rel + RECORD_FIELDS.size]):
-                        return
-                    if length == 0 or length > record_data_bytes_max:
-                        return
-                    need += length
-                if len(buf) - rel < need:
-                    if eof:
-                        return
-                    chunk = f.read(max(replay_chunk_bytes, need))
-                    buf = buf[rel:] + chunk
-                    buf_start = pos
-                    eof = not chunk
-                    continue
-                begin = rel + RECORD_HEADER_BYTES
-                data = buf[begin : begin + length]
-                if crc_of(data) != data_crc:
-                    return
-                yield JournalRecord(ledger_id, entry_id, data, data_crc, JournalLocation(self.seq, pos))
-                pos += RECORD_HEADER_BYTES + length
-                self.valid_end = pos
+            eof = not chunk
+            continue
+        begin = rel + RECORD_HEADER_BYTES
+        data = memoryview(buf)[begin : begin + length]
+        if crc_of(data) != data_crc:
+            return
+        yield pos, ledger_id, entry_id, data_crc, data
+        pos += RECORD_HEADER_BYTES + length

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from velamq.storage._position import LedgerInfo, Position
+
+if TYPE_CHECKING:
+    from velamq.storage._storage_db import LedgerRow
 
 
 @dataclass(slots=True)
@@ -43,6 +47,22 @@ class LedgerList:
         self.current_id = -1  # the ledger appends go to
         self.entries_total = 0  # durable entries in the ledgers still there
         self.size_bytes = 0
+
+    def restore(self, rows: list[LedgerRow]) -> Position | None:
+        """Fill the empty list with the ledgers as the storage database has them; returns the last
+        durable position. A ledger left unsealed before its successor (damage) counts as sealed by
+        that successor's creation."""
+        last: Position | None = None
+        for k, row in enumerate(rows):
+            closed_ms = row.closed_ms
+            if closed_ms is None and k < len(rows) - 1:
+                closed_ms = rows[k + 1].created_ms
+            state = LedgerState(row.ledger_id, row.entries, row.size_bytes, row.entries, row.created_ms, closed_ms)
+            state.first_ordinal = self.entries_total
+            self.add(state)
+            if row.entries:
+                last = Position(row.ledger_id, row.entries - 1)
+        return last
 
     @property
     def ids(self) -> list[int]:
@@ -87,6 +107,16 @@ class LedgerList:
         return [LedgerInfo(s.ledger_id, s.entries, s.size_bytes, s.created_ms, s.closed_ms) for s in self.states]
 
     # -- positions -----------------------------------------------------------------------------
+
+    def initial_mark_delete(self, initial: str, last_confirmed: Position | None) -> Position:
+        """A new cursor's mark-delete position: before the first entry ("earliest"), or at the last
+        durable one ("latest")."""
+        if initial == "earliest":
+            first = self.first_position
+            return Position(first.ledger_id, -1) if first else Position(self.current_id, -1)
+        if initial == "latest":
+            return last_confirmed or Position(self.current_id, -1)
+        raise ValueError(f"initial must be 'earliest' or 'latest', not {initial!r}")
 
     @property
     def first_position(self) -> Position | None:

@@ -16,9 +16,11 @@ Opening one (Storage.open_ledger) is cheap and lazy: a few index lookups in the 
 small (__slots__ objects: the ledger list, the cursors); `close` releases it all, which is what the
 broker needs to unload an idle topic.
 
-Helpers with one job each: _ledger_list (the ledgers and the log's shape), _read_path (reads
-through the caches, and whether the topic has an active cursor), _cursor_persistence (cursor state,
-at most once per cursor_persist_interval_s, and on close), _trim (retention).
+Helpers with one job each: _ledger_list (the ledgers and the log's shape), _ledger_rollover (the
+current ledger: entry ids, rollover, replacing a ledger that lost an append), _read_path (reads
+through the caches, and whether the topic has an active cursor), _cursor_persistence (cursors added
+and deleted, their state journaled at most once per cursor_persist_interval_s, and on close), _trim
+(retention).
 """
 
 from __future__ import annotations
@@ -40,14 +42,14 @@ from velamq.storage._config import Counters, StorageConfig, entry_bytes_max
 from velamq.storage._cursor import CursorState, ManagedCursor
 from velamq.storage._cursor_persistence import CursorPersistence
 from velamq.storage._entry_log import Run
-from velamq.storage._journal import AppendOp, AppendWaiter, BarrierOp, Journal, LedgerHandle
-from velamq.storage._journal_file import RECORD_HEADER_BYTES
+from velamq.storage._journal import AppendOp, AppendWaiter, BarrierOp, Journal
 from velamq.storage._ledger_list import LedgerList, LedgerState
+from velamq.storage._ledger_rollover import CurrentLedger
 from velamq.storage._position import Entry, LedgerInfo, Position
 from velamq.storage._publish_buffer import PublishBuffer
 from velamq.storage._read_path import ReadPath
 from velamq.storage._storage_db import StoredLedger, ThreadDbs
-from velamq.storage._trim import delete_ledgers, trimmable
+from velamq.storage._trim import trim_ledgers
 from velamq.storage._write_cache import WriteCache
 
 if TYPE_CHECKING:
@@ -90,19 +92,15 @@ class ManagedLedger:
     __slots__ = (
         "_assigned_total",
         "_closed",
-        "_create_pending",
         "_ctx",
         "_current",
-        "_current_bytes",
         "_cursors",
         "_durable_total",
-        "_handle",
         "_last_confirmed",
         "_list",
         "_loop",
         "_persistence",
         "_reads",
-        "_roll_pending",
         "_state",
         "last_generation",
         "ml_id",
@@ -117,21 +115,13 @@ class ManagedLedger:
         self._list = LedgerList()
         self._durable_total = 0  # durable entries ever, since opened (pending = assigned - durable)
         self._last_confirmed: Position | None = None
-        # The current ledger, as assigned (ahead of durable while appends are in flight).
-        self._current = LedgerState(-1, 0, 0, 0)
-        self._current_bytes = 0  # record bytes assigned in the current ledger (rollover by size)
+        self._current = CurrentLedger(ctx, self._list)  # where appends go, and its rollover
         self._assigned_total = 0  # also the ordinal the next entry gets
-        self._handle: LedgerHandle | None = None
         self._reads: ReadPath | None = ReadPath(self, ctx)  # None once closed
         self._cursors: dict[str, ManagedCursor] = {}
         self._persistence = CursorPersistence(name, ml_id, self._cursors, ctx)
         self._state: Literal["open", "closing", "closed"] = "open"
         self._closed: asyncio.Future[None] | None = None
-        # Its ML_CREATE is still to be journaled (a new log), or must be again (that write failed).
-        self._create_pending = False
-        # The current ledger lost an append (or its creation) to a failed write: the next append
-        # seals it at its durable end and starts a new one (no hole, nothing latched).
-        self._roll_pending = False
         self.last_generation = 0  # the newest write cache half this log's entries or operations went to
 
     # -- opening -------------------------------------------------------------------------------
@@ -140,8 +130,8 @@ class ManagedLedger:
     def create(cls, name: str, ml_id: int, ctx: StorageContext) -> ManagedLedger:
         """A new, empty log: its ML_CREATE is journaled, then its first ledger's creation."""
         ml = cls(name, ml_id, ctx, asyncio.get_running_loop())
-        ml._create_pending = True
-        ml._start_ledger()
+        ml._current.create_pending = True
+        ml._current.start(ml, 0)
         return ml
 
     @classmethod
@@ -150,26 +140,12 @@ class ManagedLedger:
         at start, and a managed ledger's close waits for its flush)."""
         ml = cls(name, stored.ml_id, ctx, asyncio.get_running_loop())
         lst = ml._list
-        rows = stored.ledgers
-        for k, row in enumerate(rows):
-            closed_ms = row.closed_ms
-            if closed_ms is None and k < len(rows) - 1:
-                closed_ms = rows[k + 1].created_ms  # damage: sealed by its successor's creation
-            state = LedgerState(row.ledger_id, row.entries, row.size_bytes, row.entries, row.created_ms, closed_ms)
-            state.first_ordinal = ml._assigned_total
-            lst.add(state)
-            ml._durable_total += row.entries
-            ml._assigned_total += row.entries
-            if row.entries:
-                ml._last_confirmed = Position(row.ledger_id, row.entries - 1)
-        if rows and rows[-1].closed_ms is None:
-            current = lst.states[-1]
-            lst.current_id = current.ledger_id
-            ml._current = current
-            ml._current_bytes = current.size_bytes
-            ml._handle = LedgerHandle(current.ledger_id, ml)
+        ml._last_confirmed = lst.restore(stored.ledgers)
+        ml._durable_total = ml._assigned_total = lst.entries_total
+        if stored.ledgers and stored.ledgers[-1].closed_ms is None:
+            ml._current.resume(ml)
         else:
-            ml._start_ledger()
+            ml._current.start(ml, ml._assigned_total)
         end = ml._last_confirmed or Position(lst.current_id, -1)
         for cursor_name, raw in stored.cursors:
             state_ = CursorState.from_json_bytes(raw, f"cursor {cursor_name!r} of {name}")
@@ -177,34 +153,6 @@ class ManagedLedger:
             cursor.clip_to(end)
             ml._read_path().note_position(cursor.mark_delete_position)
         return ml
-
-    def _start_ledger(self) -> None:
-        """Make a new, empty current ledger. Synchronous: ids are handed out in call order, and its
-        creation is journaled before any of its entries."""
-        ledger_id = self._ctx.allocate_ledger_id()
-        created_ms = self._ctx.clock.now_ms()
-        handle = self._handle = LedgerHandle(ledger_id, self)
-        journal = self._ctx.journal
-        if self._create_pending:
-            self._create_pending = False
-            create = _meta_ops.ml_create(self.ml_id, self.name, owner=self)
-            create.fences = handle  # no ledger of a log whose creation failed
-            journal.submit(create)
-        op = _meta_ops.ledger_create(ledger_id, self.ml_id, created_ms, owner=self)
-        op.fences = handle
-        journal.submit(op)
-        self._roll_pending = False
-        self._current = LedgerState(ledger_id, 0, 0, 0, created_ms, None, self._assigned_total)
-        self._list.add(self._current)
-        self._list.current_id = ledger_id
-        self._current_bytes = 0
-
-    def _roll(self) -> None:
-        old = self._current
-        old.closed_ms = self._ctx.clock.now_ms()
-        self._ctx.journal.submit(_meta_ops.ledger_seal(old.ledger_id, old.closed_ms, owner=self))
-        self._start_ledger()
-        self._ctx.counters.ledgers_rolled_total += 1
 
     # -- appending -----------------------------------------------------------------------------
 
@@ -233,23 +181,11 @@ class ManagedLedger:
         if size == 0 or size > entry_bytes_max:
             raise ValueError(f"an entry must be 1 to {entry_bytes_max} bytes, not {size}")
         # Everything up to the submit stays synchronous, so positions follow call order.
-        config = ctx.config
-        assert self._handle is not None
-        if (
-            self._current.assigned >= config.ledger_entries_max
-            or self._current_bytes >= config.ledger_bytes_max
-            or self._roll_pending
-            or self._handle.failed is not None
-        ):
-            self._roll()
-        current = self._current
-        entry_id = current.assigned
-        current.assigned += 1
+        handle, entry_id = self._current.assign(self, size, self._assigned_total)
         self._assigned_total += 1
-        self._current_bytes += RECORD_HEADER_BYTES + size
         ctx.publish_buffer.acquire(size)
         ctx.counters.pending_appends += 1
-        ctx.journal.submit(AppendOp(self._handle, entry_id, data, waiter))
+        ctx.journal.submit(AppendOp(handle, entry_id, data, waiter))
 
     def on_durable(self, ledger_id: int, last_entry_id: int, entries: int, size_bytes: int) -> None:
         """Called by the write path (on the loop): entries up to last_entry_id of ledger_id are durable."""
@@ -270,16 +206,12 @@ class ManagedLedger:
         if ledger is not None and ledger.assigned > ledger.entries:
             ledger.assigned -= 1
             self._assigned_total -= 1
-        if ledger_id == self._list.current_id:
-            self._roll_pending = True
+        self._current.on_append_failed(ledger_id)
 
     def on_op_failed(self, op: _meta_ops.MetaOp, error: StorageError) -> None:
         """A metadata operation of this log failed to be journaled: its creation is journaled again
         before the next ledger's; a ledger whose creation failed is replaced at the next append."""
-        if op.kind == _meta_ops.ML_CREATE:
-            self._create_pending = True
-        if op.fences is not None and op.fences is self._handle:
-            self._roll_pending = True
+        self._current.on_op_failed(op, error)
 
     @property
     def tail_active(self) -> bool:
@@ -363,18 +295,7 @@ class ManagedLedger:
         """
         if self._state != "open":
             raise LedgerClosedError(f"managed ledger {self.name} is closed")
-        count = trimmable(self._list, up_to)
-        if not count:
-            return []
-        removed = self._list.remove_first(count)
-        doomed = [state.ledger_id for state in removed]
-        try:
-            await delete_ledgers(self._ctx, _meta_ops.ledger_delete(self.ml_id, doomed), doomed)
-        except StorageError:
-            self._list.put_back_first(removed)  # not journaled: they are still the log's
-            raise
-        self._ctx.counters.ledgers_trimmed_total += len(doomed)
-        return doomed
+        return await trim_ledgers(self._ctx, self.ml_id, self._list, up_to)
 
     # -- cursors (_cursor_persistence writes them) ---------------------------------------------
 
@@ -389,22 +310,14 @@ class ManagedLedger:
         cursor = self._cursors.get(name)
         if cursor is not None:
             return cursor
-        if initial == "earliest":
-            first = self.first_position
-            mark_delete = Position(first.ledger_id, -1) if first else Position(self._list.current_id, -1)
-        elif initial == "latest":
-            mark_delete = self._last_confirmed or Position(self._list.current_id, -1)
-        else:
-            raise ValueError(f"initial must be 'earliest' or 'latest', not {initial!r}")
+        mark_delete = self._list.initial_mark_delete(initial, self._last_confirmed)
         cursor = ManagedCursor(name, self, mark_delete)
-        self._cursors[name] = cursor
         self._read_path().note_position(mark_delete)
-        await self._persistence.write_now(cursor)  # before it is handed out
+        await self._persistence.add(cursor)  # journaled before it is handed out
         return cursor
 
     async def delete_cursor(self, name: str) -> None:
-        if self._cursors.pop(name, None) is not None:
-            await self._persistence.remove(name)
+        await self._persistence.delete(name)
 
     def cursor_changed(self, cursor: ManagedCursor) -> None:
         """Called by a cursor on every change: it is written within cursor_persist_interval_s."""
@@ -459,7 +372,7 @@ class ManagedLedger:
         # log is freed by reference counting as soon as its owner lets go (an unloaded topic's
         # memory comes back at once, not at the next full collection of the cyclic GC).
         self._reads = None
-        self._handle = None
+        self._current.handle = None
 
     async def delete(self) -> list[int]:
         """Close without persisting cursors (Storage.delete_ledger); returns the ledger ids."""

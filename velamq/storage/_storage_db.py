@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from velamq._errors import StorageError
-from velamq.storage import _meta_ops as ops
+from velamq.storage import _storage_db_changes as _changes
 from velamq.storage._entry_log import Run, pack_ends, unpack_ends
 from velamq.storage._meta_ops import MetaOp
 
@@ -73,8 +73,6 @@ CREATE TABLE IF NOT EXISTS cursors (
 """
 
 _RUN_COLUMNS = "ledger, first_entry, n, log, pos, ends"
-_NO_ML = "ml NOT IN (SELECT id FROM managed_ledgers)"
-_NO_LEDGER = "ledger NOT IN (SELECT id FROM ledgers)"
 # Ids per "IN (...)" (SQLite allows 32766 parameters; smaller chunks keep statements cheap).
 _IN_CHUNK = 500
 
@@ -318,114 +316,32 @@ class StorageDb:
                 moved += run.size_bytes
         return moved
 
-    # -- metadata operations -------------------------------------------------------------------
+    # -- metadata operations, deletions, consistency (_storage_db_changes) ----------------------
 
     def apply(self, metadata: list[MetaOp]) -> set[int]:
-        """Apply operations in journal order; returns the ledgers they deleted. Idempotent (replay
-        may apply an operation again). Call in a transaction.
-
-        Between two deletions, creations are applied kind by kind with one statement each (topics
-        created together cost a few statements, not a few per topic): within such a stretch only
-        the order "topic, then its ledgers, then their seals and its cursors" matters, and a
-        deletion (of a ledger, a topic or a cursor) is applied where it stands."""
-        deleted: set[int] = set()
-        stretch: list[MetaOp] = []
-        for op in metadata:
-            if op.kind in (ops.LEDGER_DELETE, ops.ML_DELETE, ops.CURSOR_DELETE):
-                self._apply_creations(stretch)
-                stretch = []
-                if op.kind == ops.LEDGER_DELETE:
-                    deleted.update(self.delete_ledgers(op.ledger_ids))
-                elif op.kind == ops.ML_DELETE:
-                    deleted.update(self.delete_ml(op.subject, op.ledger_ids))
-                else:
-                    self._conn.execute("DELETE FROM cursors WHERE ml = ? AND name = ?", (op.subject, op.name))
-            else:
-                stretch.append(op)
-        self._apply_creations(stretch)
-        return deleted
-
-    def _apply_creations(self, stretch: list[MetaOp]) -> None:
-        if not stretch:
-            return
-        executemany = self._conn.executemany
-        executemany(
-            "INSERT INTO managed_ledgers VALUES (?, ?) ON CONFLICT DO NOTHING",
-            [(op.subject, op.name) for op in stretch if op.kind == ops.ML_CREATE],
-        )
-        executemany(
-            "INSERT INTO ledgers (id, ml, created_ms) SELECT ?, ?, ? "
-            "WHERE EXISTS (SELECT 1 FROM managed_ledgers WHERE id = ?) ON CONFLICT DO NOTHING",
-            [
-                (op.subject, ml_id, created_ms, ml_id)
-                for op in stretch
-                if op.kind == ops.LEDGER_CREATE
-                for ml_id, created_ms in [op.ledger_create()]
-            ],
-        )
-        executemany(
-            "UPDATE ledgers SET closed_ms = ? WHERE id = ?",
-            [(op.closed_ms(), op.subject) for op in stretch if op.kind == ops.LEDGER_SEAL],
-        )
-        puts: dict[tuple[int, str], bytes] = {}  # the last state of each cursor written here
-        for op in stretch:
-            if op.kind == ops.CURSOR_PUT:
-                name, state = op.cursor()
-                puts[(op.subject, name)] = state
-        executemany(
-            "INSERT INTO cursors SELECT ?, ?, ? WHERE EXISTS (SELECT 1 FROM managed_ledgers WHERE id = ?) "
-            "ON CONFLICT (ml, name) DO UPDATE SET state = excluded.state",
-            [(ml, n, state, ml) for (ml, n), state in puts.items()],
-        )
+        """Apply operations in journal order; returns the ledgers they deleted. Idempotent. Call in
+        a transaction."""
+        return _changes.apply_metadata(self._conn, metadata)
 
     def delete_ledgers(self, ledger_ids: Iterable[int]) -> list[int]:
         """Delete ledgers, their runs, and their bytes from the logs' live share. Idempotent."""
-        execute = self._conn.execute
-        out = []
-        for ledger_id in ledger_ids:
-            dead = execute("SELECT log, sum(bytes) FROM entries WHERE ledger = ? GROUP BY log", (ledger_id,))
-            self._conn.executemany(
-                "UPDATE logs SET live_bytes = live_bytes - ? WHERE id = ?", [(b, i) for i, b in dead.fetchall()]
-            )
-            execute("DELETE FROM entries WHERE ledger = ?", (ledger_id,))
-            execute("DELETE FROM ledgers WHERE id = ?", (ledger_id,))
-            out.append(ledger_id)
-        return out
+        return _changes.delete_ledgers(self._conn, ledger_ids)
 
     def delete_ml(self, ml_id: int, ledger_ids: Iterable[int] = ()) -> list[int]:
         """Delete a managed ledger with all its ledgers and cursors. Idempotent."""
-        doomed = set(ledger_ids) | set(self.ledger_ids_of(ml_id))
-        out = self.delete_ledgers(sorted(doomed))
-        self._conn.execute("DELETE FROM cursors WHERE ml = ?", (ml_id,))
-        self._conn.execute("DELETE FROM managed_ledgers WHERE id = ?", (ml_id,))
-        return out
-
-    # -- consistency (checker, rebuild) --------------------------------------------------------
+        return _changes.delete_ml(self._conn, ml_id, ledger_ids)
 
     def orphans(self) -> dict[str, int]:
-        """Rows that point at nothing: ledgers of no managed ledger, runs of no ledger, cursors of
-        no managed ledger, runs in no log. Should all be 0."""
-        q = {
-            "ledgers without a managed ledger": f"SELECT count(*) FROM ledgers WHERE {_NO_ML}",
-            "index runs without a ledger": f"SELECT count(*) FROM entries WHERE {_NO_LEDGER}",
-            "cursors without a managed ledger": f"SELECT count(*) FROM cursors WHERE {_NO_ML}",
-            "index runs in no entry log": "SELECT count(*) FROM entries WHERE log NOT IN (SELECT id FROM logs)",
-        }
-        return {what: int(self._conn.execute(sql).fetchone()[0]) for what, sql in q.items()}
+        """Rows that point at nothing (should all be 0), by what they are."""
+        return _changes.orphans(self._conn)
 
     def delete_orphans(self) -> None:
         """Remove the rows `orphans` counts (the checker's --delete). Call in a transaction."""
-        dangling = [int(r[0]) for r in self._conn.execute(f"SELECT id FROM ledgers WHERE {_NO_ML}")]
-        self.delete_ledgers(dangling)
-        runs = self._conn.execute(f"SELECT log, sum(bytes) FROM entries WHERE {_NO_LEDGER} GROUP BY log").fetchall()
-        self._conn.executemany("UPDATE logs SET live_bytes = live_bytes - ? WHERE id = ?", [(b, i) for i, b in runs])
-        self._conn.execute(f"DELETE FROM entries WHERE {_NO_LEDGER}")
-        self._conn.execute(f"DELETE FROM cursors WHERE {_NO_ML}")
+        _changes.delete_orphans(self._conn)
 
     def counts(self) -> dict[str, int]:
         """Row counts of the main tables (the checker's summary)."""
-        tables = ("managed_ledgers", "ledgers", "entries", "cursors", "logs")
-        return {t: int(self._conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]) for t in tables}
+        return _changes.counts(self._conn)
 
 
 class ThreadDbs:

@@ -62,56 +62,16 @@ def storage_metrics(
 ) -> dict[str, float]:
     p = "velamq_storage_"
     out: dict[str, float] = {}
-    j_appends = journal.appends_total if journal else 0
-    j_fsyncs = journal.fsyncs_total if journal else 0
+    js = journal.stats if journal is not None else None
+    j_appends = js.appends_total if js else 0
+    j_fsyncs = js.fsyncs_total if js else 0
     f_fsyncs = flusher.fsyncs_total if flusher else 0
     if journal is not None:
-        out |= {
-            p + "journal_appends_total": j_appends,
-            p + "journal_bytes_total": journal.bytes_total,
-            p + "journal_groups_total": journal.groups_total,
-            p + "journal_fsyncs_total": j_fsyncs,
-            p + "journal_fsync_seconds_total": journal.fsync_seconds_total,
-            p + "journal_fsync_seconds_max": journal.fsync_seconds_max,
-            p + "journal_fsync_seconds_avg": journal.fsync_seconds_total / j_fsyncs if j_fsyncs else 0.0,
-            p + "journal_write_seconds_total": journal.write_seconds_total,
-            p + "journal_entries_per_fsync": j_appends / j_fsyncs if j_fsyncs else 0.0,
-            p + "journal_entries_per_fsync_last": journal.entries_per_fsync_last,
-            p + "journal_segments_created_total": journal.segments_created_total,
-            p + "journal_broken": 1 if journal.failure else 0,  # its last write failed, none succeeded since
-            p + "journal_write_failures_total": journal.write_failures_total,
-            p + "journal_segment_failures_total": journal.segment_failures_total,
-            p + "journal_repairs_total": journal.repairs_total,
-            p + "journal_probes_total": journal.probes_total,
-        }
+        out |= _journal_metrics(p, journal)
     if flusher is not None:
-        out |= {
-            p + "flushes_total": flusher.flushes_total,
-            p + "flush_seconds_total": flusher.flush_seconds_total,
-            p + "flush_bytes_total": flusher.flush_bytes_total,
-            p + "flush_entries_total": flusher.flush_entries_total,
-            p + "flush_runs_total": flusher.flush_runs_total,
-            p + "flush_logs_total": flusher.flush_logs_total,
-            p + "flush_fsyncs_total": f_fsyncs,
-            p + "flush_checkpoints_total": flusher.checkpoints_total,
-            p + "flush_journal_segments_deleted_total": flusher.journal_segments_deleted_total,
-            p + "flush_failures_total": flusher.failures_total,
-            p + "flush_journal_trim_failures_total": flusher.trim_failures_total,
-        }
+        out |= _flusher_metrics(p, flusher)
     if gc is not None:
-        logs = gc.last_logs
-        out |= {
-            p + "gc_runs_total": gc.runs_total,
-            p + "gc_logs_deleted_total": gc.logs_deleted_total,
-            p + "gc_logs_compacted_total": gc.logs_compacted_total,
-            p + "gc_bytes_reclaimed_total": gc.bytes_reclaimed_total,
-            p + "gc_bytes_copied_total": gc.bytes_copied_total,
-            p + "gc_seconds_total": gc.seconds_total,
-            p + "gc_errors_total": gc.errors_total,
-            p + "entry_logs": len(logs),
-            p + "entry_log_bytes": sum(row.total_bytes for row in logs),
-            p + "entry_log_live_bytes": sum(row.live_bytes for row in logs),
-        }
+        out |= _gc_metrics(p, gc)
     out |= write_cache.metrics()
     if write_path is not None:
         out[p + "write_cache_parked_bytes"] = write_path.parked_bytes
@@ -139,10 +99,9 @@ def storage_metrics(
     out |= {
         p + "appends_total": j_appends,
         p + "fsyncs_total": j_fsyncs + f_fsyncs,
-        p + "fsync_seconds_total": journal.fsync_seconds_total if journal else 0.0,
-        p + "bytes_written_total": (journal.bytes_total if journal else 0)
-        + (flusher.flush_bytes_total if flusher else 0),
-        p + "group_commits_total": journal.groups_total if journal else 0,
+        p + "fsync_seconds_total": js.fsync_seconds_total if js else 0.0,
+        p + "bytes_written_total": (js.bytes_total if js else 0) + (flusher.flush_bytes_total if flusher else 0),
+        p + "group_commits_total": js.groups_total if js else 0,
         p + "entries_per_fsync": j_appends / j_fsyncs if j_fsyncs else float(j_appends),
         p + "open_ledgers": open_ledgers,
         p + "pending_appends": counters.pending_appends,
@@ -155,3 +114,58 @@ def storage_metrics(
         p + "torn_tails_truncated_total": counters.torn_tails_truncated_total,
     }
     return {k: float(v) for k, v in out.items()}
+
+
+def _journal_metrics(p: str, journal: Journal) -> dict[str, float]:
+    js = journal.stats
+    appends, fsyncs = js.appends_total, js.fsyncs_total  # read once: the thread counts on
+    return {
+        p + "journal_appends_total": appends,
+        p + "journal_bytes_total": js.bytes_total,
+        p + "journal_groups_total": js.groups_total,
+        p + "journal_fsyncs_total": fsyncs,
+        p + "journal_fsync_seconds_total": js.fsync_seconds_total,
+        p + "journal_fsync_seconds_max": js.fsync_seconds_max,
+        p + "journal_fsync_seconds_avg": js.fsync_seconds_total / fsyncs if fsyncs else 0.0,
+        p + "journal_write_seconds_total": js.write_seconds_total,
+        p + "journal_entries_per_fsync": appends / fsyncs if fsyncs else 0.0,
+        p + "journal_entries_per_fsync_last": js.entries_per_fsync_last,
+        p + "journal_segments_created_total": js.segments_created_total,
+        p + "journal_broken": 1 if journal.failure else 0,  # its last write failed, none succeeded since
+        p + "journal_write_failures_total": js.write_failures_total,
+        p + "journal_segment_failures_total": js.segment_failures_total,
+        p + "journal_repairs_total": js.repairs_total,
+        p + "journal_probes_total": js.probes_total,
+    }
+
+
+def _flusher_metrics(p: str, flusher: Flusher) -> dict[str, float]:
+    return {
+        p + "flushes_total": flusher.flushes_total,
+        p + "flush_seconds_total": flusher.flush_seconds_total,
+        p + "flush_bytes_total": flusher.flush_bytes_total,
+        p + "flush_entries_total": flusher.flush_entries_total,
+        p + "flush_runs_total": flusher.flush_runs_total,
+        p + "flush_logs_total": flusher.flush_logs_total,
+        p + "flush_fsyncs_total": flusher.fsyncs_total,
+        p + "flush_checkpoints_total": flusher.checkpoints_total,
+        p + "flush_journal_segments_deleted_total": flusher.journal_segments_deleted_total,
+        p + "flush_failures_total": flusher.failures_total,
+        p + "flush_journal_trim_failures_total": flusher.trim_failures_total,
+    }
+
+
+def _gc_metrics(p: str, gc: GarbageCollector) -> dict[str, float]:
+    logs = gc.last_logs
+    return {
+        p + "gc_runs_total": gc.runs_total,
+        p + "gc_logs_deleted_total": gc.logs_deleted_total,
+        p + "gc_logs_compacted_total": gc.logs_compacted_total,
+        p + "gc_bytes_reclaimed_total": gc.bytes_reclaimed_total,
+        p + "gc_bytes_copied_total": gc.bytes_copied_total,
+        p + "gc_seconds_total": gc.seconds_total,
+        p + "gc_errors_total": gc.errors_total,
+        p + "entry_logs": len(logs),
+        p + "entry_log_bytes": sum(row.total_bytes for row in logs),
+        p + "entry_log_live_bytes": sum(row.live_bytes for row in logs),
+    }

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from velamq._errors import StorageError
+from velamq.storage import _meta_ops
 from velamq.storage._ledger_list import LedgerList
 from velamq.storage._meta_ops import MetaOp
 from velamq.storage._position import Position
@@ -36,6 +38,24 @@ def trimmable(ledgers: LedgerList, up_to: Position) -> int:
             break
         count += 1
     return count
+
+
+async def trim_ledgers(ctx: StorageContext, ml_id: int, ledgers: LedgerList, up_to: Position) -> list[int]:
+    """Delete the oldest ledgers a trim to up_to may delete (`trimmable`); returns their ids. They
+    leave the list at once; if the deletion cannot be journaled they are put back (still the log's)
+    and the StorageError is raised."""
+    count = trimmable(ledgers, up_to)
+    if not count:
+        return []
+    removed = ledgers.remove_first(count)
+    doomed = [state.ledger_id for state in removed]
+    try:
+        await delete_ledgers(ctx, _meta_ops.ledger_delete(ml_id, doomed), doomed)
+    except StorageError:
+        ledgers.put_back_first(removed)
+        raise
+    ctx.counters.ledgers_trimmed_total += len(doomed)
+    return doomed
 
 
 async def delete_ledgers(ctx: StorageContext, op: MetaOp, ledger_ids: list[int]) -> None:

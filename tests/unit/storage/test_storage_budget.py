@@ -100,7 +100,7 @@ def test_a_slow_flush_parks_groups_and_holds_their_receipts(tmp_path: Path) -> N
     async def main() -> None:
         async with started(tmp_path, write_cache_bytes=100_000, flush_interval_ms=NEVER_MS) as storage:
             ml = await storage.open_ledger(TOPIC)
-            flusher = storage._flusher
+            flusher = storage._threads.flusher
             assert flusher is not None
             release = threading.Event()
             flusher.step_hook = lambda step: release.wait(10) if step == "logs-written" else None

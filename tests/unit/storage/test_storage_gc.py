@@ -4,12 +4,16 @@ step, without disturbing readers, on the clock's schedule."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from pathlib import Path
 
+import pytest
+from _faulty_disk import FaultyDisk
 from _storage_testing import NEVER_MS, TOPIC, config, payload, read_everything, run, snapshot, started, wait_until
 
 from velamq._clock import ManualClock
+from velamq._errors import StorageError
 from velamq.storage import Position, Storage
 from velamq.storage._storage_db import StorageDb
 
@@ -109,7 +113,7 @@ def test_a_deletion_during_a_compaction_stays_a_deletion(tmp_path: Path) -> None
             names = list(written)
             for name in names[2:]:
                 await storage.delete_ledger(name)
-            gc = storage._gc
+            gc = storage._threads.gc
             assert gc is not None
             copied, resume = threading.Event(), threading.Event()
 
@@ -162,7 +166,7 @@ def test_a_crash_at_every_step_of_a_collection_loses_nothing_and_leaves_no_garba
                 await storage.delete_ledger(name)
                 del written[name]
             assert mls
-            gc = storage._gc
+            gc = storage._threads.gc
             assert gc is not None
 
             def hook(step: str) -> None:
@@ -222,5 +226,35 @@ def test_collection_runs_on_the_clock(tmp_path: Path) -> None:
             assert [d for _, d in await read_everything(storage, keep)] == written[keep]
         finally:
             await storage.close()
+
+    run(main())
+
+
+def test_a_collection_on_a_full_disk_fails_with_one_line_and_the_next_pass_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ENOSPC is expected while the disk is full: the collector says so in one line, without a
+    traceback, and a later pass (once there is room) compacts as usual."""
+    disk = FaultyDisk(tmp_path / "logs")
+
+    async def main() -> None:
+        async with started(tmp_path, **SMALL) as storage:
+            written = await fill(storage, 4, 30)
+            keep, *doomed = written
+            for name in doomed:
+                await storage.delete_ledger(name)
+            await storage.flush()
+            with disk.installed(monkeypatch), caplog.at_level(logging.INFO, logger="velamq.storage"):
+                disk.no_space()
+                with pytest.raises(StorageError):
+                    await storage.collect_garbage()
+                assert disk.failed_writes > 0
+                said = [r for r in caplog.records if "garbage" in r.getMessage()]
+                assert len(said) == 1, [r.getMessage() for r in said]
+                assert said[0].levelno == logging.WARNING and said[0].exc_info is None
+                assert "disk is full" in said[0].getMessage() and "tries again" in said[0].getMessage()
+                disk.heal()
+                assert (await storage.collect_garbage()).logs_compacted > 0
+            assert [d for _, d in await read_everything(storage, keep)] == written[keep]
 
     run(main())

@@ -209,7 +209,7 @@ def test_a_crash_at_every_step_of_the_flush_cycle_loses_nothing(tmp_path: Path) 
         kwargs = {"flush_interval_ms": NEVER_MS, "journal_segment_bytes": 64 * 1024, "ledger_entries_max": 7}
         async with started(data_dir, **kwargs) as storage:
             mls = [await storage.open_ledger(name) for name in TOPICS]
-            flusher = storage._flusher
+            flusher = storage._threads.flusher
             assert flusher is not None
             for round_ in range(3):
                 sizes_before = {log.name: log.stat().st_size for log in (data_dir / "logs").glob("*.log")}
@@ -318,7 +318,7 @@ def test_a_flush_blocked_mid_way_still_serves_reads_from_the_flushing_half(tmp_p
         async with started(tmp_path, flush_interval_ms=NEVER_MS) as storage:
             ml = await storage.open_ledger(TOPIC)
             positions = [await ml.append(payload(i)) for i in range(20)]
-            flusher = storage._flusher
+            flusher = storage._threads.flusher
             assert flusher is not None
             entered, release = threading.Event(), threading.Event()
 

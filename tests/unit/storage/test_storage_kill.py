@@ -90,20 +90,30 @@ def run_child_and_kill(
     assert child.stdout is not None
     chunks: list[bytes] = []
     ready = threading.Event()
+    deleting = threading.Event()  # the child printed its first deletion
 
     def drain() -> None:  # keep the pipe empty so the child never blocks on stdout
         assert child.stdout is not None
+        tail = b""
         while chunk := child.stdout.read(65536):
             chunks.append(chunk)
             if not ready.is_set() and b"\n" in b"".join(chunks):
                 ready.set()
+            if b"\ndeleted " in tail + chunk:
+                deleting.set()
+            tail = chunk[-16:]
         ready.set()
+        deleting.set()
 
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     try:
         if not ready.wait(30):
             raise AssertionError(f"child did not start: {stderr_path.read_text()}")
+        # The "gc" variant's kill is to land in the churn of deletions and collections: however
+        # loaded the machine, the delay counts from the first deletion, not from the start.
+        if variant == "gc" and not deleting.wait(60):
+            raise AssertionError(f"child deleted no topic: {stderr_path.read_text()}")
         time.sleep(delay_s)
     finally:
         child.send_signal(signal.SIGKILL)
