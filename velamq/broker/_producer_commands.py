@@ -119,8 +119,7 @@ class ProducerCommands:
             raise BrokerRequestError(pb.ServiceNotReady, f"topic {topic.full_name} was unloaded, retry")
         error = "connection closed" if self._channel.closed else topic.add_producer(producer)
         if error is not None:
-            if topic.exclusive_producer == producer_name and producer_name not in topic.producers:
-                topic.exclusive_producer = None
+            topic.not_registered(producer_name)
             if self._channel.closed:
                 return
             raise BrokerRequestError(pb.ProducerBusy, error)
