@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 @dataclass(eq=False, slots=True)
 class ServerProducer:
     """The broker's side of one client producer: its name (the deduplication key), its epoch and
-    access mode (who may publish, see Topic.admit_producer) and its publish counters."""
+    access mode (who may publish, see _producer_access.py) and its publish counters."""
 
     channel: Channel
     producer_id: int
