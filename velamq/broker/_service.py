@@ -5,8 +5,8 @@ before the broker and closes them after it) and hands the broker's admin facade 
 the admin tier. Everything here runs on one event loop; blocking work lives in the storage
 threads and the metadata thread.
 
-Its parts live in their own modules: the ports, their listeners and connection caps (_ports.py,
-_listener.py), the table of loaded topics with loading, unloading and deleting (_loaded_topics.py),
+Its parts live in their own modules: the ports, their listeners and connection caps
+(_listener.py), the table of loaded topics with loading, unloading and deleting (_loaded_topics.py),
 the network's share of the memory budget (_net_budget.py), the disk guard that turns the broker
 read-only (_disk_guard.py), and crash-safe topic deletes (_topic_deletion.py), whose interrupted
 ones `start` finishes before it listens.
@@ -34,12 +34,11 @@ from velamq.broker._connection import ServerConnection
 from velamq.broker._disk_guard import DiskGuard, DiskThresholds, DiskUsage, StorageHealth, statvfs_usage
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker._idle_unload import IdleUnloader
-from velamq.broker._listener import ConnectionLimits
+from velamq.broker._listener import BrokerPorts, ConnectionLimits
 from velamq.broker._loaded_topics import LoadedTopics
 from velamq.broker._metrics_snapshot import collect
 from velamq.broker._net_budget import NetworkBudget
 from velamq.broker._policy_tasks import PolicyTasks
-from velamq.broker._ports import BrokerPorts
 from velamq.broker._rate_history import RateHistory
 from velamq.broker._schemas import BrokerSchemas
 from velamq.broker._stats import BrokerMetrics, NamespaceMetrics, TopicMetrics

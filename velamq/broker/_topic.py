@@ -26,8 +26,7 @@ from velamq.broker._consumer_selector import SubType
 from velamq.broker._dedup import DUPLICATE_POSITION, Deduplication
 from velamq.broker._delay_store import delayed_index_name
 from velamq.broker._positions import end_of_log
-from velamq.broker._producer import ServerProducer
-from velamq.broker._producer_access import ProducerAccess, check_shared
+from velamq.broker._producer import ProducerAccess, ServerProducer, check_shared
 from velamq.broker._publish import Published, PublishedFuture
 from velamq.broker._rates import NO_RATE, RateCounter
 from velamq.broker._subscription import Subscription
@@ -148,7 +147,7 @@ class Topic:
     async def admit_producer(
         self, producer: ServerProducer, request_epoch: int | None, on_queued: Callable[[], None]
     ) -> None:
-        """Apply the producer access mode (_producer_access.py): raises BrokerRequestError with
+        """Apply the producer access mode (_producer.py): raises BrokerRequestError with
         ProducerBusy or ProducerFenced; WaitForExclusive calls `on_queued` once and waits its turn."""
         if producer.access_mode == pb.Shared:
             check_shared(self.exclusive_producer, producer)
