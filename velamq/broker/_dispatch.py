@@ -24,6 +24,7 @@ from velamq.broker._consumer_selector import ConsumerSelector, SubType
 from velamq.broker._delay_store import DelayedIndexStore, delayed_index_name
 from velamq.broker._delayed import DelayedDeliveryTracker
 from velamq.broker._entry_info import EntryInfo, entry_info
+from velamq.broker._rates import RateCounter
 from velamq.broker._subscription_state import SubscriptionState
 from velamq.storage import Entry, Position
 
@@ -202,8 +203,7 @@ class Dispatcher(SubscriptionState):
             in_flight.sent(position, consumer, monotonic_now)
             rates.out.add(info.num_messages, len(entry.data))
             if info.is_chunk:
-                rates.chunks_out.add(1, len(entry.data))
-                consumer.chunks_out.add(1, len(entry.data))
+                _chunk_sent(rates.chunks_out, consumer, len(entry.data))
             delivered = True
         return delivered
 
@@ -309,3 +309,9 @@ class ReadSize:
         if entries:
             size = sum(len(e.data) for e in entries) / len(entries)
             self.entry_bytes_avg = size if self.entry_bytes_avg <= 0 else 0.8 * self.entry_bytes_avg + 0.2 * size
+
+
+def _chunk_sent(chunks_out: RateCounter, consumer: ServerConsumer, size: int) -> None:
+    """Count a chunk sent, for the subscription and for its consumer."""
+    chunks_out.add(1, size)
+    consumer.chunks_out.add(1, size)

@@ -179,8 +179,7 @@ class ProducerCommands:
         is_chunk = send.is_chunk
         limit = topic.policies.max_message_bytes
         if limit is not None and not is_chunk and len(entry) > limit + 10:
-            # As Pulsar: NotAllowed for this send (the client treats it as a connection error).
-            self._send_error(producer_id, sequence_id, pb.NotAllowedError, f"Exceed maximum message size {limit}")
+            self._too_large(producer_id, sequence_id, limit)
             return
         dedup_checked = not is_chunk or _chunk_received(producer, metadata, len(entry))
         has_highest = send.HasField("highest_sequence_id")
@@ -205,6 +204,10 @@ class ProducerCommands:
         if producer_id not in self._closed_by_broker:
             raise ProtocolError(f"SEND for unknown producer id {producer_id}")
         # Else sent before the client saw CLOSE_PRODUCER: it sends it again, or fails it.
+
+    def _too_large(self, producer_id: int, sequence_id: int, limit: int) -> None:
+        # As Pulsar: NotAllowed for this send (the client treats it as a connection error).
+        self._send_error(producer_id, sequence_id, pb.NotAllowedError, f"Exceed maximum message size {limit}")
 
     def _send_error(self, producer_id: int, sequence_id: int, code: int, message: str) -> None:
         reply = pb.BaseCommand(type=T.SEND_ERROR)

@@ -93,15 +93,7 @@ class BrokerService:
         self.disk_guard = _disk_guard(config, clock, storage_health, disk_stat, self.close_producers, self.log_limit)
         self.server_version = f"velamq {__version__}"
         self.listeners: set[str] = set()
-        self.loaded = LoadedTopics(
-            storage, metadata, clock,
-            default_policies=Policies(
-                retention_time_minutes=config.default_retention_time_minutes,
-                retention_size_mb=config.default_retention_size_mb,
-            ),
-            auto_create=config.allow_auto_topic_creation,
-            idle_unload_s=config.topic_idle_unload_s,
-        )
+        self.loaded = _loaded_topics(config, storage, metadata, clock)
         self.schemas = BrokerSchemas(metadata.schemas, self._schema_policies)
         self.policy_tasks = PolicyTasks(clock, config.policy_check_interval_s, lambda: self.topics.values())
         self.rate_history = RateHistory(clock, lambda: self.topics.values(), config.rate_history_interval_s)
@@ -307,6 +299,18 @@ class BrokerService:
         await self.loaded.close()
         for task in list(self._tasks):
             task.cancel()
+
+
+def _loaded_topics(config: BrokerConfig, storage: Storage, metadata: MetadataStore, clock: Clock) -> LoadedTopics:
+    """The table of loaded topics, under the broker's default policies and its topic settings."""
+    defaults = Policies(
+        retention_time_minutes=config.default_retention_time_minutes,
+        retention_size_mb=config.default_retention_size_mb,
+    )
+    return LoadedTopics(
+        storage, metadata, clock, default_policies=defaults,
+        auto_create=config.allow_auto_topic_creation, idle_unload_s=config.topic_idle_unload_s,
+    )
 
 
 def _disk_guard(
