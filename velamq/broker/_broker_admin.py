@@ -3,7 +3,9 @@
 BrokerAdmin implements velamq.admin's BrokerBackend protocol (the composition root hands it to
 the AdminServer; the broker never imports the admin tier). It answers with the typed records of
 _stats.py, which the admin tier renders as Pulsar's JSON. Names are full topic names; message
-ids are (ledger_id, entry_id). Everything runs on the broker loop; nothing here blocks.
+ids are (ledger_id, entry_id). Everything runs on the broker loop; nothing here blocks. The
+cursor operations on one subscription (skip, expire, reset, peek) are the functions after the
+class, over a loaded Topic.
 """
 
 from __future__ import annotations
@@ -291,77 +293,22 @@ class BrokerAdmin:
             s.disconnect_consumers()
         await t.remove_subscription(subscription, delete_cursor=True)
 
-    def _cursor(self, t: Topic, subscription: str) -> tuple[ManagedCursor, Subscription | None]:
-        s = t.subscriptions.get(subscription)
-        if s is not None:
-            return s.cursor, s
-        cursor = t.ledger.cursors.get(subscription)
-        if cursor is None:
-            raise NotFoundError(f"subscription {subscription} not found")
-        return cursor, None
-
     async def skip_messages(self, topic: str, subscription: str, count: int | None) -> None:
         """Acknowledge the first `count` unacknowledged entries; None: everything (skip_all)."""
-        t = await self._topic(topic)
-        cursor, s = self._cursor(t, subscription)
-        last = t.ledger.last_confirmed
-        if last is None:
-            return
-        if count is None:
-            cursor.ack_cumulative(last)
-        else:
-            skipped: list[Position] = []
-            position = t.ledger.next_position(cursor.mark_delete_position)
-            while len(skipped) < count and position <= last:
-                if not cursor.is_acked(position):
-                    skipped.append(position)
-                position = t.ledger.next_position(position)
-            cursor.ack(skipped)
-        if s is not None:
-            s.forget_acked()
+        skip(await self._topic(topic), subscription, count)
 
     async def expire_messages(self, topic: str, subscription: str, seconds: int) -> None:
-        t = await self._topic(topic)
-        cursor, s = self._cursor(t, subscription)
-        now_ms = self._broker.clock.now_ms()
-        expired = await expire(t, cursor, now_ms - seconds * 1000, now_ms, s)
-        if s is not None:
-            s.count_expired(expired)
-            s.forget_acked()
+        await expire_older(await self._topic(topic), subscription, seconds, self._broker.clock.now_ms())
 
     async def reset_cursor(
         self, topic: str, subscription: str, timestamp_ms: int | None, message_id: tuple[int, int] | None
     ) -> None:
-        t = await self._topic(topic)
-        cursor, s = self._cursor(t, subscription)
-        if message_id is not None:
-            mark_delete = _positions.before(Position(*message_id))
-        elif timestamp_ms is not None:
-            mark_delete = await _positions.mark_delete_for_publish_time(t.ledger, timestamp_ms)
-        else:
-            raise PreconditionFailedError("reset needs a timestamp or a message id")
-        if s is not None:
-            s.seek(mark_delete)
-        else:
-            cursor.reset(mark_delete)
+        await reset(await self._topic(topic), subscription, timestamp_ms, message_id)
 
     async def peek_messages(self, topic: str, subscription: str, count: int) -> list[tuple[tuple[int, int], bytes]]:
         """The first `count` entries of the subscription's backlog as ((ledger, entry), stored entry
         bytes: [0x0e01][crc][metadata size][MessageMetadata][payload])."""
-        t = await self._topic(topic)
-        cursor, _ = self._cursor(t, subscription)
-        out: list[tuple[tuple[int, int], bytes]] = []
-        position = t.ledger.next_position(cursor.mark_delete_position)
-        last = t.ledger.last_confirmed
-        while last is not None and position <= last and len(out) < count:
-            entries = await t.ledger.read_entries(position, count)
-            if not entries:
-                break
-            for entry in entries:
-                if not cursor.is_acked(entry.position) and len(out) < count:
-                    out.append(((entry.position.ledger_id, entry.position.entry_id), entry.data))
-            position = t.ledger.next_position(entries[-1].position)
-        return out
+        return await peek(await self._topic(topic), subscription, count)
 
 
 async def _forgiving(deletion: Coroutine[Any, Any, None]) -> None:
@@ -370,3 +317,80 @@ async def _forgiving(deletion: Coroutine[Any, Any, None]) -> None:
         await deletion
     except NotFoundError:
         pass
+
+
+# ---- cursor operations on one subscription ------------------------------------------------------
+# A subscription with consumers is changed through its Subscription (so that dispatch forgets what
+# was acknowledged behind the consumers' backs, or rewinds for a reset); a durable subscription
+# without consumers is only its ManagedCursor.
+
+
+def skip(t: Topic, subscription: str, count: int | None) -> None:
+    """Acknowledge the first `count` unacknowledged entries; None: everything (skip_all)."""
+    cursor, s = _cursor(t, subscription)
+    last = t.ledger.last_confirmed
+    if last is None:
+        return
+    if count is None:
+        cursor.ack_cumulative(last)
+    else:
+        skipped: list[Position] = []
+        position = t.ledger.next_position(cursor.mark_delete_position)
+        while len(skipped) < count and position <= last:
+            if not cursor.is_acked(position):
+                skipped.append(position)
+            position = t.ledger.next_position(position)
+        cursor.ack(skipped)
+    if s is not None:
+        s.forget_acked()
+
+
+async def expire_older(t: Topic, subscription: str, seconds: int, now_ms: int) -> None:
+    """Acknowledge the entries published more than `seconds` before now (TTL's rule, _policy_tasks)."""
+    cursor, s = _cursor(t, subscription)
+    expired = await expire(t, cursor, now_ms - seconds * 1000, now_ms, s)
+    if s is not None:
+        s.count_expired(expired)
+        s.forget_acked()
+
+
+async def reset(t: Topic, subscription: str, timestamp_ms: int | None, message_id: tuple[int, int] | None) -> None:
+    """Move the cursor to a message id (the next read is that message) or to a publish time."""
+    cursor, s = _cursor(t, subscription)
+    if message_id is not None:
+        mark_delete = _positions.before(Position(*message_id))
+    elif timestamp_ms is not None:
+        mark_delete = await _positions.mark_delete_for_publish_time(t.ledger, timestamp_ms)
+    else:
+        raise PreconditionFailedError("reset needs a timestamp or a message id")
+    if s is not None:
+        s.seek(mark_delete)
+    else:
+        cursor.reset(mark_delete)
+
+
+async def peek(t: Topic, subscription: str, count: int) -> list[tuple[tuple[int, int], bytes]]:
+    """The first `count` unacknowledged entries of the subscription's backlog, with their ids."""
+    cursor, _ = _cursor(t, subscription)
+    out: list[tuple[tuple[int, int], bytes]] = []
+    position = t.ledger.next_position(cursor.mark_delete_position)
+    last = t.ledger.last_confirmed
+    while last is not None and position <= last and len(out) < count:
+        entries = await t.ledger.read_entries(position, count)
+        if not entries:
+            break
+        for entry in entries:
+            if not cursor.is_acked(entry.position) and len(out) < count:
+                out.append(((entry.position.ledger_id, entry.position.entry_id), entry.data))
+        position = t.ledger.next_position(entries[-1].position)
+    return out
+
+
+def _cursor(t: Topic, subscription: str) -> tuple[ManagedCursor, Subscription | None]:
+    s = t.subscriptions.get(subscription)
+    if s is not None:
+        return s.cursor, s
+    cursor = t.ledger.cursors.get(subscription)
+    if cursor is None:
+        raise NotFoundError(f"subscription {subscription} not found")
+    return cursor, None

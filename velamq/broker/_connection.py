@@ -19,10 +19,10 @@ Lifecycle (state table):
     any              socket lost                  CLOSED        detach producers and consumers, give
                                                                 back buffers, drop every reference
 
-Producer commands live in _producer_commands.py, consumer commands in _consumer_commands.py; this
-module keeps discovery (PARTITIONED_METADATA, LOOKUP, GET_TOPICS_OF_NAMESPACE, GET_SCHEMA,
-GET_OR_CREATE_SCHEMA) and turns a handler's refusal (BrokerRequestError) into the reply the client
-expects.
+Producer commands live in _producer_commands.py, consumer commands in _consumer_commands.py,
+discovery (PARTITIONED_METADATA, LOOKUP, GET_TOPICS_OF_NAMESPACE, GET_SCHEMA, GET_OR_CREATE_SCHEMA)
+in _discovery_commands.py; this module routes each command to its handler and turns a handler's
+refusal (BrokerRequestError) into the reply the client expects.
 
 Authentication (CONNECT, AUTH_CHALLENGE/AUTH_RESPONSE) is _auth_connection.py's; the per-command
 authorization table is _command_authz.py's. The handshake deadline and the keep-alive are
@@ -48,20 +48,18 @@ from typing import Any, cast
 
 from velamq import _limits
 from velamq._errors import InvalidTopicNameError, ProtocolError
-from velamq._topic_name import TopicName
 from velamq.broker._auth_connection import ConnectionAuth, RefreshStep, refused_reply
 from velamq.broker._command_authz import CHECKED_COMMANDS, denial
 from velamq.broker._consumer import ServerConsumer
 from velamq.broker._consumer_commands import ConsumerCommands
 from velamq.broker._context import BrokerContext
+from velamq.broker._discovery_commands import DiscoveryCommands
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker._liveness import Liveness
 from velamq.broker._producer import ServerProducer
 from velamq.broker._producer_commands import ProducerCommands
-from velamq.broker._schemas import protocol_schema
 from velamq.broker._text_fields import non_utf8_command_field, non_utf8_field
 from velamq.broker._transport_flow import TransportFlow
-from velamq.metadata import encode_version
 from velamq.protocol import Frame, FrameDecoder, encode_command, pb
 from velamq.security import AuthenticationError
 from velamq.storage import PublishBuffer
@@ -105,33 +103,13 @@ class ServerConnection(asyncio.Protocol):
         self._flow.on_writable = self._writable_again
         self._producers = ProducerCommands(self, broker)
         self._consumers = ConsumerCommands(self, broker)
+        self._discovery = DiscoveryCommands(self, broker)
         self._tasks: set[asyncio.Task[None]] = set()
         self._liveness = Liveness(
             self, broker.clock, config.handshake_timeout_s, config.keepalive_interval_s,
             self._send_ping, broker.log_limit,
         )
-        self._handlers: dict[int, Callable[[Frame], None]] = {
-            T.PING: self._on_ping,
-            T.PONG: lambda f: None,
-            T.PARTITIONED_METADATA: self._spawn(self._on_partitioned_metadata),
-            T.LOOKUP: self._spawn(self._on_lookup),
-            T.GET_TOPICS_OF_NAMESPACE: self._spawn(self._on_get_topics),
-            T.GET_SCHEMA: self._spawn(self._on_get_schema),
-            T.GET_OR_CREATE_SCHEMA: self._spawn(self._on_get_or_create_schema),
-            T.AUTH_RESPONSE: self._on_auth_response,
-            T.PRODUCER: self._spawn(self._producers.on_producer),
-            T.SEND: self._producers.on_send,
-            T.CLOSE_PRODUCER: self._producers.on_close_producer,
-            T.SUBSCRIBE: self._spawn(self._consumers.on_subscribe),
-            T.FLOW: self._consumers.on_flow,
-            T.ACK: self._consumers.on_ack,
-            T.REDELIVER_UNACKNOWLEDGED_MESSAGES: self._consumers.on_redeliver,
-            T.UNSUBSCRIBE: self._spawn(self._consumers.on_unsubscribe),
-            T.CLOSE_CONSUMER: self._spawn(self._consumers.on_close_consumer),
-            T.SEEK: self._spawn(self._consumers.on_seek),
-            T.GET_LAST_MESSAGE_ID: self._spawn(self._consumers.on_get_last_message_id),
-            T.CONSUMER_STATS: self._consumers.on_consumer_stats,
-        }
+        self._handlers = _command_table(self, self._producers, self._consumers, self._discovery)
 
     # ---- transport (asyncio.Protocol) ------------------------------------------------------------
 
@@ -209,13 +187,14 @@ class ServerConnection(asyncio.Protocol):
         self._liveness.stop()
         self._producers.detach_all()
         self._consumers.detach_all()
+        self._discovery.detach()
         for task in list(self._tasks):
             task.cancel()
         self._tasks.clear()
         self._flow.close()
         self._decoder = FrameDecoder(0)  # the old one's buffer (a partial frame) goes now
         self._handshake = None
-        self._handlers.clear()  # bound methods of self: a reference cycle
+        self._handlers.clear()  # bound methods of self and its handlers: a reference cycle
         self._transport = None
         self._broker.connection_closed(self)
         if self._release is not None:
@@ -324,7 +303,7 @@ class ServerConnection(asyncio.Protocol):
         if request_id is not None:
             self.send_command(_error_reply(command, request_id, code, message))
 
-    # ---- handshake and discovery -------------------------------------------------------------
+    # ---- handshake and keep-alive -------------------------------------------------------------
 
     def _on_connect(self, connect: pb.CommandConnect) -> None:
         bad = non_utf8_field(connect)
@@ -387,82 +366,43 @@ class ServerConnection(asyncio.Protocol):
     def _on_ping(self, frame: Frame) -> None:
         self.send_command(pb.BaseCommand(type=T.PONG, pong=pb.CommandPong()))
 
-    async def _on_partitioned_metadata(self, frame: Frame) -> None:
-        request = frame.command.partitionMetadata
-        name = TopicName.parse(request.topic)
-        await self._broker.check_namespace(name)
-        reply = pb.BaseCommand(type=T.PARTITIONED_METADATA_RESPONSE)
-        reply.partitionMetadataResponse.request_id = request.request_id
-        reply.partitionMetadataResponse.partitions = await self._broker.partitions_of(name)
-        reply.partitionMetadataResponse.response = pb.CommandPartitionedTopicMetadataResponse.Success
-        self.send_command(reply)
 
-    async def _on_lookup(self, frame: Frame) -> None:
-        request = frame.command.lookupTopic
-        broker = self._broker
-        if request.advertised_listener_name and request.advertised_listener_name not in broker.listeners:
-            raise BrokerRequestError(
-                pb.ServiceNotReady, f"the broker do not have {request.advertised_listener_name} listener"
-            )
-        await broker.check_namespace(TopicName.parse(request.topic))
-        reply = pb.BaseCommand(type=T.LOOKUP_RESPONSE)
-        r = reply.lookupTopicResponse
-        r.request_id = request.request_id
-        r.response = pb.CommandLookupTopicResponse.Connect
-        # Both URLs where both ports are open: the client takes the one of its own scheme.
-        if broker.service_url_plain:
-            r.brokerServiceUrl = broker.service_url_plain
-        if broker.service_url_tls:
-            r.brokerServiceUrlTls = broker.service_url_tls
-        r.authoritative = True
-        r.proxy_through_service_url = False
-        self.send_command(reply)
+Handler = Callable[[Frame], None]
 
-    async def _on_get_topics(self, frame: Frame) -> None:
-        request = frame.command.getTopicsOfNamespace
-        topics = await self._broker.topics_of_namespace(request.namespace, int(request.mode))
-        reply = pb.BaseCommand(type=T.GET_TOPICS_OF_NAMESPACE_RESPONSE)
-        r = reply.getTopicsOfNamespaceResponse
-        r.request_id = request.request_id
-        r.topics.extend(topics)
-        r.filtered = False
-        r.changed = True
-        self.send_command(reply)
 
-    async def _on_get_schema(self, frame: Frame) -> None:
-        request = frame.command.getSchema
-        reply = pb.BaseCommand(type=T.GET_SCHEMA_RESPONSE)
-        r = reply.getSchemaResponse
-        r.request_id = request.request_id
-        version = request.schema_version if request.HasField("schema_version") else None
-        try:
-            if version == b"":
-                raise BrokerRequestError(pb.IncompatibleSchema, "Empty schema version")
-            sid, stored = await self._broker.schemas.get(str(TopicName.parse(request.topic)), version)
-            if stored is None:
-                raise BrokerRequestError(pb.TopicNotFound, f"Topic not found or no-schema {request.topic}")
-        except (BrokerRequestError, InvalidTopicNameError) as exc:
-            # The schema requests answer errors in their own response type, not with ERROR.
-            r.error_code, r.error_message = _error_fields(exc)  # type: ignore[assignment]
-        else:
-            r.schema.CopyFrom(protocol_schema(sid, stored))
-            r.schema_version = encode_version(stored.version)
-        self.send_command(reply)
-
-    async def _on_get_or_create_schema(self, frame: Frame) -> None:
-        request = frame.command.getOrCreateSchema
-        reply = pb.BaseCommand(type=T.GET_OR_CREATE_SCHEMA_RESPONSE)
-        r = reply.getOrCreateSchemaResponse
-        r.request_id = request.request_id
-        try:
-            name = TopicName.parse(request.topic)
-            await self._broker.get_topic(name, create=False)  # TopicNotFound unless it exists
-            version = await self._broker.schemas.for_producer(name, request.schema)
-        except (BrokerRequestError, InvalidTopicNameError) as exc:
-            r.error_code, r.error_message = _error_fields(exc)  # type: ignore[assignment]
-        else:
-            r.schema_version = version or b""
-        self.send_command(reply)
+def _command_table(
+    connection: ServerConnection,
+    producers: ProducerCommands,
+    consumers: ConsumerCommands,
+    discovery: DiscoveryCommands,
+) -> dict[int, Handler]:
+    """Who handles which command once the connection is CONNECTED (CONNECT itself is the state
+    table's). Requests that wait for the metadata store or storage run as tasks of the connection
+    (`_spawn`); SEND, FLOW, ACK and the other per-message commands run inline, so that they keep
+    the order in which their frames arrived."""
+    spawn = connection._spawn
+    return {
+        T.PING: connection._on_ping,
+        T.PONG: lambda f: None,
+        T.PARTITIONED_METADATA: spawn(discovery.on_partitioned_metadata),
+        T.LOOKUP: spawn(discovery.on_lookup),
+        T.GET_TOPICS_OF_NAMESPACE: spawn(discovery.on_get_topics),
+        T.GET_SCHEMA: spawn(discovery.on_get_schema),
+        T.GET_OR_CREATE_SCHEMA: spawn(discovery.on_get_or_create_schema),
+        T.AUTH_RESPONSE: connection._on_auth_response,
+        T.PRODUCER: spawn(producers.on_producer),
+        T.SEND: producers.on_send,
+        T.CLOSE_PRODUCER: producers.on_close_producer,
+        T.SUBSCRIBE: spawn(consumers.on_subscribe),
+        T.FLOW: consumers.on_flow,
+        T.ACK: consumers.on_ack,
+        T.REDELIVER_UNACKNOWLEDGED_MESSAGES: consumers.on_redeliver,
+        T.UNSUBSCRIBE: spawn(consumers.on_unsubscribe),
+        T.CLOSE_CONSUMER: spawn(consumers.on_close_consumer),
+        T.SEEK: spawn(consumers.on_seek),
+        T.GET_LAST_MESSAGE_ID: spawn(consumers.on_get_last_message_id),
+        T.CONSUMER_STATS: consumers.on_consumer_stats,
+    }
 
 
 _FAILED_RESPONSES: dict[int, tuple[pb.BaseCommand.Type.ValueType, str, int | None]] = {
@@ -486,12 +426,6 @@ def _error_reply(command: pb.BaseCommand, request_id: int, code: int, message: s
     body.error = code
     body.message = message
     return reply
-
-
-def _error_fields(exc: BrokerRequestError | InvalidTopicNameError) -> tuple[int, str]:
-    if isinstance(exc, BrokerRequestError):
-        return exc.code, exc.message
-    return pb.InvalidTopicName, str(exc)
 
 
 def _request_id(command: pb.BaseCommand) -> int | None:

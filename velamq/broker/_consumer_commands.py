@@ -56,6 +56,36 @@ class ConsumerCommands:
         if request.consumer_id in self._consumers:
             self._channel.send_command(success_reply(request.request_id))
             return
+        topic, subscription = await self._open_subscription(request)
+        sub_type = SubType(int(request.subType))
+        schema = request.schema if request.HasField("schema") else None
+        if not subscription.consumers:
+            subscription.sub_type = sub_type
+            subscription.read_compacted = request.read_compacted
+        consumer = ServerConsumer(
+            self._channel,
+            request.consumer_id,
+            request.consumer_name or f"consumer-{request.consumer_id}",
+            subscription,
+            request.priority_level,
+            topic.partition_index,
+            connected_since_ms=self._broker.clock.now_ms(),
+        )
+        consumer.auto_consume = schema is not None and schema.type == pb.Schema.AutoConsume
+        sticky = _sticky_ranges(request, sub_type)
+        if self._channel.closed:
+            return
+        try:
+            subscription.add_consumer(consumer, sticky)
+        except HashRangeOverlapError as exc:
+            raise BrokerRequestError(pb.ConsumerAssignError, str(exc)) from None
+        subscription.resetting = False
+        self._consumers[request.consumer_id] = consumer
+        self._channel.send_command(success_reply(request.request_id))
+
+    async def _open_subscription(self, request: pb.CommandSubscribe) -> tuple[Topic, Subscription]:
+        """SUBSCRIBE's topic (loaded, or created if the request may) and subscription (created if
+        needed), once the consumer's schema is accepted and the subscription may take it."""
         name = TopicName.parse(request.topic)
         if not request.subscription or "\n" in request.subscription:
             raise BrokerRequestError(pb.NotAllowedError, "invalid subscription name")
@@ -79,35 +109,7 @@ class ConsumerCommands:
         if topic.closed:  # unloaded while this request waited (issue 10): the client retries
             raise BrokerRequestError(pb.ServiceNotReady, f"topic {topic.full_name} was unloaded, retry")
         _check_subscribe(topic, subscription, sub_type, request.subscription)
-        if not subscription.consumers:
-            subscription.sub_type = sub_type
-            subscription.read_compacted = request.read_compacted
-        consumer = ServerConsumer(
-            self._channel,
-            request.consumer_id,
-            request.consumer_name or f"consumer-{request.consumer_id}",
-            subscription,
-            request.priority_level,
-            topic.partition_index,
-            connected_since_ms=self._broker.clock.now_ms(),
-        )
-        consumer.auto_consume = schema is not None and schema.type == pb.Schema.AutoConsume
-        sticky: list[tuple[int, int]] | None = None
-        if sub_type == SubType.KEY_SHARED and request.HasField("keySharedMeta"):
-            meta = request.keySharedMeta
-            if meta.keySharedMode == pb.STICKY:
-                sticky = [(r.start, r.end) for r in meta.hashRanges]
-                if not sticky:
-                    raise BrokerRequestError(pb.ConsumerAssignError, "sticky Key_Shared consumer without ranges")
-        if self._channel.closed:
-            return
-        try:
-            subscription.add_consumer(consumer, sticky)
-        except HashRangeOverlapError as exc:
-            raise BrokerRequestError(pb.ConsumerAssignError, str(exc)) from None
-        subscription.resetting = False
-        self._consumers[request.consumer_id] = consumer
-        self._channel.send_command(success_reply(request.request_id))
+        return topic, subscription
 
     # ---- flow, acks, redelivery ------------------------------------------------------------------
 
@@ -267,3 +269,16 @@ def _check_subscribe(topic: Topic, subscription: Subscription, sub_type: SubType
         raise BrokerRequestError(
             pb.ConsumerBusy, f"Subscription reached max consumers limit {policies.max_consumers_per_subscription}"
         )
+
+
+def _sticky_ranges(request: pb.CommandSubscribe, sub_type: SubType) -> list[tuple[int, int]] | None:
+    """The hash ranges a STICKY Key_Shared consumer asks for (None for any other consumer)."""
+    if sub_type != SubType.KEY_SHARED or not request.HasField("keySharedMeta"):
+        return None
+    meta = request.keySharedMeta
+    if meta.keySharedMode != pb.STICKY:
+        return None
+    sticky = [(r.start, r.end) for r in meta.hashRanges]
+    if not sticky:
+        raise BrokerRequestError(pb.ConsumerAssignError, "sticky Key_Shared consumer without ranges")
+    return sticky

@@ -1,6 +1,6 @@
 """What the connection and its command handlers need of the broker, as narrow protocols.
 
-BrokerService implements all three; a handler module depends only on the one it names, so what a
+BrokerService implements all four; a handler module depends only on the one it names, so what a
 command can reach is visible in its signature (and a unit test can tell what it must provide).
 """
 
@@ -67,7 +67,34 @@ class ProducerBroker(TopicRegistry, Protocol):
     def new_producer_name(self) -> str: ...
 
 
-class BrokerContext(ProducerBroker, Protocol):
+class DiscoveryBroker(TopicRegistry, Protocol):
+    """What discovery (LOOKUP, PARTITIONED_METADATA, topics of a namespace, schemas) needs."""
+
+    @property
+    def listeners(self) -> set[str]:
+        """Advertised listener names LOOKUP accepts."""
+        ...
+
+    @property
+    def service_url_plain(self) -> str | None:
+        """pulsar:// of the plain port; None on a TLS-only broker."""
+        ...
+
+    @property
+    def service_url_tls(self) -> str | None: ...
+
+    async def check_namespace(self, name: TopicName) -> None:
+        """BrokerRequestError(TopicNotFound) unless the topic's namespace exists."""
+        ...
+
+    async def partitions_of(self, name: TopicName) -> int:
+        """Partitions of a partitioned topic, 0 for anything else."""
+        ...
+
+    async def topics_of_namespace(self, namespace: str, mode: int) -> list[str]: ...
+
+
+class BrokerContext(ProducerBroker, DiscoveryBroker, Protocol):
     """Everything one client connection can reach."""
 
     @property
@@ -95,30 +122,7 @@ class BrokerContext(ProducerBroker, Protocol):
         ...
 
     @property
-    def listeners(self) -> set[str]:
-        """Advertised listener names LOOKUP accepts."""
-        ...
-
-    @property
     def service_url(self) -> str: ...
-
-    @property
-    def service_url_plain(self) -> str | None:
-        """pulsar:// of the plain port; None on a TLS-only broker."""
-        ...
-
-    @property
-    def service_url_tls(self) -> str | None: ...
-
-    async def check_namespace(self, name: TopicName) -> None:
-        """BrokerRequestError(TopicNotFound) unless the topic's namespace exists."""
-        ...
-
-    async def partitions_of(self, name: TopicName) -> int:
-        """Partitions of a partitioned topic, 0 for anything else."""
-        ...
-
-    async def topics_of_namespace(self, namespace: str, mode: int) -> list[str]: ...
 
     def connection_opened(self, connection: ServerConnection) -> None: ...
 

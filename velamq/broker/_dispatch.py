@@ -19,10 +19,12 @@ import logging
 from velamq import _limits
 from velamq.broker import _positions
 from velamq.broker._chunk_owners import ChunkOwners
-from velamq.broker._consumer_selector import SubType
+from velamq.broker._consumer import ServerConsumer
+from velamq.broker._consumer_selector import ConsumerSelector, SubType
 from velamq.broker._delay_store import DelayedIndexStore, delayed_index_name
 from velamq.broker._delayed import DelayedDeliveryTracker
-from velamq.broker._entry_info import entry_info
+from velamq.broker._entry_info import EntryInfo, entry_info
+from velamq.broker._rates import RateCounter
 from velamq.broker._subscription_state import SubscriptionState
 from velamq.storage import Entry, Position
 
@@ -182,10 +184,7 @@ class Dispatcher(SubscriptionState):
                 self._delay(position, info.deliver_at_ms)
                 continue
             if info.is_chunk and may_delay_type:
-                owners = self._chunk_owners
-                if owners is None:
-                    owners = self._chunk_owners = ChunkOwners()
-                consumer = owners.consumer_for(info, selector, position, info.sticky_key in blocked_keys)
+                consumer = self._chunk_consumer(info, selector, position, info.sticky_key in blocked_keys)
             else:
                 consumer = None if info.sticky_key in blocked_keys else selector.select(info.sticky_key, position)
             if consumer is None or consumer.permits <= 0 or not consumer.channel.writable:
@@ -204,10 +203,19 @@ class Dispatcher(SubscriptionState):
             in_flight.sent(position, consumer, monotonic_now)
             rates.out.add(info.num_messages, len(entry.data))
             if info.is_chunk:
-                rates.chunks_out.add(1, len(entry.data))
-                consumer.chunks_out.add(1, len(entry.data))
+                _chunk_sent(rates.chunks_out, consumer, len(entry.data))
             delivered = True
         return delivered
+
+    def _chunk_consumer(
+        self, info: EntryInfo, selector: ConsumerSelector, position: Position, key_blocked: bool
+    ) -> ServerConsumer | None:
+        """The consumer a chunk of a Shared or Key_Shared subscription goes to: the one its
+        message's first chunk went to (CH-7, _chunk_owners.py)."""
+        owners = self._chunk_owners
+        if owners is None:
+            owners = self._chunk_owners = ChunkOwners()
+        return owners.consumer_for(info, selector, position, key_blocked)
 
     def _skip_known(self, position: Position) -> Position:
         """Where the next read starts: past entries that would be read only to be dropped, the
@@ -301,3 +309,9 @@ class ReadSize:
         if entries:
             size = sum(len(e.data) for e in entries) / len(entries)
             self.entry_bytes_avg = size if self.entry_bytes_avg <= 0 else 0.8 * self.entry_bytes_avg + 0.2 * size
+
+
+def _chunk_sent(chunks_out: RateCounter, consumer: ServerConsumer, size: int) -> None:
+    """Count a chunk sent, for the subscription and for its consumer."""
+    chunks_out.add(1, size)
+    consumer.chunks_out.add(1, size)

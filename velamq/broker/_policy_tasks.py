@@ -5,14 +5,9 @@ Every `policy_check_interval_s` of the broker's clock, for each loaded topic:
     TTL              acknowledges, for each subscription, messages published more than TTL ago,
                      by position in one step (binary search for the cutoff) — except a delayed
                      message whose delivery time has not come (BR-6)
-    backlog quota    size (estimated as backlog entries x average entry size, as Pulsar does) and
-                     age of the oldest unacknowledged message of the slowest cursor, then:
-                       producer_exception       producers are disconnected; reconnecting ones are
-                                                refused with ProducerBlockedQuotaExceededException
-                                                (the client fails their pending sends)
-                       producer_request_hold    same, refused with ProducerBlockedQuotaExceededError
-                                                (the client keeps the sends and retries: they wait)
-                       consumer_backlog_eviction the slowest cursor skips its oldest backlog
+    backlog quota    the age of the oldest unacknowledged message of the slowest cursor, then
+                     what the quota's policy says (_backlog_quota.py: disconnect the producers,
+                     or evict the oldest backlog)
     retention        deletes whole closed ledgers whose entries every durable cursor has
                      acknowledged, once they are older than the retention time or the acknowledged
                      data exceeds the retention size (BR-5)
@@ -34,6 +29,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from velamq._clock import Clock
 from velamq._limits import MIB
+from velamq.broker._backlog_quota import enforce_backlog_quota
 from velamq.broker._entry_info import entry_info
 from velamq.broker._positions import before
 from velamq.broker._rates import NO_RATE
@@ -241,84 +237,6 @@ async def _ack_all_but(
             return
         cursor.ack(chunk)
         await asyncio.sleep(0)
-
-
-# ---- backlog quota -------------------------------------------------------------------------
-
-def _slowest(topic: Topic) -> ManagedCursor | None:
-    cursors = list(topic.ledger.cursors.values())
-    return max(cursors, key=lambda c: c.backlog) if cursors else None
-
-
-async def _oldest_unacked_ms(topic: Topic, cursor: ManagedCursor) -> int | None:
-    position = topic.ledger.next_position(cursor.mark_delete_position)
-    last = topic.ledger.last_confirmed
-    if last is None or position > last:
-        return None
-    entries = await topic.ledger.read_entries(position, 1)
-    return entry_info(entries[0].data).publish_time_ms if entries else None
-
-
-async def enforce_backlog_quota(topic: Topic, now_ms: int) -> None:
-    """The periodic part of the backlog quota: the age of the oldest unacknowledged message (the
-    size is checked at every publish and producer creation too, Topic.backlog_quota_exceeded)."""
-    quota = topic.policies.backlog_quota
-    if quota is None or quota.unlimited:
-        topic.quota_age_exceeded = False
-        return
-    topic.quota_age_exceeded = await _age_exceeded(topic, now_ms)
-    if quota.policy == "consumer_backlog_eviction":
-        size_exceeded = quota.limit_bytes >= 0 and topic.backlog_bytes() > quota.limit_bytes
-        if size_exceeded or topic.quota_age_exceeded:
-            await _evict(topic, now_ms)
-        return
-    if topic.backlog_quota_exceeded is not None and topic.producers:
-        log.info("backlog quota exceeded on %s: %s", topic.full_name, quota.policy)
-        for producer in list(topic.producers.values()):
-            producer.close_by_broker()
-
-
-async def _age_exceeded(topic: Topic, now_ms: int) -> bool:
-    quota = topic.policies.backlog_quota
-    cursor = _slowest(topic)
-    if quota is None or quota.limit_time_s < 0 or cursor is None or cursor.backlog == 0:
-        return False
-    oldest = await _oldest_unacked_ms(topic, cursor)
-    return oldest is not None and now_ms - oldest > quota.limit_time_s * 1000
-
-
-async def _evict(topic: Topic, now_ms: int) -> None:
-    """Drop the oldest backlog of the slowest cursors until the quota holds."""
-    quota = topic.policies.backlog_quota
-    assert quota is not None
-    ledger = topic.ledger
-    average = ledger.size_bytes / ledger.entries_total if ledger.entries_total else 1.0
-    time_cutoff = now_ms - quota.limit_time_s * 1000
-    for name, cursor in list(ledger.cursors.items()):
-        last = ledger.last_confirmed
-        if last is None:
-            return
-        keep = cursor.backlog
-        if quota.limit_bytes >= 0:
-            keep = min(keep, int(quota.limit_bytes / max(average, 1.0)))
-        position = ledger.next_position(cursor.mark_delete_position)
-        drop_until: Position | None = None
-        to_drop = cursor.backlog - keep
-        while position <= last and to_drop > 0:
-            drop_until = position
-            to_drop -= 0 if cursor.is_acked(position) else 1
-            position = ledger.next_position(position)
-        if quota.limit_time_s >= 0:
-            found = await ledger.find_first(lambda data: entry_info(data).publish_time_ms >= time_cutoff)
-            candidate = last if found is None else before(found)
-            if drop_until is None or candidate > drop_until:
-                drop_until = candidate
-        if drop_until is not None and drop_until > cursor.mark_delete_position:
-            cursor.ack_cumulative(drop_until)
-            subscription = topic.subscriptions.get(name)
-            if subscription is not None:
-                subscription.forget_acked()
-            log.info("evicted backlog of %s/%s up to %s", topic.full_name, name, drop_until)
 
 
 # ---- retention -----------------------------------------------------------------------------

@@ -119,8 +119,7 @@ class ProducerCommands:
             raise BrokerRequestError(pb.ServiceNotReady, f"topic {topic.full_name} was unloaded, retry")
         error = "connection closed" if self._channel.closed else topic.add_producer(producer)
         if error is not None:
-            if topic.exclusive_producer == producer_name and producer_name not in topic.producers:
-                topic.exclusive_producer = None
+            topic.not_registered(producer_name)
             if self._channel.closed:
                 return
             raise BrokerRequestError(pb.ProducerBusy, error)
@@ -156,9 +155,8 @@ class ProducerCommands:
         producer_id = send.producer_id
         producer = self._producers.get(producer_id)
         if producer is None:
-            if producer_id in self._closed_by_broker:
-                return  # sent before the client saw CLOSE_PRODUCER: it sends it again, or fails it
-            raise ProtocolError(f"SEND for unknown producer id {producer_id}")
+            self._send_without_producer(producer_id)
+            return
         broker = self._broker
         disk_guard = broker.disk_guard
         if disk_guard.read_only:
@@ -181,14 +179,9 @@ class ProducerCommands:
         is_chunk = send.is_chunk
         limit = topic.policies.max_message_bytes
         if limit is not None and not is_chunk and len(entry) > limit + 10:
-            # As Pulsar: NotAllowed for this send (the client treats it as a connection error).
-            self._send_error(producer_id, sequence_id, pb.NotAllowedError, f"Exceed maximum message size {limit}")
+            self._too_large(producer_id, sequence_id, limit)
             return
-        dedup_checked = True
-        if is_chunk:
-            dedup_checked = metadata.chunk_id == metadata.num_chunks_from_msg - 1
-            producer.chunks_in.add(1, len(entry))
-            topic.chunks_published += 1
+        dedup_checked = not is_chunk or _chunk_received(producer, metadata, len(entry))
         has_highest = send.HasField("highest_sequence_id")
         highest_sequence_id = send.highest_sequence_id if has_highest else 0
         topic.publish_with(
@@ -206,6 +199,15 @@ class ProducerCommands:
         if buffer.full:
             self._channel.pause_reading_until_room(buffer)
         disk_guard.note_appended(len(entry))
+
+    def _send_without_producer(self, producer_id: int) -> None:
+        if producer_id not in self._closed_by_broker:
+            raise ProtocolError(f"SEND for unknown producer id {producer_id}")
+        # Else sent before the client saw CLOSE_PRODUCER: it sends it again, or fails it.
+
+    def _too_large(self, producer_id: int, sequence_id: int, limit: int) -> None:
+        # As Pulsar: NotAllowed for this send (the client treats it as a connection error).
+        self._send_error(producer_id, sequence_id, pb.NotAllowedError, f"Exceed maximum message size {limit}")
 
     def _send_error(self, producer_id: int, sequence_id: int, code: int, message: str) -> None:
         reply = pb.BaseCommand(type=T.SEND_ERROR)
@@ -281,3 +283,11 @@ def _check_producer_limits(topic: Topic, producer_name: str) -> None:
     limit = topic.policies.max_producers
     if limit > 0 and len([p for p in topic.producers if p != producer_name]) >= limit:
         raise BrokerRequestError(pb.ProducerBusy, f"Topic reached max producers limit {limit}")
+
+
+def _chunk_received(producer: ServerProducer, metadata: pb.MessageMetadata, size: int) -> bool:
+    """Count a chunk of a chunked message; True for its last chunk (only that one is checked for
+    duplicates: the message's sequence id is complete only then)."""
+    producer.chunks_in.add(1, size)
+    producer.topic.chunks_published += 1
+    return bool(metadata.chunk_id == metadata.num_chunks_from_msg - 1)

@@ -20,13 +20,13 @@ from collections.abc import Callable
 from velamq._clock import Clock
 from velamq._errors import StorageError
 from velamq._topic_name import TopicName
+from velamq.broker._backlog_quota import check_quota_on_publish, quota_exceeded
 from velamq.broker._compaction import CompactedView, CompactionStatus, compact
 from velamq.broker._consumer_selector import SubType
 from velamq.broker._dedup import DUPLICATE_POSITION, Deduplication
 from velamq.broker._delay_store import delayed_index_name
-from velamq.broker._errors import BrokerRequestError
 from velamq.broker._positions import end_of_log
-from velamq.broker._producer import ServerProducer
+from velamq.broker._producer import ProducerAccess, ServerProducer, check_shared
 from velamq.broker._publish import Published, PublishedFuture
 from velamq.broker._rates import NO_RATE, RateCounter
 from velamq.broker._subscription import Subscription
@@ -72,9 +72,8 @@ class Topic:
     runs on the broker loop."""
 
     __slots__ = (
+        "_access",
         "_compaction_task",
-        "_producers_changed",
-        "_producers_waiting",
         "_subscribe_lock",
         "chunks_published",
         "clock",
@@ -82,7 +81,6 @@ class Topic:
         "compacted",
         "compaction",
         "dedup",
-        "exclusive_producer",
         "full_name",
         "idle_queued",
         "last_used_s",
@@ -95,7 +93,6 @@ class Topic:
         "rate_in",
         "storage",
         "subscriptions",
-        "topic_epoch",
     )
 
     def __init__(self, name: TopicName, ledger: ManagedLedger, clock: Clock) -> None:
@@ -119,12 +116,8 @@ class Topic:
         # The last policy check found the oldest unacknowledged message older than the quota's
         # age limit (an age needs a read; the size is known at any time: backlog_quota_exceeded).
         self.quota_age_exceeded = False
-        # Producer access modes: the epoch moves each time an exclusive producer takes the topic;
-        # a producer reconnecting with an older epoch has been fenced.
-        self.topic_epoch = 0
-        self.exclusive_producer: str | None = None
-        self._producers_changed: asyncio.Event | None = None  # made when a producer waits
-        self._producers_waiting = 0  # WaitForExclusive producers waiting for their turn
+        # Producer access modes and the topic epoch: made by the first exclusive producer.
+        self._access: ProducerAccess | None = None
         self._subscribe_lock: asyncio.Lock | None = None  # made by the first subscription
         # The broker's clock when this topic was last looked up, and whether the broker's idle
         # check holds an entry for it (docs/architecture.md, "Topic lifecycle").
@@ -147,80 +140,46 @@ class Topic:
     def remove_producer(self, producer: ServerProducer) -> None:
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
-            if self.exclusive_producer == producer.name:
-                self.exclusive_producer = None
-            if self._producers_changed is not None:
-                self._producers_changed.set()
+            if self._access is not None:
+                self._access.left(producer.name)
             self.last_used_s = self.clock.monotonic_s()
 
     async def admit_producer(
         self, producer: ServerProducer, request_epoch: int | None, on_queued: Callable[[], None]
     ) -> None:
-        """Apply the producer access mode (Shared, Exclusive, WaitForExclusive, ExclusiveWithFencing).
-
-        Raises BrokerRequestError with ProducerBusy or ProducerFenced. WaitForExclusive calls
-        `on_queued` once and waits until the topic has no other producer."""
-        mode = producer.access_mode
-        if mode == pb.Shared:
-            if self.exclusive_producer not in (None, producer.name):
-                raise BrokerRequestError(
-                    pb.ProducerBusy, f"Topic has an existing exclusive producer: {self.exclusive_producer}"
-                )
+        """Apply the producer access mode (_producer.py): raises BrokerRequestError with
+        ProducerBusy or ProducerFenced; WaitForExclusive calls `on_queued` once and waits its turn."""
+        if producer.access_mode == pb.Shared:
+            check_shared(self.exclusive_producer, producer)
             return
-        if request_epoch is not None and request_epoch < self.topic_epoch and mode != pb.ExclusiveWithFencing:
-            raise BrokerRequestError(pb.ProducerFenced, f"producer {producer.name} was fenced (topic epoch moved)")
-        queued = False
-        while True:
-            others = [p for p in self.producers.values() if p.name != producer.name]
-            if not others:
-                break
-            if mode == pb.Exclusive:
-                kind = "exclusive" if self.exclusive_producer else "shared"
-                raise BrokerRequestError(pb.ProducerFenced, f"Topic has existing {kind} producers")
-            if mode == pb.ExclusiveWithFencing:
-                for other in others:
-                    other.close_by_broker()
-                continue
-            if not queued:
-                queued = True
-                on_queued()
-            if self._producers_changed is None:
-                self._producers_changed = asyncio.Event()
-            self._producers_changed.clear()
-            self._producers_waiting += 1
-            try:
-                await self._producers_changed.wait()
-            finally:
-                self._producers_waiting -= 1
-        if self.exclusive_producer != producer.name or request_epoch is None or request_epoch < self.topic_epoch:
-            self.topic_epoch += 1
-        self.exclusive_producer = producer.name
+        if self._access is None:
+            self._access = ProducerAccess()
+        await self._access.admit(self.producers, producer, request_epoch, on_queued)
+
+    def not_registered(self, name: str) -> None:
+        """An admitted producer was not registered after all (its connection closed, or its name
+        is taken): it does not hold the topic."""
+        if self._access is not None and self._access.exclusive == name and name not in self.producers:
+            self._access.exclusive = None
+
+    @property
+    def exclusive_producer(self) -> str | None:
+        """The name of the producer holding the topic (an exclusive access mode), if any."""
+        return None if self._access is None else self._access.exclusive
+
+    @property
+    def topic_epoch(self) -> int:
+        """Moves each time an exclusive producer takes the topic (a producer reconnecting with an
+        older epoch has been fenced)."""
+        return 0 if self._access is None else self._access.epoch
 
     # ---- backlog quota (BR-3) --------------------------------------------------------------------
 
-    def backlog_bytes(self) -> int:
-        """The slowest subscription's backlog in bytes, estimated as Pulsar does (entries times
-        the average entry size); O(subscriptions), no I/O."""
-        ledger = self.ledger
-        cursors = ledger.cursors
-        if not cursors or not ledger.entries_total:
-            return 0
-        backlog = max(c.backlog for c in cursors.values())
-        return int(backlog * ledger.size_bytes / ledger.entries_total)
-
     @property
     def backlog_quota_exceeded(self) -> str | None:
-        """The producer policy in force when the quota is exceeded now, else None: the size from
-        the backlog as it is (a producer is admitted as soon as the backlog is under the limit),
-        the age as the last policy check found it, unless the backlog is gone since."""
-        quota = self.policies.backlog_quota
-        if quota is None or quota.policy == "consumer_backlog_eviction":
-            return None
-        if quota.limit_bytes >= 0 and self.backlog_bytes() > quota.limit_bytes:
-            return quota.policy
-        if self.quota_age_exceeded and quota.limit_time_s >= 0 and any(c.backlog for c in self.ledger.cursors.values()):
-            return quota.policy
-        return None
+        """The producer policy in force when the backlog quota is exceeded now, else None
+        (_backlog_quota.py)."""
+        return quota_exceeded(self)
 
     def after_durable(self) -> None:
         """An entry of this topic is durable and its receipt on its way (_publish.py): with a size
@@ -229,16 +188,7 @@ class Topic:
         if quota is None or quota.limit_bytes < 0 or quota.policy == "consumer_backlog_eviction":
             return
         if self.producers:
-            asyncio.get_running_loop().call_soon(self._check_quota_on_publish)
-
-    def _check_quota_on_publish(self) -> None:
-        """A size quota is checked at every publish, so producers stop within one entry (or the
-        batches already on the wire) of the limit, not at the next periodic check."""
-        policy = self.backlog_quota_exceeded
-        if policy is not None:
-            log.info("backlog quota exceeded on %s at publish: %s", self.full_name, policy)
-            for producer in list(self.producers.values()):
-                producer.close_by_broker()
+            asyncio.get_running_loop().call_soon(check_quota_on_publish, self)
 
     async def apply_policies(self, policies: Policies) -> None:
         self.policies = policies
@@ -383,7 +333,7 @@ class Topic:
         """Nobody uses it and it has no work pending: no producer (or one waiting to be admitted),
         no consumer, no dispatch running, no delayed entry waiting, no compaction, no append in
         flight. Only an idle topic may be unloaded."""
-        if self.producers or self._producers_waiting or self.ledger.pending_appends:
+        if self.producers or (self._access is not None and self._access.waiting) or self.ledger.pending_appends:
             return False
         if self._compaction_task is not None and not self._compaction_task.done():
             return False
