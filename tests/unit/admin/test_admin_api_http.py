@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from admin_harness import Admin, start_admin, wait_until
+from admin_harness import Admin, start_admin
+from wait_helpers import wait_until
 
 from velamq.admin import _http
 

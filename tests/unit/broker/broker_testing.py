@@ -9,11 +9,12 @@ coroutine with asyncio.run (pytest-asyncio is not a dependency).
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+
+from wait_helpers import until
 
 from velamq._clock import ManualClock
 from velamq._topic_name import TopicName
@@ -161,14 +162,6 @@ def consumer(
     if permits:
         subscription.flow(c, permits)
     return c, channel
-
-
-async def until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    """Let the loop run (dispatch tasks, storage callbacks) until check() holds."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.001)
 
 
 async def settled(subscription: Subscription) -> None:
