@@ -41,7 +41,7 @@ pytestmark = pytest.mark.timeout(300)
 
 MIB = 1 << 20
 send_timeout_ms = 5000
-callback_slack_s = 1.5  # the client's timer and a loaded machine
+callback_slack_s = 10.0  # the client's timer and a loaded machine (CI: two busy cores); a hung send never comes
 message = 10_000
 allowed = {pulsar.Result.Ok, pulsar.Result.ProducerBlockedQuotaExceededException, pulsar.Result.Timeout,
            pulsar.Result.ProducerQueueIsFull}
