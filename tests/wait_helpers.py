@@ -54,7 +54,7 @@ async def until(condition: Callable[[], T | Awaitable[T]], what: What = None, *,
         if inspect.isawaitable(value):
             value = await value
         if value:
-            return value  # type: ignore[return-value]
+            return value
         if time.monotonic() > deadline:
             raise AssertionError(_timed_out(condition, what, timeout_s, value))
         await asyncio.sleep(pause)
