@@ -79,4 +79,7 @@ def describe(condition: Callable[..., Any]) -> str:
         source = " ".join(inspect.getsource(condition).split())
     except (OSError, TypeError):
         return f"{where}: a lambda"
-    return f"{where}: {source[source.find('lambda'):][:200]}"
+    text = source[source.find("lambda"):]
+    while text.count(")") > text.count("(") and text.endswith(")"):  # the call the lambda is written in
+        text = text[:-1]
+    return f"{where}: {text[:200]}"

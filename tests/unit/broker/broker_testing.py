@@ -252,5 +252,10 @@ def command(kind: int, field: str, **values: Any) -> bytes:
 
 
 async def until_reply(transport: RecordingTransport, kind: int, count: int = 1) -> list[pb.BaseCommand]:
-    await until(lambda: len(transport.of_type(kind)) >= count)
+    def told() -> str:
+        sent = [pb.BaseCommand.Type.Name(f.command.type) for f in transport.frames]
+        error = [f"{c.error.message}" for c in transport.of_type(pb.BaseCommand.ERROR)]
+        return f"{count} {pb.BaseCommand.Type.Name(kind)} from the broker (it sent {sent[-10:]}, errors {error[-3:]})"
+
+    await until(lambda: len(transport.of_type(kind)) >= count, told)
     return transport.of_type(kind)
