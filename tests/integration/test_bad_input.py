@@ -28,8 +28,9 @@ from velamq.testing import BrokerProcess
 
 pytestmark = pytest.mark.timeout(180)
 
-# How long the broker gets to answer or close an offending connection.
-verdict_timeout_s = 5.0
+# How long the broker gets to answer or close an offending connection: only an upper bound (no test
+# expects silence), so generous for a broker under attack on two loaded cores.
+verdict_timeout_s = 30.0
 seeded_count = 100
 
 hypothesis_settings = settings(
