@@ -21,8 +21,10 @@ from typing import Any
 
 import pytest
 
-# interop_helpers (official-client helpers) is shared by tests outside tests/interop too.
+# interop_helpers (official-client helpers) is shared by tests outside tests/interop too, and
+# wait_helpers (the one poll-until-a-condition loop) by every test directory.
 sys.path.insert(0, str(Path(__file__).parent / "interop"))
+sys.path.insert(0, str(Path(__file__).parent))
 
 from velamq.testing import BrokerProcess, run_broker
 

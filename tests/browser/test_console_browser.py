@@ -9,7 +9,6 @@ history takes its samples), never fixed sleeps.
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from urllib.parse import quote
 
 import pytest
 from chromium import Chromium
+from wait_helpers import wait_until
 
 from velamq.testing import BrokerProcess, run_broker
 
@@ -28,17 +28,6 @@ WEIRD_SUB = "sub-<i>x"
 WEIRD_CONSUMER = 'cons"<b>1'
 WEIRD_PRODUCER = "prod<script>alert(1)"
 PAGED_TOPICS = 250
-
-
-def wait_for(check: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
-    """Poll until check() returns something truthy and return it; fail after timeout_s."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def http(method: str, url: str, body: bytes | None = None) -> Any:
@@ -126,14 +115,14 @@ def test_topic_page_shows_what_stats_answers_and_draws_its_chart(
 
     # The acknowledgements reach the broker (the client sends them in the background) and the figures
     # settle; then the page and the REST API agree on every figure.
-    wait_for(lambda: stats_figures()["subscriptions"].get(WEIRD_SUB, ("", ""))[1] == "15", "the acks to land")
+    wait_until(lambda: stats_figures()["subscriptions"].get(WEIRD_SUB, ("", ""))[1] == "15", "the acks to land")
 
     def agree() -> dict[str, Any] | None:
         before = stats_figures()
         shown = page_figures()
         return shown if shown == before == stats_figures() else None
 
-    shown = wait_for(agree, "the console to show what /stats answers")
+    shown = wait_until(agree, "the console to show what /stats answers")
     assert shown["msgInCounter"] == "40"
     assert shown["subscriptions"][WEIRD_SUB] == ("Exclusive", "15", "15", "40")
     assert shown["subscriptions"]["idle"][0] == "Shared"
@@ -151,7 +140,7 @@ def test_topic_page_shows_what_stats_answers_and_draws_its_chart(
         )
         return int(count) if count >= 3 else 0
 
-    points = wait_for(chart_points, "three samples in the topic's rate chart")
+    points = wait_until(chart_points, "three samples in the topic's rate chart")
     assert browser.attribute("svg.rate-chart polyline.rate-out", "data-points") == str(points)
     assert browser.evaluate("document.querySelector('svg.rate-chart polyline.rate-in').points.numberOfItems") == points
     browser.screenshot(tmp_path / "topic.png")

@@ -6,9 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
-import time
 import urllib.request
-from collections.abc import Callable
 from typing import Any
 
 from velamq.protocol import FrameDecoder, encode_command
@@ -91,9 +89,3 @@ def http(method: str, url: str, body: Any = None) -> tuple[int, Any]:
             return exc.code, raw.decode(errors="replace")
 
 
-def wait_for(check: Callable[[], bool], timeout_s: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout_s} s")
-        time.sleep(0.05)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 
 import pytest
 from interop_helpers import http
+from wait_helpers import until
 
 from velamq.client import AsyncClient, ConnectError, OperationTimeoutError
 from velamq.testing import BrokerProcess, run_broker
@@ -23,13 +23,6 @@ def backlog(broker: BrokerProcess) -> int:
     status, body = http("GET", f"{broker.admin_url}/admin/v2/persistent/public/default/receipts/stats")
     assert status == 200, body
     return int(json.loads(body)["subscriptions"]["sub"]["msgBacklog"])
-
-
-async def wait_for(check, timeout_s: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.05)
 
 
 def test_acknowledge_waits_for_the_receipt_and_raises_when_it_cannot_get_one(tmp_path: Path) -> None:
@@ -55,7 +48,7 @@ def test_acknowledge_waits_for_the_receipt_and_raises_when_it_cannot_get_one(tmp
                     await consumer.acknowledge(second)
                 broker.start()
                 # The unconfirmed ack was kept: it is applied after the consumer is back.
-                await wait_for(lambda: backlog(broker) == 1)
+                await until(lambda: backlog(broker) == 1, "the kept ack applied after the reconnect")
                 await consumer.acknowledge(third)  # sent again (redelivered), or already in hand
                 assert backlog(broker) == 0
 

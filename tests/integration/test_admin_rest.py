@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from wait_helpers import wait_until
 
 from velamq.testing import BrokerProcess, run_broker
 
@@ -47,15 +47,6 @@ def call(broker: BrokerProcess, method: str, path: str, body: Any = None, raw: b
         return status, json.loads(text)
     except ValueError:
         return status, text.decode("utf-8", "replace")
-
-
-def wait_until(check: Callable[[], bool], timeout_s: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.2)
-    return check()
 
 
 def unique(prefix: str) -> str:
@@ -231,9 +222,9 @@ def test_metrics_have_pulsar_names_and_labels(broker: BrokerProcess) -> None:
                     return v
             return None
 
-        assert wait_until(lambda: value("pulsar_in_messages_total") == 4)
-        assert wait_until(lambda: value("pulsar_out_messages_total", subscription="sub") == 4)
-        assert wait_until(lambda: value("pulsar_subscription_back_log", subscription="sub") == 0)
+        wait_until(lambda: value("pulsar_in_messages_total") == 4)
+        wait_until(lambda: value("pulsar_out_messages_total", subscription="sub") == 4)
+        wait_until(lambda: value("pulsar_subscription_back_log", subscription="sub") == 0)
         assert value("pulsar_producers_count") == 1 and value("pulsar_consumers_count") == 1
         assert value("pulsar_subscriptions_count") == 1
         assert value("pulsar_subscription_consumers_count", subscription="sub") == 1

@@ -21,14 +21,16 @@ import pulsar
 import pytest
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
+from wait_helpers import wait_until
 
 from velamq.protocol import _pulsar_api_pb2 as pb
 from velamq.testing import BrokerProcess
 
 pytestmark = pytest.mark.timeout(180)
 
-# How long the broker gets to answer or close an offending connection.
-verdict_timeout_s = 5.0
+# How long the broker gets to answer or close an offending connection: only an upper bound (no test
+# expects silence), so generous for a broker under attack on two loaded cores.
+verdict_timeout_s = 30.0
 seeded_count = 100
 
 hypothesis_settings = settings(
@@ -257,6 +259,9 @@ def traffic(broker: BrokerProcess, seeded: list[Any]) -> Iterator[Traffic]:
     t = Traffic(broker.service_url, "bad-input-live")
     yield t
     t.stop()
+    # After every test of the module, whatever their (random) order: every round trip went through.
+    assert not t.errors, t.errors
+    assert t.received == t.sent, (t.sent, t.received)
 
 
 @pytest.fixture(autouse=True)
@@ -407,17 +412,13 @@ def test_half_open_connection_does_not_block_others(broker: BrokerProcess) -> No
         stalled.close()
 
 
-# Runs last (file order): everything above must have left the broker and its data untouched.
-def test_zz_traffic_and_stored_data_unaffected(broker: BrokerProcess, traffic: Traffic,
-                                              seeded: list[Any]) -> None:
-    # Traffic still flows after every attack above: a few more round trips, then stop.
-    more = traffic.received + 5
-    deadline = time.monotonic() + 30
-    while traffic.received < more and not traffic.errors and time.monotonic() < deadline:
-        time.sleep(0.05)
-    traffic.stop()
+# The tests run in random order: this one checks after whatever attacks came before it, and the
+# traffic fixture checks the whole module's round trips at its end (it does not stop them here).
+def test_traffic_and_stored_data_unaffected(broker: BrokerProcess, traffic: Traffic, seeded: list[Any]) -> None:
+    # Traffic still flows: a few more round trips (at least 11 in all, however early this runs).
+    more = max(traffic.received + 5, 11)
+    wait_until(lambda: traffic.received >= more or traffic.errors, "a few more round trips of the live traffic")
     assert not traffic.errors, traffic.errors
-    assert traffic.sent > 10 and traffic.received == traffic.sent, (traffic.sent, traffic.received)
 
     client = pulsar.Client(broker.service_url, operation_timeout_seconds=10,
                            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))

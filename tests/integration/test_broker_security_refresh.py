@@ -4,14 +4,13 @@ another role."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pulsar
 import pytest
 from security_helpers import RawConnection, SecureSetup, secure_setup
+from wait_helpers import until, wait_until
 
 from velamq._clock import ManualClock
 from velamq.protocol import pb
@@ -45,8 +44,7 @@ def advance(broker: BrokerThread, clock: ManualClock, seconds: float) -> None:
         refresher = broker.server.broker.auth_refresher
         before = refresher.checks_total
         clock.advance(seconds)
-        while refresher.checks_total == before:
-            await asyncio.sleep(0)
+        await until(lambda: refresher.checks_total != before, "the refresher's check")
 
     broker.run(step())
 
@@ -112,7 +110,8 @@ def test_the_official_client_answers_the_challenge_with_its_token_supplier(
         advance(broker, clock, REFRESH_S)
         challenged = counters.challenges_total
         assert challenged >= 1  # one per connection the client holds
-        wait_until(lambda: counters.refreshed_total == challenged or counters.refused_total > 0)
+        wait_until(lambda: counters.refreshed_total == challenged or counters.refused_total > 0,
+                   "every challenged connection refreshed, or one refused")
         assert counters.refreshed_total == challenged and counters.refused_total == 0
         advance(broker, clock, REFRESH_S)  # the refreshed tokens hold: no new challenge
         assert counters.challenges_total == challenged
@@ -120,9 +119,3 @@ def test_the_official_client_answers_the_challenge_with_its_token_supplier(
     finally:
         client.close()
 
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)

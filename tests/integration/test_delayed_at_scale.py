@@ -19,6 +19,7 @@ from typing import Any
 import pulsar
 import pytest
 from interop_helpers import http
+from wait_helpers import wait_until
 
 from velamq.client import AsyncClient
 from velamq.testing import BrokerProcess, run_broker
@@ -42,13 +43,6 @@ def entries_read(broker: BrokerProcess) -> float:
     found = re.findall(r"^velamq_storage_read_entries_(?:cache|disk)_total(?:\{[^}]*\})? (\S+)$", body, re.MULTILINE)
     assert found, "no storage read counters on /metrics"
     return sum(float(v) for v in found)
-
-
-def wait_for(check: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 async def publish(url: str, count: int, deliver_after_ms: int | None, prefix: bytes) -> None:
@@ -85,7 +79,7 @@ def test_pending_delayed_messages_neither_hold_back_nor_survive_a_restart_by_res
         consumer = client.subscribe(TOPIC, "sub", consumer_type=pulsar.ConsumerType.Shared,
                                     initial_position=pulsar.InitialPosition.Earliest)
         asyncio.run(publish(broker.service_url, COUNT, TEN_DAYS_MS, b"later "))
-        wait_for(lambda: subscription_stats(broker)["msgDelayed"] == COUNT, 300, "the delayed index")
+        wait_until(lambda: subscription_stats(broker)["msgDelayed"] == COUNT, "the delayed index", timeout_s=300)
         asyncio.run(publish(broker.service_url, NORMAL, None, b"now "))
         got = receive_all(consumer, NORMAL, 120)
         assert all(data.startswith(b"now ") for data, _ in got)  # not one delayed message early
@@ -97,7 +91,7 @@ def test_pending_delayed_messages_neither_hold_back_nor_survive_a_restart_by_res
         client = pulsar.Client(broker.service_url, operation_timeout_seconds=60,
                                logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
         consumer = client.subscribe(TOPIC, "sub", consumer_type=pulsar.ConsumerType.Shared)
-        wait_for(lambda: subscription_stats(broker)["msgDelayed"] == COUNT, 60, "the stored index")
+        wait_until(lambda: subscription_stats(broker)["msgDelayed"] == COUNT, "the stored index")
         asyncio.run(publish(broker.service_url, 1000, None, b"now "))
         assert all(data.startswith(b"now ") for data, _ in receive_all(consumer, 1000, 60))
         # The stored buckets were loaded: a few records, not the log of COUNT entries.

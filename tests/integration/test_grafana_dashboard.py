@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 
 import pulsar
 import pytest
+from wait_helpers import wait_until
 
 from velamq.testing import BrokerProcess, run_broker
 
@@ -185,13 +185,14 @@ def scrape(broker: BrokerProcess) -> str:
             consumer.acknowledge(consumer.receive(10_000))
         # Wait for the families a loaded topic with a subscription exports (the snapshot may lag).
         wanted = {"pulsar_in_messages_total", "pulsar_subscription_back_log", "pulsar_out_messages_total"}
-        deadline = time.monotonic() + 30
-        while True:
+        pages: list[str] = []
+
+        def page_with_them() -> str | None:
             with urllib.request.urlopen(f"{broker.admin_url}/metrics", timeout=30) as response:
-                page = response.read().decode()
-            if wanted <= exported_names(page) or time.monotonic() > deadline:
-                return page
-            time.sleep(0.2)
+                pages.append(response.read().decode())
+            return pages[-1] if wanted <= exported_names(pages[-1]) else None
+
+        return wait_until(page_with_them, lambda: f"the families {sorted(wanted - exported_names(pages[-1]))}")
     finally:
         client.close()
 

@@ -22,7 +22,8 @@ from typing import Any
 
 import pulsar
 import pytest
-from limits_helpers import metrics, wait_for
+from limits_helpers import metrics
+from wait_helpers import wait_until
 
 from velamq.testing import run_broker
 
@@ -129,7 +130,7 @@ def test_over_the_derived_cap_connections_are_closed_and_storage_keeps_acknowled
         sender = Sender(client, topic)
         storm = Storm(broker.broker_port)
         storm.opened()
-        wait_for(lambda: metrics(broker.admin_url)["velamq_broker_connections_refused_max_total"] > 0,
+        wait_until(lambda: metrics(broker.admin_url)["velamq_broker_connections_refused_max_total"] > 0,
                  what="connections refused over the cap")
         figures = metrics(broker.admin_url)
         assert figures["velamq_broker_connections_max"] == 512
@@ -156,7 +157,7 @@ def test_emfile_at_accept_pauses_accepting_without_flooding_the_log(tmp_path: Pa
         opened = storm.opened()
         assert opened > fd_limit  # some wait in the kernel's backlog: the broker is out of descriptors
         storm.stop()
-        wait_for(lambda: metrics(broker.admin_url)["velamq_broker_connections_open"] == 0, timeout_s=60,
+        wait_until(lambda: metrics(broker.admin_url)["velamq_broker_connections_open"] == 0, timeout_s=60,
                  what="every storm connection closed")
         figures = metrics(broker.admin_url)
         assert figures["velamq_broker_accept_errors_total"] > 0

@@ -26,13 +26,13 @@ import random
 import re
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from wait_helpers import wait_until
 
 from velamq.client import AdminClient, AsyncClient
 from velamq.testing import BrokerProcess, run_broker
@@ -63,13 +63,6 @@ def metric(broker: BrokerProcess, name: str) -> float:
             if line.startswith(name + "{cluster=\"standalone\"}"):
                 return float(line.rsplit(" ", 1)[1])
     return 0.0
-
-
-def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.25)
 
 
 def files_in(root: Path) -> list[Path]:
@@ -151,10 +144,11 @@ def test_twenty_thousand_topics_unload_reload_and_give_their_space_back(broker: 
     assert log_files <= log_data // log_bytes + 2
 
     # Unload: every topic, then the RSS falls back from its peak.
-    wait_until(lambda: metric(broker, "velamq_topics_loaded") == 0, "every topic to unload")
+    wait_until(lambda: metric(broker, "velamq_topics_loaded") == 0, "every topic to unload", timeout_s=120,
+               interval_s=0.25)
     assert metric(broker, "velamq_topics_unloaded_total") >= 2 * per_namespace
     wait_until(lambda: loaded_rss - rss_bytes(pid) >= topics_total * 2048,
-               f"the RSS to fall back from {loaded_rss >> 20} MiB (now {rss_bytes(pid) >> 20} MiB)", timeout_s=30)
+               lambda: f"the RSS to fall back from {loaded_rss >> 20} MiB (now {rss_bytes(pid) >> 20} MiB)")
 
     # Reload: what was sent before the unload is received after it.
     sample = random.Random(5).sample(range(per_namespace), 20)
@@ -163,11 +157,12 @@ def test_twenty_thousand_topics_unload_reload_and_give_their_space_back(broker: 
     # Delete a namespace's 10 000 topics; the collector gives their entry logs back.
     admin.request("DELETE", AdminClient.namespace_path("many/a"), query={"force": "true"})
     wait_until(lambda: sum(p.stat().st_size for p in logs_dir.glob("*.log")) < 0.7 * log_data,
-               "the collector to reclaim the deleted topics' entry logs")
+               "the collector to reclaim the deleted topics' entry logs", timeout_s=120, interval_s=0.25)
     assert "many/a" not in admin.request("GET", AdminClient.path("namespaces", "many"))
 
     # Until the collector has removed every log it emptied (the checker reads while the broker runs).
-    wait_until(lambda: "dead entry log" not in storage_check(data_dir).stdout, "the last dead entry log to go")
+    wait_until(lambda: "dead entry log" not in storage_check(data_dir).stdout, "the last dead entry log to go",
+               timeout_s=120, interval_s=0.5)  # each check runs `velamq storage check`
     broker.stop()
     # Offline: nothing orphaned. A log the collector emptied after the last online check may still
     # be there (its next pass removes it): reclaimable garbage, not an inconsistency.

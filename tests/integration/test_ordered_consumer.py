@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from wait_helpers import until, wait_until
 
 from velamq.client import (
     AsyncClient,
@@ -35,7 +36,6 @@ from velamq.client import (
 from velamq.testing import BrokerProcess
 
 R = TypeVar("R")
-wait_s = 60.0
 
 
 def run(broker: BrokerProcess, body: Callable[[AsyncClient], Awaitable[R]]) -> R:
@@ -68,12 +68,14 @@ async def produce(client: AsyncClient, topic: str, keys: list[str], batching: bo
     return ids
 
 
-async def eventually(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + wait_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
+def backlog(broker: BrokerProcess, topic: str, partitions: int) -> int:
+    """The subscription "s"'s backlog over every partition, from the broker's stats."""
+    total = 0
+    for p in range(partitions):
+        url = f"{broker.admin_url}/admin/v2/persistent/public/default/{topic}-partition-{p}/stats"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            total += int(json.loads(resp.read())["subscriptions"]["s"]["msgBacklog"])
+    return total
 
 
 def assert_in_order(done: dict[str, list[int]]) -> None:
@@ -100,7 +102,7 @@ def test_keys_stay_in_order_while_workers_run_in_parallel(broker: BrokerProcess,
 
         async with OrderedConsumer(client, topic, "s", handle, partition_parallelism=4, max_in_flight=100,
                                    initial_position="earliest") as consumer:
-            await eventually(lambda: consumer.metrics().acknowledged == len(keys), "every message acknowledged")
+            await until(lambda: consumer.metrics().acknowledged == len(keys), "every message acknowledged")
             m = consumer.metrics()
         assert_in_order(done)
         assert sum(len(s) for s in done.values()) == len(keys)  # each exactly once
@@ -141,9 +143,7 @@ def test_thread_pool_handler_through_the_blocking_client(broker: BrokerProcess, 
         consumer = BlockingOrderedConsumer(client, topic, "s", handle, partition_parallelism=4,
                                            initial_position="earliest")
         consumer.start()
-        deadline = time.monotonic() + wait_s
-        while consumer.metrics().acknowledged < len(keys) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: consumer.metrics().acknowledged >= len(keys), "every message acknowledged")
         m = consumer.metrics()
         consumer.stop()
     assert m.acknowledged == len(keys)
@@ -199,7 +199,7 @@ def test_handler_failures_are_retried_in_place_or_dead_lettered(broker: BrokerPr
 
         async with OrderedConsumer(client, topic, "s", handle, partition_parallelism=3, initial_position="earliest",
                                    max_attempts=3, retry_initial_backoff_ms=10, dead_letter_topic=dlq) as consumer:
-            await eventually(lambda: consumer.metrics().acknowledged == len(keys), "every message acknowledged")
+            await until(lambda: consumer.metrics().acknowledged == len(keys), "every message acknowledged")
             m = consumer.metrics().partitions[0]
         assert_in_order(done)
         assert done["k0"] == list(range(20)) and done["k2"] == list(range(20))
@@ -223,7 +223,7 @@ def test_one_dominant_key_reports_parallelism_one(broker: BrokerProcess, topic: 
 
         async with OrderedConsumer(client, topic, "s", handle, partition_parallelism=8,
                                    initial_position="earliest") as consumer:
-            await eventually(lambda: consumer.metrics().acknowledged == 100, "every message acknowledged")
+            await until(lambda: consumer.metrics().acknowledged == 100, "every message acknowledged")
             m = consumer.metrics().partitions[0]
         # Eight workers, one key: only ever one of them busy, and the metrics say so (OC-4).
         assert m.max_busy_workers == 1 and m.effective_parallelism == pytest.approx(1.0)
@@ -288,11 +288,9 @@ def test_a_killed_consumer_loses_nothing_and_redelivers_only_after_the_acked_pre
     child = subprocess.Popen([sys.executable, "-c", _CHILD, broker.service_url, topic, str(first)],
                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
-        deadline = time.monotonic() + wait_s
-        while len(_read_rows(first)) < 250:
-            assert child.poll() is None, "the first consumer died"
-            assert time.monotonic() < deadline, "the first consumer is too slow"
-            time.sleep(0.02)
+        wait_until(lambda: len(_read_rows(first)) >= 250 or child.poll() is not None,
+                   "250 messages handled by the first consumer")
+        assert child.poll() is None, "the first consumer died"
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()
@@ -310,11 +308,13 @@ def test_a_killed_consumer_loses_nothing_and_redelivers_only_after_the_acked_pre
         async with OrderedConsumer(client, topic, "s", handle, partition_parallelism=4,
                                    initial_position="earliest") as consumer:
             done1 = {r for r, _, _ in run1}
-            await eventually(lambda: done1 | {r for r, _, _ in rows} >= set(ids_all), "every message processed")
-            # Nothing else can arrive once everything received was handled and acknowledged: the
-            # subscription then has no backlog left to deliver (a duplicate would be among the rows).
-            await eventually(lambda: consumer.metrics().received == consumer.metrics().acknowledged == len(rows),
-                             "everything received handled and acknowledged")
+            await until(lambda: done1 | {r for r, _, _ in rows} >= set(ids_all), "every message processed")
+            # Nothing else can arrive once the broker's backlog is empty (every message acknowledged):
+            # before that, a message the first consumer handled but did not get to acknowledge may
+            # still be on its way here again (a duplicate would be among the rows).
+            await until(lambda: backlog(broker, topic, 2) == 0, "an empty backlog on the broker")
+            await until(lambda: consumer.metrics().received == consumer.metrics().acknowledged == len(rows),
+                        "everything received handled and acknowledged")
         return rows
 
     run2 = run(broker, second)
@@ -354,14 +354,14 @@ def test_a_broker_restart_redelivers_in_flight_messages_which_are_not_run_twice(
 
         async with OrderedConsumer(client, topic, "s", handle, partition_parallelism=4, max_in_flight=50,
                                    initial_position="earliest") as consumer:
-            await eventually(lambda: consumer.metrics().completed >= 100, "100 messages")
+            await until(lambda: consumer.metrics().completed >= 100, "100 messages")
             gate.clear()
-            await eventually(lambda: consumer.metrics().in_flight == 50, "a full window")
+            await until(lambda: consumer.metrics().in_flight == 50, "a full window")
             await asyncio.to_thread(fresh_broker.stop)
             await asyncio.to_thread(fresh_broker.start)
-            await eventually(lambda: consumer.consumers[0].is_connected(), "the consumer reconnected")
+            await until(lambda: consumer.consumers[0].is_connected(), "the consumer reconnected")
             gate.set()
-            await eventually(lambda: consumer.metrics().acknowledged == len(keys), "every message acknowledged")
+            await until(lambda: consumer.metrics().acknowledged == len(keys), "every message acknowledged")
             m = consumer.metrics().partitions[0]
         assert_in_order(done)
         # Every message ran exactly once: the broker sent the window's messages again after the

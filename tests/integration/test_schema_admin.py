@@ -95,8 +95,17 @@ def test_key_value_schemas_travel_as_json(broker: BrokerProcess) -> None:
     assert latest["type"] == "KEY_VALUE" and json.loads(latest["data"]) == {"key": "", "value": V0}
 
 
+def new_namespace(broker: BrokerProcess) -> str:
+    """A namespace of the test's own: the module's tests share one broker and run in random order,
+    so namespace settings one of them changes must not be what another reads."""
+    name = f"public/s-{uuid.uuid4().hex[:8]}"
+    assert rest(broker, "PUT", f"/admin/v2/namespaces/{name}")[0] == 204
+    return name
+
+
 def test_schema_settings(broker: BrokerProcess) -> None:
-    ns = "/admin/v2/namespaces/public/default"
+    name = new_namespace(broker)
+    ns = f"/admin/v2/namespaces/{name}"
     assert rest(broker, "GET", ns + "/isAllowAutoUpdateSchema")[0] == 204
     assert rest(broker, "GET", ns + "/isAllowAutoUpdateSchema?applied=true") == (200, True)
     assert rest(broker, "POST", ns + "/schemaValidationEnforced", True)[0] == 204
@@ -105,13 +114,13 @@ def test_schema_settings(broker: BrokerProcess) -> None:
     assert rest(broker, "PUT", ns + "/schemaAutoUpdateCompatibilityStrategy", "Backward")[0] == 204
     assert rest(broker, "PUT", ns + "/schemaAutoUpdateCompatibilityStrategy", "Sideways")[0] == 400
     topic = f"settings-{uuid.uuid4().hex[:6]}"
-    path = f"/admin/v2/persistent/public/default/{topic}"
+    path = f"/admin/v2/persistent/{name}/{topic}"
     assert rest(broker, "PUT", path, {})[0] == 204
     # The older namespace field applies while neither the topic nor schemaCompatibilityStrategy says more.
     assert rest(broker, "GET", path + "/schemaCompatibilityStrategy?applied=true") == (200, "BACKWARD")
     assert rest(broker, "PUT", path + "/schemaCompatibilityStrategy", "ALWAYS_COMPATIBLE")[0] == 204
     assert rest(broker, "GET", path + "/schemaCompatibilityStrategy") == (200, "ALWAYS_COMPATIBLE")
-    base = f"/admin/v2/schemas/public/default/{topic}"
+    base = f"/admin/v2/schemas/{name}/{topic}"
     assert rest(broker, "POST", base + "/schema", payload(V0))[0] == 200
     assert rest(broker, "POST", base + "/schema", payload({"type": "string"}))[0] == 200  # anything goes
     assert rest(broker, "DELETE", path + "/schemaCompatibilityStrategy")[0] == 204
@@ -163,7 +172,8 @@ def test_cli(broker: BrokerProcess, tmp_path: Path) -> None:
     assert cli(broker, "topics", "set-schema-compatibility-strategy", topic, "-s", "FORWARD").returncode == 0
     shown = cli(broker, "topics", "get-schema-compatibility-strategy", topic)
     assert shown.returncode == 0 and "FORWARD" in shown.stdout
-    assert cli(broker, "namespaces", "set-is-allow-auto-update-schema", "public/default", "--disable").returncode == 0
-    shown = cli(broker, "namespaces", "get-is-allow-auto-update-schema", "public/default")
+    name = new_namespace(broker)
+    assert cli(broker, "namespaces", "set-is-allow-auto-update-schema", name, "--disable").returncode == 0
+    shown = cli(broker, "namespaces", "get-is-allow-auto-update-schema", name)
     assert "false" in shown.stdout
-    assert cli(broker, "namespaces", "set-is-allow-auto-update-schema", "public/default", "--enable").returncode == 0
+    assert cli(broker, "namespaces", "set-is-allow-auto-update-schema", name, "--enable").returncode == 0

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import pulsar
+from wait_helpers import wait_until
 
 # Receive timeout for a message that is expected to arrive (ms).
 receive_timeout_ms = 10_000
@@ -56,13 +56,14 @@ def drain(consumer: Any, idle_ms: int = quiet_ms) -> list[Any]:
             return out
 
 
-def read_to_end(reader: Any, idle_ms: int = 2_000) -> list[Any]:
+def read_to_end(reader: Any, timeout_ms: int = receive_timeout_ms) -> list[Any]:
+    """Read until the broker says nothing is left (has_message_available asks it for the topic's
+    last message id): a read that times out is no proof of the end while a restarted broker
+    still recovers on a loaded machine."""
     out: list[Any] = []
-    while True:
-        try:
-            out.append(reader.read_next(idle_ms))
-        except pulsar.Timeout:
-            return out
+    while reader.has_message_available():
+        out.append(reader.read_next(timeout_ms))
+    return out
 
 
 def assert_no_more(consumer: Any, wait_ms: int = quiet_ms) -> None:
@@ -194,16 +195,6 @@ def create_partitioned_topic(admin_url: str, topic: str, partitions: int) -> int
     return status
 
 
-def wait_until(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if predicate():
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(interval_s)
-
-
 def subscription_stats(admin_url: str, topic: str, subscription: str) -> dict[str, Any] | None:
     """The subscription's part of the topic's stats (None: no such topic or subscription)."""
     status, text = http("GET", f"{admin_url}/admin/v2/persistent/public/default/{topic}/stats")
@@ -218,7 +209,7 @@ def subscription_backlog(admin_url: str, topic: str, subscription: str) -> int |
     return None if stats is None else int(stats["msgBacklog"])
 
 
-def wait_for_backlog(admin_url: str, topic: str, subscription: str, backlog: int, timeout_s: float = 10.0) -> None:
+def wait_for_backlog(admin_url: str, topic: str, subscription: str, backlog: int, timeout_s: float = 30.0) -> None:
     """Wait until the broker has applied acknowledgements: the subscription's backlog is `backlog`."""
     seen: list[int | None] = []
 
@@ -226,4 +217,5 @@ def wait_for_backlog(admin_url: str, topic: str, subscription: str, backlog: int
         seen.append(subscription_backlog(admin_url, topic, subscription))
         return seen[-1] == backlog
 
-    assert wait_until(reached, timeout_s), f"backlog of {subscription} stayed {seen[-1]}, expected {backlog}"
+    wait_until(reached, lambda: f"a backlog of {backlog} on {subscription} (the last one seen: {seen[-1]})",
+               timeout_s=timeout_s)

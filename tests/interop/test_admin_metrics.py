@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from interop_helpers import full_name, http, wait_until
+from interop_helpers import full_name, http
+from wait_helpers import wait_until
 
 from velamq.testing import BrokerProcess, run_broker
 
@@ -62,10 +63,8 @@ def test_in_messages_total_for_topic(broker: BrokerProcess, client: Any, topic: 
         v = topic_value(broker.admin_url, "pulsar_in_messages_total", topic)
         return v is not None and v >= n
 
-    assert wait_until(counted, timeout_s=15, interval_s=0.5), (
-        f"no pulsar_in_messages_total >= {n} for {full_name(topic)}; got "
-        f"{topic_value(broker.admin_url, 'pulsar_in_messages_total', topic)}"
-    )
+    wait_until(counted, lambda: f"pulsar_in_messages_total >= {n} for {full_name(topic)} (got "
+               f"{topic_value(broker.admin_url, 'pulsar_in_messages_total', topic)})")
     assert topic_value(broker.admin_url, "pulsar_in_messages_total", topic) == n
 
 
@@ -80,5 +79,5 @@ def test_in_messages_total_counts_batched_messages(broker: BrokerProcess, client
         v = topic_value(broker.admin_url, "pulsar_in_messages_total", topic)
         return v is not None and v >= 10
 
-    assert wait_until(counted, timeout_s=15, interval_s=0.5)
+    wait_until(counted, "pulsar_in_messages_total >= 10")
     assert topic_value(broker.admin_url, "pulsar_in_messages_total", topic) == 10

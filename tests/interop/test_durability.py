@@ -10,7 +10,8 @@ from typing import Any
 
 import pulsar
 import pytest
-from interop_helpers import SendTracker, read_to_end, wait_until
+from interop_helpers import SendTracker, read_to_end
+from wait_helpers import wait_until
 
 from velamq.testing import BrokerProcess
 
@@ -118,13 +119,16 @@ def test_send_async_kill_9_mid_stream(fresh_broker: BrokerProcess, make_client: 
 
     t = threading.Thread(target=sender, daemon=True)
     t.start()
-    reached = wait_until(lambda: tracker.ok_count >= kill_after_confirmed, timeout_s=60, interval_s=0.002)
-    fresh_broker.kill()
-    stop.set()
-    t.join(10)
-    client.close()  # fails what is pending; nothing is resent to the restarted broker
+    try:
+        wait_until(lambda: tracker.ok_count >= kill_after_confirmed,
+                   lambda: f"{kill_after_confirmed} sends confirmed before the kill (only {tracker.ok_count})",
+                   timeout_s=60, interval_s=0.002)
+    finally:
+        fresh_broker.kill()
+        stop.set()
+        t.join(10)
+        client.close()  # fails what is pending; nothing is resent to the restarted broker
     confirmed = tracker.ok_indexes()
-    assert reached, f"only {len(confirmed)} confirmed within 60 s (wanted {kill_after_confirmed} before the kill)"
     assert confirmed, "nothing confirmed before the kill"
 
     fresh_broker.start()

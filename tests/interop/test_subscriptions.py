@@ -13,11 +13,10 @@ from interop_helpers import (
     assert_no_more,
     collect_concurrently,
     datas,
-    drain,
     receive_n,
     subscription_stats,
-    wait_until,
 )
+from wait_helpers import wait_until
 
 from velamq.testing import BrokerProcess
 
@@ -87,12 +86,11 @@ def test_failover_single_active_consumer_and_takeover(broker: BrokerProcess, cli
         consumers = stats["consumers"] if stats else []
         return len(consumers) == 2 and sum(bool(c.get("isActive")) for c in consumers) == 1
 
-    assert wait_until(one_of_two_active, 10), "the broker never had both consumers with one of them active"
+    wait_until(one_of_two_active, "both consumers on the broker, one of them active")
     first = [b"first-%d" % i for i in range(20)]
     produce(client, topic, first)
 
-    got_a = drain(a, idle_ms=1500)
-    got_b = drain(b, idle_ms=500)
+    got_a, got_b = collect_concurrently([a, b], len(first), timeout_s=60, ack=False)
     assert bool(got_a) != bool(got_b), f"a got {len(got_a)}, b got {len(got_b)}: expected one active consumer"
     active, standby, got = (a, b, got_a) if got_a else (b, a, got_b)
     assert datas(got) == first

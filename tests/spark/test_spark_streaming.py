@@ -14,9 +14,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +30,7 @@ from spark_helpers import (
     source_options,
     start_copy_query,
 )
+from wait_helpers import wait_until
 
 import velamq.spark
 from velamq.client import AsyncClient, Message
@@ -44,14 +43,6 @@ pytestmark = pytest.mark.timeout(900)
 
 def _name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 240.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def _output_values(spark: Any, out: Path) -> list[str]:
@@ -75,7 +66,8 @@ def test_stream_stopped_and_restarted_mid_stream_with_a_new_partition(spark: Any
     checkpoint, out = str(tmp_path / "ck"), tmp_path / "out"
 
     query = start_copy_query(spark, broker.service_url, broker.admin_url, topic, checkpoint, str(out), max_entries=4)
-    _wait_for(lambda: committed_batches(checkpoint) >= 3, "three micro-batches")
+    wait_until(lambda: committed_batches(checkpoint) >= 3, "three micro-batches",
+               timeout_s=240, interval_s=0.2)  # a micro-batch on loaded cores: up to a minute
     query.stop()
     read_first = sum(p["numInputRows"] for p in query.recentProgress)
     assert 0 < read_first < 3000, "the first run should stop mid-stream"
@@ -110,8 +102,8 @@ def test_stream_resumes_exactly_once_after_the_driver_is_killed(spark: Any, brok
             cwd=HERE, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, "PYSPARK_PYTHON": sys.executable})
     try:
-        _wait_for(lambda: committed_batches(checkpoint) >= 2 or job.poll() is not None, "the job's first batches",
-                  timeout_s=300)
+        wait_until(lambda: committed_batches(checkpoint) >= 2 or job.poll() is not None, "the job's first batches",
+                   timeout_s=300, interval_s=0.2)
         assert job.poll() is None, log_path.read_text()[-3000:]
         produce(broker.service_url, topic, range(4000, 5000), batch=100)  # while it runs
         os.killpg(job.pid, signal.SIGKILL)  # driver, JVM and Python workers at once, mid-stream
@@ -140,10 +132,12 @@ def test_stream_waits_for_a_topic_created_later_as_partitioned(spark: Any, broke
     query = start_copy_query(spark, broker.service_url, broker.admin_url, topic, checkpoint, str(out))
     try:
         # A few triggers while the topic does not exist: the query must keep going, not fail.
-        _wait_for(lambda: len(query.recentProgress) >= 3, "three triggers on a topic that does not exist")
+        wait_until(lambda: len(query.recentProgress) >= 3, "three triggers on a topic that does not exist",
+               timeout_s=240, interval_s=0.2)  # a micro-batch on loaded cores: up to a minute
         create_partitioned(broker.admin_url, topic, 2)
         produce(broker.service_url, topic, range(200))
-        _wait_for(lambda: sum(p["numInputRows"] for p in query.recentProgress) >= 200, "the new topic's messages")
+        wait_until(lambda: sum(p["numInputRows"] for p in query.recentProgress) >= 200, "the new topic's messages",
+               timeout_s=240, interval_s=0.2)  # a micro-batch on loaded cores: up to a minute
     finally:
         query.stop()
     assert query.exception() is None

@@ -9,8 +9,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
-import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -21,14 +20,6 @@ from velamq.metadata import MetadataStore
 from velamq.testing import BrokerThread
 
 T = TypeVar("T")
-
-
-def wait_until(check: Callable[[], bool], timeout_s: float = 20.0) -> None:
-    """Poll until check() holds; fail the test after timeout_s."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
 
 
 @dataclass

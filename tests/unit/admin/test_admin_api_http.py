@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from admin_harness import Admin, start_admin, wait_until
+from admin_harness import Admin, start_admin
+from wait_helpers import wait_until
 
 from velamq.admin import _http
 
@@ -243,7 +244,8 @@ def test_slow_head_gets_408(admin: Admin, monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(_http, "head_timeout_s", 0.3)
     start = time.monotonic()
     reply = admin.raw(b"GET /admin/v2/clusters HTTP/1.1\r\nHost: x\r\n")  # never finishes its head
-    assert status_of(reply) == 408 and time.monotonic() - start < 5
+    # Well before the default head timeout (30 s), however loaded the machine.
+    assert status_of(reply) == 408 and time.monotonic() - start < 15
     still_serving(admin)
 
 
@@ -273,13 +275,9 @@ def test_connections_over_the_cap_get_503(capped_admin: Admin) -> None:
     finally:
         for sock in idle:
             sock.close()
-    deadline = time.monotonic() + 5
-    while True:  # the server notices the closes on its side shortly
-        reply = capped_admin.raw(OK_REQUEST, shutdown_write=True)
-        if status_of(reply) == 200 or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    assert status_of(reply) == 200
+    # The server notices the closes on its side shortly.
+    wait_until(lambda: status_of(capped_admin.raw(OK_REQUEST, shutdown_write=True)) == 200,
+               "a 200 once the idle connections are closed")
 
 
 def test_close_ends_idle_keep_alive_connections(tmp_path: Path) -> None:
@@ -291,7 +289,7 @@ def test_close_ends_idle_keep_alive_connections(tmp_path: Path) -> None:
         assert status_of(sock.recv(65536)) == 200
         start = time.monotonic()
         admin.run(admin.server.close())
-        assert time.monotonic() - start < 5
+        assert time.monotonic() - start < 15  # not after the keep-alive's idle timeout
         assert sock.recv(1024) == b""  # closed by the server
     finally:
         sock.close()

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from admin_harness import Admin, start_admin, wait_until
+from admin_harness import Admin, start_admin
+from wait_helpers import wait_until
 
 from velamq.admin import _metrics
 from velamq.broker import BrokerConfig, BrokerMetrics, SubscriptionMetrics, TopicMetrics

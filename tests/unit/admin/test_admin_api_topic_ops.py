@@ -9,7 +9,8 @@ import json
 import re
 from typing import Any
 
-from admin_harness import Admin, Reply, wait_until
+from admin_harness import Admin, Reply
+from wait_helpers import wait_until
 
 from velamq.client import MessageId
 from velamq.protocol import parse_batch

@@ -8,7 +8,8 @@ import html
 import re
 from urllib.parse import quote
 
-from admin_harness import Admin, Reply, wait_until
+from admin_harness import Admin, Reply
+from wait_helpers import wait_until
 
 from velamq.admin._console_charts import _round_max, rate_chart
 from velamq.broker import RateSeries

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from admin_harness import Admin, start_admin, wait_until
+from admin_harness import Admin, start_admin
+from wait_helpers import wait_until
 
 from velamq.broker import BrokerConfig
 from velamq.cli._admin_messages import parse_datetime_ms

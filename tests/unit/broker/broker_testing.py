@@ -9,11 +9,12 @@ coroutine with asyncio.run (pytest-asyncio is not a dependency).
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+
+from wait_helpers import until
 
 from velamq._clock import ManualClock
 from velamq._topic_name import TopicName
@@ -163,14 +164,6 @@ def consumer(
     return c, channel
 
 
-async def until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    """Let the loop run (dispatch tasks, storage callbacks) until check() holds."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.001)
-
-
 async def settled(subscription: Subscription) -> None:
     """Until the subscription's dispatcher has done all it can and waits for a change."""
     await until(lambda: subscription.dispatch_idle)
@@ -259,5 +252,10 @@ def command(kind: int, field: str, **values: Any) -> bytes:
 
 
 async def until_reply(transport: RecordingTransport, kind: int, count: int = 1) -> list[pb.BaseCommand]:
-    await until(lambda: len(transport.of_type(kind)) >= count)
+    def told() -> str:
+        sent = [pb.BaseCommand.Type.Name(f.command.type) for f in transport.frames]
+        error = [f"{c.error.message}" for c in transport.of_type(pb.BaseCommand.ERROR)]
+        return f"{count} {pb.BaseCommand.Type.Name(kind)} from the broker (it sent {sent[-10:]}, errors {error[-3:]})"
+
+    await until(lambda: len(transport.of_type(kind)) >= count, told)
     return transport.of_type(kind)

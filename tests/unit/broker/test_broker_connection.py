@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from broker_testing import T, broker, command, connect, entry, until, until_reply
+from broker_testing import T, broker, command, connect, entry, until_reply
+from wait_helpers import until
 
 from velamq._clock import ManualClock
 from velamq.protocol import encode_payload_command, pb

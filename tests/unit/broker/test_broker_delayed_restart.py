@@ -9,7 +9,8 @@ import random
 from pathlib import Path
 
 import pytest
-from broker_testing import TOPIC, consumer, publish, settled, subscribe, topic_on_storage, until
+from broker_testing import TOPIC, consumer, publish, settled, subscribe, topic_on_storage
+from wait_helpers import until
 
 from velamq._clock import ManualClock
 from velamq.broker import _delayed

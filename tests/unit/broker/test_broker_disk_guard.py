@@ -9,7 +9,8 @@ import logging
 from pathlib import Path
 
 import pytest
-from broker_testing import T, broker, command, connect, entry, until, until_reply
+from broker_testing import T, broker, command, connect, entry, until_reply
+from wait_helpers import until
 
 from velamq._clock import ManualClock
 from velamq._errors import StorageError

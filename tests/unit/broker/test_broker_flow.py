@@ -9,7 +9,8 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from broker_testing import T, broker, command, connect, consumer, publish, settled, subscribe, topic_on_storage, until
+from broker_testing import T, broker, command, connect, consumer, publish, settled, subscribe, topic_on_storage
+from wait_helpers import until
 
 from velamq._clock import ManualClock
 from velamq.broker._net_budget import NetworkBudget

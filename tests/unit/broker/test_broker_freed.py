@@ -9,11 +9,11 @@ from __future__ import annotations
 import gc
 import socket
 import struct
-import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
+from wait_helpers import wait_until
 
 from velamq.broker._connection import ServerConnection
 from velamq.protocol import _pulsar_api_pb2 as pb
@@ -22,13 +22,6 @@ from velamq.testing import BrokerThread, run_broker_in_thread
 
 T = pb.BaseCommand
 connections = 8
-
-
-def wait_for(check: Callable[[], bool], timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -75,15 +68,15 @@ def test_closed_connections_and_their_buffers_die_without_the_garbage_collector(
     with run_broker_in_thread() as broker:
         clients = [open_client(broker.server.broker_port, i) for i in range(connections)]
         network = broker.server.broker.network
-        wait_for(lambda: network.inbound_partial_bytes >= connections * (900 << 10))
-        wait_for(lambda: all(t.producers for t in broker.server.broker.topics.values())
-                 and len(broker.server.broker.topics) == connections)
+        wait_until(lambda: network.inbound_partial_bytes >= connections * (900 << 10))
+        wait_until(lambda: all(t.producers for t in broker.server.broker.topics.values())
+                   and len(broker.server.broker.topics) == connections)
         live = server_connections(broker)
         refs = [weakref.ref(c) for c in live] + [weakref.ref(c._decoder) for c in live]
         refs += [weakref.ref(c._flow) for c in live]
         del live
         for client in clients:
             client.close()
-        wait_for(lambda: all(ref() is None for ref in refs))
+        wait_until(lambda: all(ref() is None for ref in refs))
         assert network.inbound_partial_bytes == 0 and network.outbound_bytes == 0
         assert all(not t.producers for t in broker.server.broker.topics.values())

@@ -14,7 +14,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from broker_testing import RecordingChannel, consumer, entry, payload_of, producer, publish, settled, subscribe, until
+from broker_testing import RecordingChannel, consumer, entry, payload_of, producer, publish, settled, subscribe
+from wait_helpers import until
 
 from velamq._clock import ManualClock
 from velamq._topic_name import TopicName

@@ -8,7 +8,8 @@ import itertools
 from pathlib import Path
 
 import pytest
-from broker_testing import consumer, payload_of, publish, settled, subscribe, topic_on_storage, until
+from broker_testing import consumer, payload_of, publish, settled, subscribe, topic_on_storage
+from wait_helpers import until
 
 from velamq._clock import ManualClock
 from velamq._hashing import key_shared_slot

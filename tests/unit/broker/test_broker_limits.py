@@ -8,7 +8,8 @@ import asyncio
 import struct
 from pathlib import Path
 
-from broker_testing import RecordingTransport, T, broker, command, connect, entry, until, until_reply
+from broker_testing import RecordingTransport, T, broker, command, connect, entry, until_reply
+from wait_helpers import until
 
 from velamq import _limits
 from velamq._clock import ManualClock

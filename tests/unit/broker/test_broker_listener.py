@@ -12,7 +12,7 @@ import socket
 from collections.abc import Callable
 
 import pytest
-from broker_testing import until
+from wait_helpers import until
 
 from velamq import _limits
 from velamq._clock import ManualClock

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from broker_testing import RecordingChannel, T, consumer, producer, publish, subscribe, topic_on_storage, until
+from broker_testing import RecordingChannel, T, consumer, producer, publish, subscribe, topic_on_storage
+from wait_helpers import until
 
 from velamq._clock import ManualClock
 from velamq.broker._consumer_selector import SubType

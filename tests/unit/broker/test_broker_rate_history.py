@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from broker_testing import consumer, producer, publish, settled, subscribe, until
+from broker_testing import consumer, producer, publish, settled, subscribe
+from wait_helpers import until
 
 from velamq._clock import ManualClock
 from velamq._topic_name import TopicName

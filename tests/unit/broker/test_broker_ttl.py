@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from broker_testing import consumer, publish, settled, subscribe, topic_on_storage, until
+from broker_testing import consumer, publish, settled, subscribe, topic_on_storage
+from wait_helpers import until
 
 from velamq._clock import ManualClock
 from velamq.broker import _policy_tasks

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from wait_helpers import until
 
 from velamq._clock import system_clock
 from velamq.client import AlreadyClosedError, Message, MessageId
@@ -85,14 +86,6 @@ def runner_for(source: MemorySource, call: Callable[[Message], Awaitable[object]
     return source.runner
 
 
-async def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    async def poll() -> None:
-        while not predicate():
-            await asyncio.sleep(0)
-
-    await asyncio.wait_for(poll(), timeout_s)
-
-
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data(), st.lists(st.sampled_from(["a", "b", "c", "d", "e", None]), min_size=1, max_size=40),
        st.integers(1, 5), st.integers(1, 6), st.sampled_from(["cumulative", "individual"]),
@@ -133,7 +126,7 @@ def test_order_per_key_and_prefix_acks_under_random_completion(data: st.DataObje
 
         runner = runner_for(source, handle, parallelism, max_in_flight, ack_mode, unkeyed)
         runner.start()
-        await wait_until(lambda: runner.acknowledged == len(messages))
+        await until(lambda: runner.acknowledged == len(messages))
         await runner.stop(drain=False, timeout_s=5)
         assert source.violations == []
         for key, done in done_per_key.items():
@@ -169,7 +162,7 @@ def test_fetching_pauses_when_the_window_is_full_and_resumes_as_workers_drain() 
 
         runner = runner_for(source, handle, parallelism=4, max_in_flight=3)
         runner.start()
-        await wait_until(lambda: runner.metrics().paused)
+        await until(lambda: runner.metrics().paused)
         m = runner.metrics()
         # The head blocks the prefix: the window is full, nothing more is fetched or acknowledged.
         assert source.taken == 3 and m.in_flight == 3 and m.acknowledged == 0 and m.pauses >= 1
@@ -178,7 +171,7 @@ def test_fetching_pauses_when_the_window_is_full_and_resumes_as_workers_drain() 
             await asyncio.sleep(0)
         assert source.taken == 3
         gate.set()
-        await wait_until(lambda: runner.acknowledged == 20)
+        await until(lambda: runner.acknowledged == 20)
         await runner.stop(drain=False, timeout_s=5)
         assert source.violations == [] and runner.metrics().in_flight_max == 3
 
@@ -201,7 +194,7 @@ def test_stop_without_drain_leaves_unfinished_messages_unacknowledged() -> None:
         runner = runner_for(source, handle, parallelism=2, max_in_flight=10, ack_mode="individual")
         runner.start()
         await started.wait()
-        await wait_until(lambda: messages[2].message_id in source.completed)
+        await until(lambda: messages[2].message_id in source.completed)
         await runner.stop(drain=False, timeout_s=0.05)
         # b completed but sits behind the unfinished a: nothing was acknowledged.
         assert source.individually_acked == set() and source.violations == []

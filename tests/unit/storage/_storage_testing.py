@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -60,12 +59,3 @@ async def read_everything(storage: Storage, name: str) -> list[tuple[Position, b
 # No flush before the test asks for one: halves are swapped by age only after this long.
 NEVER_MS = 3_600_000
 
-
-async def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
-    """Poll a condition until it holds; fail naming `what` after timeout_s (a generous bound, never
-    a figure the test relies on: CI runs on two loaded cores)."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        await asyncio.sleep(0.005)

@@ -7,7 +7,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from _storage_testing import NEVER_MS, TOPIC, payload, run, started, wait_until
+from _storage_testing import NEVER_MS, TOPIC, payload, run, started
+from wait_helpers import until
 
 from velamq.storage import MemoryBudget, PublishBuffer, StorageConfig
 
@@ -114,7 +115,7 @@ def test_a_slow_flush_parks_groups_and_holds_their_receipts(tmp_path: Path) -> N
                 resolved = sum(t.done() for t in tasks) * 5000
                 return resolved + storage.metrics()["velamq_storage_write_cache_parked_bytes"] == 300_000
 
-            await wait_until(settled, "every append is resolved or parked")
+            await until(settled, "every append is resolved or parked")
             m = storage.metrics()
             assert m["velamq_storage_write_cache_parked_groups_total"] > 0
             assert m["velamq_storage_write_cache_bytes"] <= 100_000 + 2 * 5200  # each half may overshoot by a group

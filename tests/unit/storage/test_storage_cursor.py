@@ -9,7 +9,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from _storage_testing import NEVER_MS, TOPIC, config, payload, run, started, wait_until
+from _storage_testing import NEVER_MS, TOPIC, config, payload, run, started
+from wait_helpers import until
 
 from velamq._clock import ManualClock
 from velamq.storage import ManagedLedger, Position, RangeSet, Storage
@@ -195,19 +196,19 @@ def test_persistence_is_rate_bounded_and_a_crash_only_means_redelivery(tmp_path:
 
             for x in p[:100]:
                 c.ack([x])  # 100 changes ...
-            await wait_until(lambda: persists() == 1, "the first change is written")
+            await until(lambda: persists() == 1, "the first change is written")
             assert journaled_states(data_dir)[-1]["mark_delete"] == list(p[99])  # ... one write
             asleep = clock.sleepers  # the write cache's age timer
             c.ack([p[100]])
             c.ack([p[150]])
-            await wait_until(lambda: clock.sleepers == asleep + 1, "the next write waits for the interval")
+            await until(lambda: clock.sleepers == asleep + 1, "the next write waits for the interval")
             clock.advance(0.1)  # not yet
             await asyncio.sleep(0)
             assert persists() == 1 and clock.sleepers == asleep + 1
             # Crash now (a copy of the directory as it is): the last acks are not on disk yet.
             shutil.copytree(data_dir, tmp_path / "crashed")
             clock.advance(0.1)  # the interval is over: the dirty cursor is written
-            await wait_until(lambda: persists() == 2, "the second round is written")
+            await until(lambda: persists() == 2, "the second round is written")
             doc = journaled_states(data_dir)[-1]
             assert doc["mark_delete"] == list(p[100])
             assert doc["individually_acked"] == [[p[150].ledger_id, 150, 150]]

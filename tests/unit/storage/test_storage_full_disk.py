@@ -34,6 +34,7 @@ CHILD = r"""
 import asyncio, json, os, resource, sys, time
 from pathlib import Path
 from velamq.storage import Position, Storage, StorageConfig
+from wait_helpers import until
 
 TOPIC = "persistent://public/default/full"
 phase, data_dir = sys.argv[1], Path(sys.argv[2])
@@ -43,12 +44,6 @@ def report():
     sys.stdout.write(json.dumps(out) + "\n")
     sys.stdout.flush()
 
-async def until(condition, what, timeout_s=60.0):
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting until " + what)
-        await asyncio.sleep(0.01)
 
 async def append_until_refused(storage, ml, acked, size):
     # Appends one at a time until one fails or storage stops writing (a failed flush: appends then
@@ -66,11 +61,13 @@ async def append_until_refused(storage, ml, acked, size):
         acked.append([list(future.result()), data.hex()])
 
 def fill(path):
-    with open(path, "wb") as f:
+    # Unbuffered: a buffered file would try again to write what the disk refused when it is
+    # closed, and raise ENOSPC there (or not: it depends on how much room the storage's own
+    # writes left at that moment).
+    with open(path, "wb", buffering=0) as f:
         while True:
             try:
                 f.write(b"\0" * 65536)
-                f.flush()
             except OSError:
                 return
 
@@ -173,7 +170,9 @@ asyncio.run(main())
 
 
 def child(phase: str, data_dir: Path) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONPATH=str(Path(velamq.__file__).resolve().parent.parent))
+    # velamq, and tests/ for wait_helpers (the child waits as the tests do).
+    path = [Path(velamq.__file__).resolve().parent.parent, Path(__file__).resolve().parents[2]]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, path)))
     result = subprocess.run(
         [sys.executable, "-c", CHILD, phase, str(data_dir)], capture_output=True, text=True, env=env, timeout=240
     )

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 from _faulty_disk import FaultyDisk
-from _storage_testing import NEVER_MS, TOPIC, config, payload, read_everything, run, snapshot, started, wait_until
+from _storage_testing import NEVER_MS, TOPIC, config, payload, read_everything, run, snapshot, started
+from wait_helpers import until
 
 from velamq._clock import ManualClock
 from velamq._errors import StorageError
@@ -216,11 +217,11 @@ def test_collection_runs_on_the_clock(tmp_path: Path) -> None:
             await storage.flush()
             m = storage.metrics
             clock.advance(10)  # a pass that only deletes empty logs: none is empty
-            await wait_until(lambda: m()["velamq_storage_gc_runs_total"] == 1, "the first pass ran")
+            await until(lambda: m()["velamq_storage_gc_runs_total"] == 1, "the first pass ran")
             assert m()["velamq_storage_gc_logs_compacted_total"] == 0
             for k in range(5):  # a minor compaction comes at 60 s: logs under 20 % live go
                 clock.advance(10)
-                await wait_until(lambda k=k: m()["velamq_storage_gc_runs_total"] == 2 + k, "the next pass ran")
+                await until(lambda k=k: m()["velamq_storage_gc_runs_total"] == 2 + k, "the next pass ran")
             assert m()["velamq_storage_gc_logs_compacted_total"] > 0
             keep = next(iter(written))
             assert [d for _, d in await read_everything(storage, keep)] == written[keep]

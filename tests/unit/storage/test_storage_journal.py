@@ -10,9 +10,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from _storage_testing import NEVER_MS, TOPIC, payload, read_everything, run, snapshot, started, wait_until
+from _storage_testing import NEVER_MS, TOPIC, payload, read_everything, run, snapshot, started
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from wait_helpers import until
 
 from velamq.storage import Position
 from velamq.storage._journal_file import (
@@ -101,7 +102,7 @@ def test_sync_policies(tmp_path: Path, policy: str) -> None:
                 assert fsyncs == 100
             elif policy == "interval":
                 # The idle journal syncs what is left once the interval is over.
-                await wait_until(lambda: fsyncs_now() >= 1, "the idle journal syncs")
+                await until(lambda: fsyncs_now() >= 1, "the idle journal syncs")
                 assert fsyncs_now() < 100
             else:
                 assert fsyncs == 0

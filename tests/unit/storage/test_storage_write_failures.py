@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 from _faulty_disk import FaultyDisk
-from _storage_testing import NEVER_MS, TOPIC, config, payload, run, snapshot, wait_until
+from _storage_testing import NEVER_MS, TOPIC, config, payload, run, snapshot
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from wait_helpers import until
 
 from velamq._clock import ManualClock
 from velamq._errors import StorageError
@@ -36,7 +37,7 @@ async def resumed(storage: Storage, clock: ManualClock) -> None:
         clock.advance(retry_max_s)
         return storage.writable
 
-    await wait_until(writable, "storage is writable again")
+    await until(writable, "storage is writable again")
 
 
 async def read_all(storage: Storage, name: str) -> list[tuple[Position, bytes]]:
@@ -77,7 +78,7 @@ def test_a_full_journal_fails_its_appends_and_storage_resumes_without_a_restart(
             assert [p for p, _ in await read_all(storage, TOPIC)] == acked  # reads go on
             crashed = snapshot(data_dir, tmp_path / "crash-while-full")
             clock.advance(retry_max_s)  # a probe while the disk is still full: still not writable
-            await wait_until(lambda: storage.metrics()["velamq_storage_journal_probes_total"] >= 1, "a probe")
+            await until(lambda: storage.metrics()["velamq_storage_journal_probes_total"] >= 1, "a probe")
             assert not storage.writable
 
             disk.heal()

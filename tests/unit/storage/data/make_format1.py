@@ -18,6 +18,9 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # tests/, for wait_helpers
+from wait_helpers import until
+
 from velamq.storage import Position, Storage, StorageConfig
 
 TOPICS = ["persistent://public/default/a", "persistent://public/default/" + "b" * 300, "non-persistent://t/n/empty"]
@@ -25,6 +28,14 @@ TOPICS = ["persistent://public/default/a", "persistent://public/default/" + "b" 
 
 def data(topic: int, i: int) -> bytes:
     return f"{topic}:{i}:".encode() + bytes((i * 7 + k) % 256 for k in range(i * 13 % 200))
+
+
+def cursor_file_holds(data_dir: Path, file_name: str, state: list[object]) -> bool:
+    """Whether the cursor's file (replaced atomically by each write) holds [mark-delete, acked ranges]."""
+    for path in data_dir.glob(f"ledgers/*/cursors/{file_name}"):
+        written = json.loads(path.read_text())
+        return [written["mark_delete"], written["individually_acked"]] == state
+    return False
 
 
 async def main(out: Path) -> None:
@@ -51,8 +62,10 @@ async def main(out: Path) -> None:
         await storage.flush()
         await append(0, 3)  # in the journal only
         await append(1, 2)
-        await asyncio.sleep(0.2)  # the cursor is written (interval 0)
         cursors = {TOPICS[0]: {"sub/1": [list(sub.mark_delete_position), sub.individually_acked.to_json()]}}
+        # The acks reach the cursor's file in the background (interval 0): copy once it holds them.
+        await until(lambda: cursor_file_holds(d, "sub%2F1.json", cursors[TOPICS[0]]["sub/1"]),
+                    "the acknowledgements in the cursor's file")
         shutil.copytree(d, Path(tmp) / "crash", ignore=shutil.ignore_patterns("LOCK"))
         await storage.close()
         with tarfile.open(out / "format1.tar.gz", "w:gz") as tar:
