@@ -156,6 +156,10 @@ def test_emfile_at_accept_pauses_accepting_without_flooding_the_log(tmp_path: Pa
         storm = Storm(broker.broker_port)
         opened = storm.opened()
         assert opened > fd_limit  # some wait in the kernel's backlog: the broker is out of descriptors
+        # Hold the storm until the broker has met EMFILE (its log, not the admin port: that one has
+        # no descriptor either). Released earlier, a slow broker would find descriptors free again.
+        wait_until(lambda: "cannot accept connections" in broker.output, timeout_s=120,
+                   what="the broker ran out of descriptors at accept")
         storm.stop()
         wait_until(lambda: metrics(broker.admin_url)["velamq_broker_connections_open"] == 0, timeout_s=60,
                  what="every storm connection closed")

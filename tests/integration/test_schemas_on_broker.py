@@ -17,6 +17,7 @@ from typing import Any
 import pulsar
 import pulsar.schema as ps
 import pytest
+from interop_helpers import close_after_kill
 
 from velamq.client import AsyncClient, AvroSchema, IncompatibleSchemaError, JsonSchema, Schema
 from velamq.client import schema as vs
@@ -111,7 +112,7 @@ def test_versions_survive_a_restart_and_a_kill(tmp_path: Path) -> None:
         producer = client.create_producer(topic, schema=ps.AvroSchema(VelamqV1))
         producer.send(VelamqV1(name="c", age=3))
         broker.kill()
-        client.close()
+        close_after_kill(client)
         broker.start()
         assert [v for v, _ in schemas_of(broker, topic)] == [0, 1, 2]
         # An equal schema gets its old version, not a new one.

@@ -7,7 +7,7 @@ from typing import Any
 
 import pulsar
 import pytest
-from interop_helpers import ack_all, assert_no_more, datas, drain, http, receive_n, receive_timeout_ms
+from interop_helpers import ack_all, assert_no_more, close_after_kill, datas, drain, http, receive_n, receive_timeout_ms
 
 from velamq.testing import BrokerProcess
 
@@ -102,13 +102,8 @@ def test_unacked_come_back_after_kill_9_without_grace(fresh_broker: BrokerProces
     ack_all(consumer, msgs[:5])
     fresh_broker.kill()
     # Shut the client down before the broker comes back, so its consumer cannot reconnect and take
-    # the messages. With the broker gone, close() may report that its consumer and producer could not
-    # be closed there (NotConnected, depending on whether it already noticed the lost connection),
-    # but the client shuts down all the same.
-    try:
-        client.close()
-    except pulsar.PulsarException:
-        pass
+    # the messages.
+    close_after_kill(client)
     fresh_broker.start()
     c2 = make_client(fresh_broker.service_url).subscribe(topic, "sub")
     # Redelivered in order, so the last message comes last (an idle time is no proof of the end while

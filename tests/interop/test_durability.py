@@ -10,7 +10,7 @@ from typing import Any
 
 import pulsar
 import pytest
-from interop_helpers import SendTracker, read_to_end
+from interop_helpers import SendTracker, close_after_kill, read_to_end
 from wait_helpers import wait_until
 
 from velamq.testing import BrokerProcess
@@ -36,7 +36,7 @@ def test_sync_sends_survive_kill_9(fresh_broker: BrokerProcess, make_client: Any
     producer = client.create_producer(topic, batching_enabled=False)
     ids = [producer.send(payload(i)) for i in range(n)]
     fresh_broker.kill()
-    client.close()
+    close_after_kill(client)
     fresh_broker.start()
 
     client2 = make_client(fresh_broker.service_url)
@@ -64,7 +64,7 @@ def test_batched_sync_flushes_survive_kill_9(fresh_broker: BrokerProcess, make_c
     tracker.wait()
     assert len(tracker.ok_indexes()) == n
     fresh_broker.kill()
-    client.close()
+    close_after_kill(client)
     fresh_broker.start()
     reader = make_client(fresh_broker.service_url).create_reader(topic, pulsar.MessageId.earliest)
     msgs = read_to_end(reader)
