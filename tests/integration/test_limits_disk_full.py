@@ -25,7 +25,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +110,38 @@ def fill_until(sends: Sends, done: Any, timeout_s: float = 120.0) -> None:
         time.sleep(0.005)
 
 
+def sending(client: Any, topic: str, first: int) -> Sends:
+    """A subscription that keeps the topic, a producer's Sends, `first` messages sent and flushed."""
+    client.subscribe(topic, "keep")
+    producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=send_timeout_ms)
+    sends = Sends(producer)
+    for _ in range(first):
+        sends.send(sends.sent)
+    producer.flush()
+    return sends
+
+
+def fill_disk(fs: Path, leave_bytes: int) -> None:
+    """A filler file that leaves `leave_bytes` of the file system free."""
+    st = os.statvfs(fs)
+    with open(fs / "filler", "wb") as f:
+        os.posix_fallocate(f.fileno(), 0, st.f_bavail * st.f_frsize - leave_bytes)
+
+
+def until_sent(send: Callable[[], Any], what: str) -> None:
+    """Retry `send` until it succeeds (a producer back from its reconnect back-off, or the broker
+    taking producers again); at most 90 s."""
+
+    def sent() -> bool:
+        try:
+            send()
+        except Exception:
+            return False
+        return True
+
+    wait_until(sent, what, timeout_s=90)
+
+
 def read_back(client: Any, topic: str, wanted: set[int]) -> set[int]:
     """Read the topic from its start; the indexes of `wanted` that are there."""
     reader = client.create_reader(topic, pulsar.MessageId.earliest)
@@ -168,13 +200,7 @@ def test_read_only_before_the_disk_is_full_and_writable_again_after_a_delete(
         status, _ = http("DELETE", f"{broker.admin_url}/admin/v2/persistent/public/default/ballast?force=true")
         assert status == 204  # admin works while read-only: deleting frees space
         wait_until(lambda: metrics(broker.admin_url)["velamq_broker_disk_read_only"] == 0, what="writable again")
-        deadline = time.monotonic() + 90  # the same producer, back from its reconnect back-off
-        while True:
-            try:
-                producer.send(b"%08d" % 99_999_999 + b"after")
-                break
-            except Exception:
-                assert time.monotonic() < deadline, "the producer never wrote again"
+        until_sent(lambda: producer.send(b"%08d" % 99_999_999 + b"after"), "the same producer writing again")
         acked = sends.acked()
         broker.kill()
         broker.start()
@@ -190,15 +216,9 @@ def test_a_failed_write_turns_the_broker_read_only_and_no_send_hangs(small_fs: P
     try:
         client = make_client(broker.service_url)
         full = "persistent://public/default/full"
-        client.subscribe(full, "keep")
-        producer = client.create_producer(full, batching_enabled=False, send_timeout_millis=send_timeout_ms)
-        sends = Sends(producer)
-        for _ in range(100):
-            sends.send(sends.sent)
-        producer.flush()
-        st = os.statvfs(small_fs)
-        with open(small_fs / "filler", "wb") as f:  # leaves 1 MiB: the next flush cannot be written
-            os.posix_fallocate(f.fileno(), 0, st.f_bavail * st.f_frsize - MIB)
+        sends = sending(client, full, 100)
+        producer = sends.producer
+        fill_disk(small_fs, MIB)  # the next flush cannot be written
         fill_until(sends, lambda: metrics(broker.admin_url)["velamq_broker_disk_write_failures_total"] > 0)
         sends.check()
         assert metrics(broker.admin_url)["velamq_broker_disk_read_only"] == 1
@@ -207,13 +227,7 @@ def test_a_failed_write_turns_the_broker_read_only_and_no_send_hangs(small_fs: P
         (small_fs / "filler").unlink()
         wait_until(lambda: metrics(broker.admin_url)["velamq_storage_writable"] == 1, what="storage writes again")
         wait_until(lambda: metrics(broker.admin_url)["velamq_broker_disk_read_only"] == 0, what="broker writable")
-        deadline = time.monotonic() + 90  # the same producer, back from its reconnect back-off
-        while True:
-            try:
-                producer.send(b"%08d" % 99_999_999 + b"after")
-                break
-            except Exception:
-                assert time.monotonic() < deadline, "the producer never wrote again"
+        until_sent(lambda: producer.send(b"%08d" % 99_999_999 + b"after"), "the same producer writing again")
         assert metrics(broker.admin_url)["velamq_storage_write_recoveries_total"] >= 1
         broker.kill()
         broker.start()
@@ -231,15 +245,8 @@ def test_a_broker_killed_on_a_full_disk_starts_on_it_serves_reads_and_writes_onc
     try:
         client = make_client(broker.service_url)
         full = "persistent://public/default/full"
-        client.subscribe(full, "keep")
-        producer = client.create_producer(full, batching_enabled=False, send_timeout_millis=send_timeout_ms)
-        sends = Sends(producer)
-        for _ in range(100):
-            sends.send(sends.sent)
-        producer.flush()
-        st = os.statvfs(small_fs)
-        with open(small_fs / "filler", "wb") as f:
-            os.posix_fallocate(f.fileno(), 0, st.f_bavail * st.f_frsize - 4 * MIB)
+        sends = sending(client, full, 100)
+        fill_disk(small_fs, 4 * MIB)
         fill_until(sends, lambda: metrics(broker.admin_url)["velamq_broker_disk_read_only"] == 1)
         sends.check()
         acked = sends.acked()
@@ -262,13 +269,8 @@ def test_a_broker_killed_on_a_full_disk_starts_on_it_serves_reads_and_writes_onc
         (small_fs / "filler2").unlink(missing_ok=True)
         wait_until(lambda: metrics(broker.admin_url)["velamq_broker_disk_read_only"] == 0, timeout_s=60,
                  what="writable once space is back")
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                client.create_producer(full).send(b"%08d" % 99_999_999 + b"after")
-                break
-            except Exception:
-                assert time.monotonic() < deadline, "the broker never took a producer again"
+        until_sent(lambda: client.create_producer(full).send(b"%08d" % 99_999_999 + b"after"),
+                   "the broker taking a producer again")
     finally:
         broker.stop()
 

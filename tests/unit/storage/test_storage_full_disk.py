@@ -51,8 +51,7 @@ async def append_until_refused(storage, ml, acked, size):
     while storage.writable:
         data = b"%08d" % len(acked) + os.urandom(size - 8)
         future = ml.append_nowait(data)
-        while not future.done() and storage.writable:
-            await asyncio.sleep(0.001)
+        await until(lambda: future.done() or not storage.writable, "the append settled or storage stopped")
         if not future.done():
             return
         if future.exception() is not None:
