@@ -4,8 +4,10 @@ store (then read into the broker's authorization model, as the admin API does)."
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from velamq.broker import BrokerConfig
 from velamq.protocol import FrameDecoder, encode_command, pb
 from velamq.security import BASIC_PROVIDER, TLS_PROVIDER, TOKEN_PROVIDER, create_secret_key, create_token
 from velamq.server import load_authorization
-from velamq.testing._broker_thread import BrokerThread
+from velamq.testing._broker_thread import BrokerThread, run_broker_in_thread
 from velamq.testing._certs import CertificateSet, make_test_pki
 
 T = pb.BaseCommand
@@ -66,6 +68,20 @@ def secure_setup(directory: Path, **extra: str) -> SecureSetup:
     config_file = directory / "broker.conf"
     config_file.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
     return SecureSetup(directory, pki, secret, config_file)
+
+
+@contextlib.contextmanager
+def secured_broker(setup: SecureSetup) -> Iterator[BrokerThread]:
+    """An in-process broker with the setup's security, and a namespace public/apps for the tests."""
+    with run_broker_in_thread(config=setup.config()) as b:
+        b.run(b.server.metadata.create_namespace("public/apps"))
+        yield b
+
+
+def tls_port(broker: BrokerThread) -> int:
+    port = broker.server.broker_port_tls
+    assert port is not None
+    return port
 
 
 def grant(broker: BrokerThread, namespace: str, role: str, actions: list[str] | None) -> None:

@@ -21,6 +21,8 @@ from security_helpers import (
     client_tls_context,
     grant,
     secure_setup,
+    secured_broker,
+    tls_port,
 )
 
 from velamq.protocol import pb
@@ -39,15 +41,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> SecureSetup:
 
 @pytest.fixture(scope="module")
 def broker(setup: SecureSetup) -> Iterator[BrokerThread]:
-    with run_broker_in_thread(config=setup.config()) as b:
-        b.run(b.server.metadata.create_namespace("public/apps"))
+    with secured_broker(setup) as b:
         yield b
-
-
-def tls_port(broker: BrokerThread) -> int:
-    port = broker.server.broker_port_tls
-    assert port is not None
-    return port
 
 
 def round_trip(client: pulsar.Client, topic: str) -> None:

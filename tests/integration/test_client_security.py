@@ -16,7 +16,7 @@ from typing import Any
 
 import pulsar
 import pytest
-from security_helpers import PASSWORD, SecureSetup, grant, secure_setup
+from security_helpers import PASSWORD, SecureSetup, grant, secure_setup, secured_broker, tls_port
 from wait_helpers import until
 
 from velamq.cli._main import main
@@ -36,7 +36,7 @@ from velamq.client import (
 from velamq.security import create_secret_key, create_token
 from velamq.spark._admin import ConnectorAdmin, parse_topic
 from velamq.spark._options import parse_source
-from velamq.testing._broker_thread import BrokerThread, run_broker_in_thread
+from velamq.testing._broker_thread import BrokerThread
 from velamq.testing._certs import make_test_pki
 
 receive_timeout_ms = 20_000
@@ -52,15 +52,12 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> SecureSetup:
 
 @pytest.fixture(scope="module")
 def broker(setup: SecureSetup) -> Iterator[BrokerThread]:
-    with run_broker_in_thread(config=setup.config()) as b:
-        b.run(b.server.metadata.create_namespace("public/apps"))
+    with secured_broker(setup) as b:
         yield b
 
 
 def tls_url(broker: BrokerThread) -> str:
-    port = broker.server.broker_port_tls
-    assert port is not None
-    return f"pulsar+ssl://localhost:{port}"
+    return f"pulsar+ssl://localhost:{tls_port(broker)}"
 
 
 def unique(name: str) -> str:

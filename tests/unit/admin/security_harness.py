@@ -11,10 +11,10 @@ import http.client
 import json
 import ssl
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from admin_harness import Reply
 from passlib.hash import apr_md5_crypt
 
 from velamq.admin import AdminServer
@@ -34,16 +34,6 @@ from velamq.testing._certs import CertificateSet, make_test_pki
 
 SUPERUSERS = ("superUser", "admin")
 PASSWORDS = {"alice": "wonderland", "superUser": "root-pass"}
-
-
-@dataclass
-class Reply:
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        return json.loads(self.body)
 
 
 class Secured:
