@@ -96,11 +96,7 @@ class AdminClient:
         if self.ssl_context is not None or not self.admin_url.startswith("https:"):
             return self.ssl_context
         if self._built_context is None:
-            s = self.security
-            self._built_context = ssl_context_for(
-                self.authentication, trust_certs_file=s.tls_trust_certs_file_path,
-                allow_insecure=s.tls_allow_insecure_connection, validate_hostname=s.tls_validate_hostname,
-                cert_file=s.tls_certificate_file_path, key_file=s.tls_private_key_file_path)
+            self._built_context = ssl_context_for(self.authentication, self.security)
         return self._built_context
 
     def __repr__(self) -> str:

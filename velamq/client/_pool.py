@@ -60,11 +60,7 @@ class ConnectionPool:
     def ssl_context(self) -> ssl.SSLContext:
         """The TLS context of every pulsar+ssl:// connection, built on first use (files checked then)."""
         if self._ssl_context is None:
-            c = self.config
-            self._ssl_context = ssl_context_for(
-                c.authentication, trust_certs_file=c.tls_trust_certs_file_path,
-                allow_insecure=c.tls_allow_insecure_connection, validate_hostname=c.tls_validate_hostname,
-                cert_file=c.tls_certificate_file_path, key_file=c.tls_private_key_file_path)
+            self._ssl_context = ssl_context_for(self.config.authentication, self.config)
         return self._ssl_context
 
     async def get(self, logical_url: str, physical_url: str | None = None) -> Connection:

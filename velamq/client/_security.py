@@ -18,7 +18,7 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from velamq.client._auth import Authentication
 from velamq.client._errors import InvalidConfigurationError
@@ -76,20 +76,31 @@ class ConnectionSecurity:
         return Admin(admin_url, security=self, **kwargs)
 
 
-def ssl_context_for(
-    authentication: Authentication | None,
-    *,
-    trust_certs_file: str | Path | None,
-    allow_insecure: bool,
-    validate_hostname: bool,
-    cert_file: str | Path | None,
-    key_file: str | Path | None,
-) -> ssl.SSLContext:
-    """The TLS context of a client; a TLS authentication plugin's certificate wins over `cert_file`."""
+class TlsSettings(Protocol):
+    """The official client's TLS option names, as ClientConfig and ConnectionSecurity both have them."""
+
+    @property
+    def tls_trust_certs_file_path(self) -> str | None: ...
+    @property
+    def tls_allow_insecure_connection(self) -> bool: ...
+    @property
+    def tls_validate_hostname(self) -> bool: ...
+    @property
+    def tls_certificate_file_path(self) -> str | None: ...
+    @property
+    def tls_private_key_file_path(self) -> str | None: ...
+
+
+def ssl_context_for(authentication: Authentication | None, tls: TlsSettings) -> ssl.SSLContext:
+    """The TLS context of a client; a TLS authentication plugin's certificate wins over the
+    settings' client certificate."""
+    cert_file: str | Path | None = tls.tls_certificate_file_path
+    key_file: str | Path | None = tls.tls_private_key_file_path
     if authentication is not None and authentication.tls_cert_file is not None:
         cert_file, key_file = authentication.tls_cert_file, authentication.tls_key_file
-    return client_ssl_context(trust_certs_file=trust_certs_file, allow_insecure=allow_insecure,
-                              validate_hostname=validate_hostname, cert_file=cert_file, key_file=key_file)
+    return client_ssl_context(trust_certs_file=tls.tls_trust_certs_file_path,
+                              allow_insecure=tls.tls_allow_insecure_connection,
+                              validate_hostname=tls.tls_validate_hostname, cert_file=cert_file, key_file=key_file)
 
 
 def check_authentication(value: Any) -> Authentication | None:
