@@ -202,7 +202,10 @@ def _parse_meta(p: bytes, m: int, e: int) -> _Meta:
                 okey = p[q + 2 : q + 2 + n]
                 q += 2 + n
             elif t == _T_COMPACTED_OUT:
-                compacted = p[q + 1] != 0
+                flag = p[q + 1]
+                if flag >= 0x80:  # not a one-byte varint: protobuf decides (or refuses a truncated one)
+                    raise _Slow
+                compacted = flag != 0
                 q += 2
             else:
                 raise _Slow
