@@ -42,9 +42,9 @@ from _machine import machine_facts
 
 from velamq._clock import ManualClock
 from velamq._topic_name import TopicName
-from velamq.broker._consumer_selector import SubType
-from velamq.broker._policy_tasks import check_topic
-from velamq.broker._topic import Topic
+from velamq.broker.service._policy_tasks import check_topic
+from velamq.broker.subscription._selector import SubType
+from velamq.broker.topic._topic import Topic
 from velamq.client import AsyncClient, Consumer
 from velamq.metadata import Policies
 from velamq.protocol import build_entry, pb

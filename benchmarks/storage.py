@@ -53,8 +53,8 @@ import crc32c
 
 from velamq._clock import system_clock
 from velamq.storage import Position, Storage, StorageConfig
-from velamq.storage._journal import AppendOp, Journal, JournalGroup, LedgerHandle
 from velamq.storage._layout import write_all
+from velamq.storage.journal._journal import AppendOp, Journal, JournalGroup, LedgerHandle
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _storage_many import many_child, part_e, part_f

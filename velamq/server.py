@@ -87,7 +87,7 @@ def _statvfs_usage(path: Path) -> DiskUsage:
 
 def _usage_with_ballast(stat: Callable[[Path], DiskUsage], storage: Storage, path: Path) -> DiskUsage:
     """Disk usage as the disk guard should see it: storage's emergency ballast is space held back
-    for a start on a full disk (velamq/storage/_ballast.py), counted as free."""
+    for a start on a full disk (velamq/storage/startup/_ballast.py), counted as free."""
     usage = stat(path)
     return DiskUsage(usage.total_bytes, usage.available_bytes + storage.ballast_bytes)
 

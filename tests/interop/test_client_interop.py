@@ -15,7 +15,7 @@ import pytest
 from interop_helpers import create_partitioned_topic, receive_n
 
 from velamq.client import Client, MessageId, ProducerMessage, boost_hash, sign_safe_mod
-from velamq.client._routing import PartitionChooser
+from velamq.client.producer._routing import PartitionChooser
 from velamq.testing import BrokerProcess
 
 pytestmark = pytest.mark.timeout(180)

@@ -10,13 +10,13 @@ disk guard's view of a filesystem, injected by tests).
 """
 
 from velamq.broker._broker_admin import BrokerAdmin
-from velamq.broker._compaction import CompactionStatus
 from velamq.broker._config import BrokerConfig
-from velamq.broker._disk_guard import DiskUsage
 from velamq.broker._errors import BrokerRequestError
-from velamq.broker._rate_history import RateSeries
 from velamq.broker._service import BrokerService
-from velamq.broker._stats import (
+from velamq.broker.guards._disk import DiskUsage
+from velamq.broker.log._compaction import CompactionStatus
+from velamq.broker.stats._rate_history import RateSeries
+from velamq.broker.stats._records import (
     BrokerMetrics,
     BrokerOverview,
     ConsumerStats,

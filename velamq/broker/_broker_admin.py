@@ -17,13 +17,14 @@ from typing import Any
 
 from velamq._errors import AlreadyExistsError, NotFoundError, PreconditionFailedError
 from velamq._topic_name import TopicName
-from velamq.broker import _positions
-from velamq.broker._compaction import CompactionStatus
 from velamq.broker._errors import BrokerRequestError
-from velamq.broker._policy_tasks import apply_retention, expire
-from velamq.broker._rate_history import RateSeries
 from velamq.broker._service import BrokerService
-from velamq.broker._stats import (
+from velamq.broker.log import _positions
+from velamq.broker.log._compaction import CompactionStatus
+from velamq.broker.service._policy_tasks import apply_retention, expire
+from velamq.broker.service._topic_deletion import delete_topics
+from velamq.broker.stats._rate_history import RateSeries
+from velamq.broker.stats._records import (
     BrokerMetrics,
     BrokerOverview,
     InternalStats,
@@ -31,10 +32,9 @@ from velamq.broker._stats import (
     TopicMetrics,
     TopicStats,
 )
-from velamq.broker._subscription import Subscription
-from velamq.broker._topic import Topic
-from velamq.broker._topic_deletion import delete_topics
-from velamq.broker._topic_stats import internal_stats, topic_metrics, topic_stats
+from velamq.broker.stats._topic_stats import internal_stats, topic_metrics, topic_stats
+from velamq.broker.subscription._subscription import Subscription
+from velamq.broker.topic._topic import Topic
 from velamq.metadata import MetadataStore, Policies
 from velamq.storage import ManagedCursor, Position
 

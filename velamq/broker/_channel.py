@@ -6,16 +6,27 @@ frames sent, so that topics, subscriptions and consumers run without sockets.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from velamq.protocol import pb
 from velamq.storage import PublishBuffer
 
-if TYPE_CHECKING:
-    from velamq.broker._consumer import ServerConsumer
-    from velamq.broker._producer import ServerProducer
-
 NO_REQUEST_ID = (1 << 64) - 1  # request id of a command the broker sends on its own
+
+
+class ProducerRef(Protocol):
+    """What a channel knows of a producer it is told to forget: its id. The object itself is kept
+    and compared, so a producer that a reconnect replaced under the same id is not forgotten."""
+
+    @property
+    def producer_id(self) -> int: ...
+
+
+class ConsumerRef(Protocol):
+    """What a channel knows of a consumer it is told to forget (compared as ProducerRef is)."""
+
+    @property
+    def consumer_id(self) -> int: ...
 
 
 class Channel(Protocol):
@@ -42,11 +53,11 @@ class Channel(Protocol):
 
     def send_command(self, command: pb.BaseCommand) -> None: ...
 
-    def forget_producer(self, producer: ServerProducer) -> None:
+    def forget_producer(self, producer: ProducerRef) -> None:
         """Drop a producer the broker closed or that a reconnect elsewhere replaced."""
         ...
 
-    def forget_consumer(self, consumer: ServerConsumer) -> None: ...
+    def forget_consumer(self, consumer: ConsumerRef) -> None: ...
 
     def pause_reading_until_room(self, buffer: PublishBuffer) -> None:
         """Backpressure (ME-2): stop reading this client's bytes until the buffer has room again."""
@@ -75,10 +86,10 @@ class ClosedChannel:
     def send_command(self, command: pb.BaseCommand) -> None:
         pass
 
-    def forget_producer(self, producer: ServerProducer) -> None:
+    def forget_producer(self, producer: ProducerRef) -> None:
         pass
 
-    def forget_consumer(self, consumer: ServerConsumer) -> None:
+    def forget_consumer(self, consumer: ConsumerRef) -> None:
         pass
 
     def pause_reading_until_room(self, buffer: PublishBuffer) -> None:

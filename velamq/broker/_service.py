@@ -28,23 +28,23 @@ from velamq import __version__
 from velamq._clock import Clock, system_clock
 from velamq._log_limit import RateLimitedLog
 from velamq._topic_name import TopicName
-from velamq.broker._auth_connection import AuthCounters, AuthRefresher
 from velamq.broker._config import BrokerConfig
-from velamq.broker._connection import ServerConnection
-from velamq.broker._disk_guard import DiskGuard, DiskThresholds, DiskUsage, StorageHealth, statvfs_usage
 from velamq.broker._errors import BrokerRequestError
-from velamq.broker._idle_unload import IdleUnloader
-from velamq.broker._listener import BrokerPorts, ConnectionLimits
-from velamq.broker._loaded_topics import LoadedTopics
-from velamq.broker._metrics_snapshot import collect
-from velamq.broker._net_budget import NetworkBudget
-from velamq.broker._policy_tasks import PolicyTasks
-from velamq.broker._rate_history import RateHistory
-from velamq.broker._schemas import BrokerSchemas
-from velamq.broker._stats import BrokerMetrics, NamespaceMetrics, TopicMetrics
-from velamq.broker._topic import Topic
-from velamq.broker._topic_deletion import finish_interrupted_deletions
-from velamq.broker._topic_stats import topic_metrics
+from velamq.broker.guards._disk import DiskGuard, DiskThresholds, DiskUsage, StorageHealth, statvfs_usage
+from velamq.broker.guards._net_budget import NetworkBudget
+from velamq.broker.service._idle_unload import IdleUnloader
+from velamq.broker.service._loaded_topics import LoadedTopics
+from velamq.broker.service._policy_tasks import PolicyTasks
+from velamq.broker.service._topic_deletion import finish_interrupted_deletions
+from velamq.broker.session._auth import AuthCounters, AuthRefresher
+from velamq.broker.session._connection import ServerConnection
+from velamq.broker.session._listener import BrokerPorts, ConnectionLimits
+from velamq.broker.stats._metrics_snapshot import collect
+from velamq.broker.stats._rate_history import RateHistory
+from velamq.broker.stats._records import BrokerMetrics, NamespaceMetrics, TopicMetrics
+from velamq.broker.stats._topic_stats import topic_metrics
+from velamq.broker.topic._schemas import BrokerSchemas
+from velamq.broker.topic._topic import Topic
 from velamq.metadata import MetadataStore, Policies
 from velamq.protocol import pb
 from velamq.security import AuthenticationService, AuthorizationModel, ReloadingServerContext

@@ -366,7 +366,7 @@ def _admin_client(args: argparse.Namespace) -> AdminClient:
     """The admin URL and security from the flags, else the client.conf, else the defaults."""
     conf = read_client_conf(args.client_conf)
     url = args.admin_url or os.environ.get("VELAMQ_ADMIN_URL") or conf.web_service_url or admin_url_default
-    return security_from_args(args, conf).admin_client(url)
+    return AdminClient(url, security=security_from_args(args, conf))
 
 
 # What to do about a refusal: the broker's reason says what was refused, not how to get through.

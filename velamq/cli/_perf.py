@@ -180,7 +180,7 @@ def admin_url_for(args: argparse.Namespace) -> str:
 def create_partitioned_topics(args: argparse.Namespace, topics: list[str]) -> None:
     """pulsar-perf's -np: create each topic with N partitions; an existing one must have N."""
     base = admin_url_for(args)
-    admin = security_of(args).admin_client(base, timeout_s=admin_timeout_s)
+    admin = AdminClient(base, security=security_of(args), timeout_s=admin_timeout_s)
     for topic in topics:
         path = AdminClient.topic_path(TopicName.parse(topic), "partitions")
         try:

@@ -21,10 +21,6 @@ It speaks the Pulsar binary protocol through velamq.protocol and never imports t
 """
 
 from velamq.client._admin_client import AdminClient, AdminReply
-from velamq.client._auth import Authentication, AuthenticationBasic, AuthenticationTLS, AuthenticationToken
-from velamq.client._blocking import BlockingProducer, Client
-from velamq.client._blocking_consumer import BlockingConsumer, BlockingReader
-from velamq.client._boost_hash import boost_hash, java_string_hash, murmur3_32_hash
 from velamq.client._client import AsyncClient
 from velamq.client._config import (
     BatchReceivePolicy,
@@ -34,7 +30,6 @@ from velamq.client._config import (
     KeySharedPolicy,
     ProducerConfig,
 )
-from velamq.client._consumer import Consumer
 from velamq.client._errors import (
     AdminError,
     AlreadyClosedError,
@@ -68,17 +63,23 @@ from velamq.client._errors import (
     TopicTerminatedError,
     error_from_server,
 )
-from velamq.client._interceptors import ProducerInterceptor
 from velamq.client._message import Message, MessageId, ProducerMessage, ReceivedBatch
-from velamq.client._messages import Messages
-from velamq.client._ordered_consumer import BlockingOrderedConsumer, OrderedConsumer
-from velamq.client._ordered_metrics import OrderedConsumerMetrics, OrderedPartitionMetrics
-from velamq.client._producer import Producer
-from velamq.client._reader import Reader
-from velamq.client._routing import MessageRouter, sign_safe_mod
-from velamq.client._schema import AvroSchema, BytesSchema, JsonSchema, Schema, StringSchema
-from velamq.client._schema_record import Record
-from velamq.client._security import ConnectionSecurity
+from velamq.client._message_batch import Messages
+from velamq.client.blocking._client import BlockingProducer, Client
+from velamq.client.blocking._consumer import BlockingConsumer, BlockingReader
+from velamq.client.blocking._ordered import BlockingOrderedConsumer
+from velamq.client.consumer._consumer import Consumer
+from velamq.client.consumer._reader import Reader
+from velamq.client.ordered._consumer import OrderedConsumer
+from velamq.client.ordered._metrics import OrderedConsumerMetrics, OrderedPartitionMetrics
+from velamq.client.producer._boost_hash import boost_hash, java_string_hash, murmur3_32_hash
+from velamq.client.producer._interceptors import ProducerInterceptor
+from velamq.client.producer._producer import Producer
+from velamq.client.producer._routing import MessageRouter, sign_safe_mod
+from velamq.client.schema._record import Record
+from velamq.client.schema._schemas import AvroSchema, BytesSchema, JsonSchema, Schema, StringSchema
+from velamq.client.security._auth import Authentication, AuthenticationBasic, AuthenticationTLS, AuthenticationToken
+from velamq.client.security._settings import ConnectionSecurity
 
 __all__ = [
     "AdminClient",

@@ -38,9 +38,9 @@ from http.client import HTTPResponse
 from typing import Any, Final
 
 from velamq._topic_name import TopicName
-from velamq.client._auth import Authentication
 from velamq.client._errors import AdminError
-from velamq.client._security import ConnectionSecurity, check_authentication, ssl_context_for
+from velamq.client.security._auth import Authentication
+from velamq.client.security._settings import ConnectionSecurity, check_authentication, ssl_context_for
 
 admin_timeout_s_default: Final = 30.0
 error_reason_chars_max: Final = 500

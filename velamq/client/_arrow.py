@@ -26,7 +26,7 @@ from velamq.client._errors import InvalidConfigurationError
 from velamq.protocol import varint
 
 if TYPE_CHECKING:
-    from velamq.client._messages import Range
+    from velamq.client._message import Range
 
 try:
     import pyarrow as pa  # type: ignore[import-untyped]

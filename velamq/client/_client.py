@@ -31,16 +31,16 @@ from typing import Any
 
 from velamq._clock import Clock, system_clock
 from velamq._topic_name import TopicName, TopicPattern
-from velamq.client._backpressure import MemoryLimit
 from velamq.client._config import ClientConfig, ConsumerConfig, ProducerConfig
-from velamq.client._consumer import Consumer
 from velamq.client._errors import AlreadyClosedError, InvalidConfigurationError, OperationTimeoutError, is_retriable
-from velamq.client._http_lookup import HttpLookupService, is_http_url
-from velamq.client._lookup import LookupService
 from velamq.client._message import MessageId
-from velamq.client._pool import ConnectionPool, parse_service_url, uses_tls
-from velamq.client._producer import Producer
-from velamq.client._reader import Reader
+from velamq.client.consumer._consumer import Consumer
+from velamq.client.consumer._reader import Reader
+from velamq.client.producer._backpressure import MemoryLimit
+from velamq.client.producer._producer import Producer
+from velamq.client.transport._http_lookup import HttpLookupService, is_http_url
+from velamq.client.transport._lookup import LookupService
+from velamq.client.transport._pool import ConnectionPool, parse_service_url, uses_tls
 
 log = logging.getLogger("velamq.client")
 
@@ -213,11 +213,12 @@ class AsyncClient:
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
-    def _forget(self, thing: Producer | Consumer) -> None:
-        if isinstance(thing, Producer):
-            self._producers.discard(thing)
-        else:
-            self._consumers.discard(thing)
+    def forget(self, child: object) -> None:
+        """A producer, consumer or reader of this client closed (ClientOwner's hook)."""
+        if isinstance(child, Producer):
+            self._producers.discard(child)
+        elif isinstance(child, Consumer):
+            self._consumers.discard(child)
 
     async def close(self) -> None:
         if self._closed:

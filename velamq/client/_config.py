@@ -17,8 +17,8 @@ from typing import Any, Self
 
 from velamq._limits import MIB
 from velamq.client._errors import InvalidConfigurationError
-from velamq.client._schema import Schema
-from velamq.client._security import check_authentication
+from velamq.client.schema._schemas import Schema
+from velamq.client.security._settings import check_authentication
 
 KIB = 1024
 

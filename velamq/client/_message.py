@@ -186,6 +186,9 @@ class ReceivedBatch:
         return (self.ledger_id, self.entry_id, self.columns.index(j) if self.batch_size else -1)
 
 
+Range = tuple[ReceivedBatch, int, int]  # messages first..end-1 of a batch
+
+
 class Message:
     """One received message: its value, key, properties, times and id, read from the batch it came
     in (so receiving costs no more than one small object; nothing is decoded twice). Consumers make

@@ -409,7 +409,7 @@ def list_topic_policies(conn: sqlite3.Connection, ns: str) -> list[str]:
 
 # ---------------------------------------------------------------------------- topic deletions
 # A delete is marked first and finished last, so a crash in between leaves a mark that the next
-# start finishes (velamq/broker/_topic_deletion.py): a topic is never listed with part of its data.
+# start finishes (velamq/broker/service/_topic_deletion.py): a topic is never listed with part of its data.
 
 
 def mark_deleting(conn: sqlite3.Connection, topics: list[str], partitioned: list[str], now_ms: int) -> None:

@@ -20,7 +20,7 @@ Tables (every JSON column holds a JSON object, written with sorted keys):
                        topics being deleted: written (one transaction for a partitioned topic and
                        its partitions) before anything of them is removed, removed with their last
                        row; a broker that starts finds the deletes a crash cut short here and
-                       finishes them before it serves (velamq/broker/_topic_deletion.py)
+                       finishes them before it serves (velamq/broker/service/_topic_deletion.py)
 
 Referential rules (a tenant with namespaces, a namespace with topics cannot be deleted) are checked
 by the operations in `_ops.py`, which give Pulsar's error for each case; the foreign keys below are a

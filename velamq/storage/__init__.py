@@ -16,12 +16,12 @@ ManualClock.
 """
 
 from velamq.storage._config import MemoryBudget, StorageConfig
-from velamq.storage._cursor import CursorOwner, ManagedCursor
-from velamq.storage._managed_ledger import ManagedLedger
 from velamq.storage._position import Entry, LedgerInfo, Position
-from velamq.storage._publish_buffer import PublishBuffer
 from velamq.storage._range_set import RangeSet
 from velamq.storage._storage import Storage
+from velamq.storage.ledger._cursor import CursorOwner, ManagedCursor
+from velamq.storage.ledger._managed_ledger import ManagedLedger
+from velamq.storage.write._publish_buffer import PublishBuffer
 
 __all__ = [
     "CursorOwner",

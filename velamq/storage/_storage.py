@@ -32,19 +32,18 @@ from pathlib import Path
 from velamq._clock import Clock, system_clock
 from velamq._errors import StorageError
 from velamq.storage import _layout
-from velamq.storage._ballast import Ballast, ballast_size
 from velamq.storage._caches import ByteLRU
 from velamq.storage._config import Counters, MemoryBudget, StorageConfig, cache_entry_overhead_bytes, io_threads
-from velamq.storage._entry_log import Run
-from velamq.storage._gc import GcResult
-from velamq.storage._ledger_directory import LedgerDirectory
-from velamq.storage._managed_ledger import ManagedLedger, StorageContext
 from velamq.storage._position import Position
-from velamq.storage._publish_buffer import PublishBuffer
-from velamq.storage._read_path import run_size
-from velamq.storage._recovery import JournalRecovery
 from velamq.storage._storage_metrics import storage_metrics
-from velamq.storage._storage_startup import (
+from velamq.storage.formats._entry_log import Run
+from velamq.storage.gc._collector import GcResult
+from velamq.storage.ledger._directory import LedgerDirectory
+from velamq.storage.ledger._managed_ledger import ManagedLedger, StorageContext
+from velamq.storage.ledger._read_path import run_size
+from velamq.storage.startup._ballast import Ballast, ballast_size
+from velamq.storage.startup._recovery import JournalRecovery
+from velamq.storage.startup._threads import (
     Recovered,
     SharedMemory,
     StoragePaths,
@@ -52,7 +51,8 @@ from velamq.storage._storage_startup import (
     lock,
     recover,
 )
-from velamq.storage._write_cache import WriteCache
+from velamq.storage.write._publish_buffer import PublishBuffer
+from velamq.storage.write._write_cache import WriteCache
 
 log = logging.getLogger("velamq.storage")
 

@@ -32,14 +32,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from velamq.storage._ballast import Ballast
 from velamq.storage._config import Counters, MemoryBudget
-from velamq.storage._flusher import Flusher
-from velamq.storage._gc import GarbageCollector
-from velamq.storage._journal import Journal
-from velamq.storage._publish_buffer import PublishBuffer
-from velamq.storage._write_cache import WriteCache
-from velamq.storage._write_path import WritePath
+from velamq.storage.gc._collector import GarbageCollector
+from velamq.storage.journal._journal import Journal
+from velamq.storage.startup._ballast import Ballast
+from velamq.storage.write._flusher import Flusher
+from velamq.storage.write._publish_buffer import PublishBuffer
+from velamq.storage.write._write_cache import WriteCache
+from velamq.storage.write._write_path import WritePath
 
 
 class _Cache(Protocol):

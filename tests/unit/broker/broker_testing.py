@@ -19,12 +19,13 @@ from wait_helpers import until
 from velamq._clock import ManualClock
 from velamq._topic_name import TopicName
 from velamq.broker import BrokerConfig, BrokerService, DiskUsage
-from velamq.broker._connection import ServerConnection
-from velamq.broker._consumer import ServerConsumer
-from velamq.broker._consumer_selector import SubType
-from velamq.broker._producer import ServerProducer
-from velamq.broker._subscription import Subscription
-from velamq.broker._topic import Topic
+from velamq.broker._channel import ConsumerRef, ProducerRef
+from velamq.broker.session._connection import ServerConnection
+from velamq.broker.subscription._consumer import ServerConsumer
+from velamq.broker.subscription._selector import SubType
+from velamq.broker.subscription._subscription import Subscription
+from velamq.broker.topic._producer import ServerProducer
+from velamq.broker.topic._topic import Topic
 from velamq.metadata import MetadataStore
 from velamq.protocol import FrameDecoder, build_entry, encode_command, pb, signed64, split_entry
 from velamq.protocol._frames import Frame
@@ -54,10 +55,10 @@ class RecordingChannel:
     def send_command(self, command: pb.BaseCommand) -> None:
         self.write(encode_command(command))
 
-    def forget_producer(self, producer: ServerProducer) -> None:
+    def forget_producer(self, producer: ProducerRef) -> None:
         self.forgotten.append(producer)
 
-    def forget_consumer(self, consumer: ServerConsumer) -> None:
+    def forget_consumer(self, consumer: ConsumerRef) -> None:
         self.forgotten.append(consumer)
 
     def pause_reading_until_room(self, buffer: PublishBuffer) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from velamq._clock import ManualClock
-from velamq.broker._auth_connection import ConnectionAuth, RefreshStep
+from velamq.broker.session._auth import ConnectionAuth, RefreshStep
 from velamq.protocol import pb
 from velamq.security import (
     REFRESH_CHALLENGE,

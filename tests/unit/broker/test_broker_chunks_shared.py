@@ -22,7 +22,7 @@ from broker_testing import (
 )
 
 from velamq._clock import ManualClock
-from velamq.broker._consumer_selector import SubType
+from velamq.broker.subscription._selector import SubType
 from velamq.protocol import split_entry
 
 CHUNKS = 4

@@ -9,8 +9,8 @@ from pathlib import Path
 from broker_testing import entry, producer, topic_on_storage
 
 from velamq._clock import ManualClock
-from velamq.broker._dedup import DUPLICATE_POSITION, Deduplication
-from velamq.broker._topic import Topic
+from velamq.broker.topic._dedup import DUPLICATE_POSITION, Deduplication
+from velamq.broker.topic._topic import Topic
 from velamq.metadata import Policies
 
 

@@ -8,8 +8,8 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from velamq.broker._delay_bitmap import PositionBitmap
-from velamq.broker._delay_buckets import MutableBucket, SealedBucket, Segment, seal
+from velamq.broker.delayed._bitmap import PositionBitmap
+from velamq.broker.delayed._buckets import MutableBucket, SealedBucket, Segment, seal
 from velamq.storage import Position
 
 # Entry ids around the 2^16 group boundary and a dense run that turns a group into a bitmap.

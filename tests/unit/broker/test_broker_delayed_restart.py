@@ -13,9 +13,9 @@ from broker_testing import TOPIC, consumer, publish, settled, subscribe, topic_o
 from wait_helpers import until
 
 from velamq._clock import ManualClock
-from velamq.broker import _delayed
-from velamq.broker._consumer_selector import SubType
-from velamq.broker._delay_store import delayed_index_name
+from velamq.broker.delayed import _tracker as _delayed
+from velamq.broker.delayed._store import delayed_index_name
+from velamq.broker.subscription._selector import SubType
 from velamq.storage import Position
 
 DELAYED = 1_000

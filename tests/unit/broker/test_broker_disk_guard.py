@@ -16,7 +16,7 @@ from velamq._clock import ManualClock
 from velamq._errors import StorageError
 from velamq._log_limit import RateLimitedLog
 from velamq.broker import DiskUsage
-from velamq.broker._disk_guard import DiskGuard, DiskState, DiskThresholds
+from velamq.broker.guards._disk import DiskGuard, DiskState, DiskThresholds
 from velamq.protocol import encode_command, encode_payload_command, pb
 
 MIB = 1 << 20

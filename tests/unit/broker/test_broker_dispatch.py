@@ -9,7 +9,7 @@ from broker_testing import T, consumer, entry, producer, publish, settled, subsc
 from wait_helpers import until
 
 from velamq._clock import ManualClock
-from velamq.broker._consumer_selector import SubType
+from velamq.broker.subscription._selector import SubType
 from velamq.storage import Position
 
 

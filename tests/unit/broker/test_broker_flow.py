@@ -13,8 +13,8 @@ from broker_testing import T, broker, command, connect, consumer, publish, settl
 from wait_helpers import until
 
 from velamq._clock import ManualClock
-from velamq.broker._net_budget import NetworkBudget
-from velamq.broker._transport_flow import TransportFlow
+from velamq.broker.guards._net_budget import NetworkBudget
+from velamq.broker.session._transport_flow import TransportFlow
 
 
 def test_dispatch_waits_for_a_consumer_that_is_not_writable(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 from wait_helpers import wait_until
 
-from velamq.broker._connection import ServerConnection
+from velamq.broker.session._connection import ServerConnection
 from velamq.protocol import _pulsar_api_pb2 as pb
 from velamq.protocol import encode_command
 from velamq.testing import BrokerThread, run_broker_in_thread

@@ -20,9 +20,9 @@ from wait_helpers import until
 from velamq._clock import ManualClock
 from velamq._topic_name import TopicName
 from velamq.broker import BrokerConfig, BrokerService
-from velamq.broker._consumer_selector import SubType
 from velamq.broker._rates import NO_RATE
-from velamq.broker._topic import Topic
+from velamq.broker.subscription._selector import SubType
+from velamq.broker.topic._topic import Topic
 from velamq.metadata import MetadataStore
 from velamq.server import storage_config
 from velamq.storage import Storage

@@ -13,8 +13,8 @@ from wait_helpers import until
 
 from velamq._clock import ManualClock
 from velamq._hashing import key_shared_slot
-from velamq.broker._consumer_selector import SubType
-from velamq.broker._key_shared import HashRangeOverlapError
+from velamq.broker.subscription._key_shared import HashRangeOverlapError
+from velamq.broker.subscription._selector import SubType
 
 
 def keys_in(low: int, high: int, n: int) -> list[str]:

@@ -14,7 +14,7 @@ from wait_helpers import until
 from velamq import _limits
 from velamq._clock import ManualClock
 from velamq.broker import BrokerService
-from velamq.broker._connection import ServerConnection
+from velamq.broker.session._connection import ServerConnection
 from velamq.protocol import encode_command, encode_payload_command, pb, with_checksum
 
 TOPIC = "persistent://public/default/t"

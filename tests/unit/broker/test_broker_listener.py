@@ -17,7 +17,7 @@ from wait_helpers import until
 from velamq import _limits
 from velamq._clock import ManualClock
 from velamq._log_limit import RateLimitedLog
-from velamq.broker._listener import ConnectionLimits, Listener
+from velamq.broker.session._listener import ConnectionLimits, Listener
 
 
 class Recorder(asyncio.Protocol):

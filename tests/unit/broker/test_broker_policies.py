@@ -10,8 +10,8 @@ from broker_testing import RecordingChannel, T, consumer, producer, publish, sub
 from wait_helpers import until
 
 from velamq._clock import ManualClock
-from velamq.broker._consumer_selector import SubType
-from velamq.broker._policy_tasks import PolicyTasks, check_topic
+from velamq.broker.service._policy_tasks import PolicyTasks, check_topic
+from velamq.broker.subscription._selector import SubType
 from velamq.metadata import BacklogQuota, Policies
 
 

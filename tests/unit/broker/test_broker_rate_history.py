@@ -13,8 +13,8 @@ from wait_helpers import until
 
 from velamq._clock import ManualClock
 from velamq._topic_name import TopicName
-from velamq.broker._rate_history import RateHistory
-from velamq.broker._topic import Topic
+from velamq.broker.stats._rate_history import RateHistory
+from velamq.broker.topic._topic import Topic
 from velamq.storage import Storage, StorageConfig
 
 

@@ -10,7 +10,7 @@ from broker_testing import consumer, publish, settled, subscribe, topic_on_stora
 from wait_helpers import until
 
 from velamq._clock import ManualClock
-from velamq.broker._consumer_selector import SubType
+from velamq.broker.subscription._selector import SubType
 from velamq.metadata import Policies
 
 

@@ -12,7 +12,7 @@ from broker_testing import RecordingTransport, T, broker, command, connect, unti
 
 from velamq._clock import ManualClock
 from velamq.broker import BrokerService
-from velamq.broker._connection import ServerConnection
+from velamq.broker.session._connection import ServerConnection
 from velamq.protocol import encode_command, pb
 
 TOPIC = "persistent://public/default/orders"

@@ -11,9 +11,9 @@ from broker_testing import consumer, publish, settled, subscribe, topic_on_stora
 from wait_helpers import until
 
 from velamq._clock import ManualClock
-from velamq.broker import _policy_tasks
-from velamq.broker._consumer_selector import SubType
-from velamq.broker._policy_tasks import check_topic
+from velamq.broker.service import _policy_tasks
+from velamq.broker.service._policy_tasks import check_topic
+from velamq.broker.subscription._selector import SubType
 from velamq.metadata import Policies
 from velamq.storage import Position
 

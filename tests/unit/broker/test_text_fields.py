@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from velamq.broker._text_fields import non_utf8_command_field, non_utf8_field
+from velamq.broker.session._text_fields import non_utf8_command_field, non_utf8_field
 from velamq.protocol import pb
 
 BAD = b"\xff\xfe"  # never UTF-8

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from velamq.client._acks import AckGroupingTracker, BatchAcks
 from velamq.client._message import MessageId
+from velamq.client.consumer._ack_grouping import AckGroupingTracker, BatchAcks
 from velamq.protocol import pb
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from velamq.client._auth import (
+from velamq.client._errors import ConnectError, InvalidConfigurationError
+from velamq.client.security._auth import (
     REFRESH_CHALLENGE,
     Authentication,
     AuthenticationBasic,
@@ -20,8 +21,7 @@ from velamq.client._auth import (
     AuthenticationToken,
     InvalidAuthParamsError,
 )
-from velamq.client._errors import ConnectError, InvalidConfigurationError
-from velamq.client._tls_context import TlsConfigurationError, client_ssl_context
+from velamq.client.security._tls import TlsConfigurationError, client_ssl_context
 from velamq.security import (
     REFRESH_CHALLENGE as BROKER_REFRESH_CHALLENGE,
 )
@@ -265,7 +265,7 @@ def test_swapped_or_missing_files_are_connect_errors(pki: CertificateSet, tmp_pa
 
 def test_the_client_tier_does_not_import_velamq_security() -> None:
     code = (
-        "import sys, velamq.client._auth, velamq.client._tls_context; "
+        "import sys, velamq.client.security._auth, velamq.client.security._tls; "
         "bad = [m for m in sys.modules if m.startswith(('velamq.security', 'velamq.broker', 'jwt', 'passlib'))]; "
         "print(bad); raise SystemExit(1 if bad else 0)"
     )

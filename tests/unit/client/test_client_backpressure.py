@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from velamq.client._backpressure import MemoryLimit, Permits
+from velamq.client.producer._backpressure import MemoryLimit, Permits
 
 
 def test_try_acquire_fails_at_the_limit_and_release_frees() -> None:

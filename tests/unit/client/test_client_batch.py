@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from velamq.client import ProducerMessage
-from velamq.client._batch_container import BatchContainer, compress_payload, message_metadata
+from velamq.client.producer._batch_container import BatchContainer, compress_payload, message_metadata
 from velamq.protocol import build_entry, codec_from_name, entry_messages, pb
 
 messages = st.builds(

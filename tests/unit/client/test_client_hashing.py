@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from velamq._clock import Clock
 from velamq.client import ProducerMessage, boost_hash, java_string_hash, murmur3_32_hash, sign_safe_mod
-from velamq.client._boost_hash import boost_hash_bytes
-from velamq.client._routing import PartitionChooser
+from velamq.client.producer._boost_hash import boost_hash_bytes
+from velamq.client.producer._routing import PartitionChooser
 
 
 def test_java_string_hash_matches_java() -> None:

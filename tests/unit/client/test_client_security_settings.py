@@ -31,7 +31,7 @@ from velamq.client import (
     ConnectionSecurity,
     InvalidConfigurationError,
 )
-from velamq.client._pool import parse_service_url
+from velamq.client.transport._pool import parse_service_url
 from velamq.spark._options import VelamqOptionError, parse_sink, parse_source
 from velamq.testing._certs import CertificateSet, make_test_pki
 
@@ -82,7 +82,7 @@ def https_url(pki: CertificateSet) -> Iterator[str]:
 def test_admin_client_sends_a_bearer_token_over_https(pki: CertificateSet, https_url: str) -> None:
     security = ConnectionSecurity(auth_plugin="token", auth_params="token:abc.def.ghi",
                                   tls_trust_certs_file_path=str(pki.ca_cert), tls_validate_hostname=True)
-    assert security.admin_client(https_url).request("GET", "/admin/v2/tenants") == {
+    assert AdminClient(https_url, security=security).request("GET", "/admin/v2/tenants") == {
         "authorization": "Bearer abc.def.ghi"}
 
 
@@ -98,14 +98,16 @@ def test_admin_client_basic_credentials_and_a_supplier_asked_per_request(pki: Ce
 
 def test_admin_client_refusals_and_untrusted_servers(pki: CertificateSet, https_url: str, tmp_path: Path) -> None:
     with pytest.raises(AdminError) as refused:
-        ConnectionSecurity(tls_trust_certs_file_path=str(pki.ca_cert)).admin_client(https_url).request("GET", "/x")
+        trusting = ConnectionSecurity(tls_trust_certs_file_path=str(pki.ca_cert))
+        AdminClient(https_url, security=trusting).request("GET", "/x")
     assert refused.value.status == 401 and refused.value.reason == "Authentication required"
     stranger = make_test_pki(tmp_path / "stranger")
     with pytest.raises(AdminError, match="CERTIFICATE_VERIFY_FAILED") as untrusted:
-        ConnectionSecurity(tls_trust_certs_file_path=str(stranger.ca_cert)).admin_client(https_url).request("GET", "/x")
+        other_ca = ConnectionSecurity(tls_trust_certs_file_path=str(stranger.ca_cert))
+        AdminClient(https_url, security=other_ca).request("GET", "/x")
     assert untrusted.value.status == 0
     insecure = ConnectionSecurity(auth_plugin="token", auth_params="tok", tls_allow_insecure_connection=True)
-    assert insecure.admin_client(https_url).request("GET", "/x") == {"authorization": "Bearer tok"}
+    assert AdminClient(https_url, security=insecure).request("GET", "/x") == {"authorization": "Bearer tok"}
 
 
 def test_admin_client_with_security_pickles_for_spark_executors(pki: CertificateSet, https_url: str,
@@ -114,7 +116,7 @@ def test_admin_client_with_security_pickles_for_spark_executors(pki: Certificate
     token_file.write_text("from-file\n")
     security = ConnectionSecurity(auth_plugin="org.apache.pulsar.client.impl.auth.AuthenticationToken",
                                   auth_params=f"file://{token_file}", tls_trust_certs_file_path=str(pki.ca_cert))
-    client = security.admin_client(https_url)
+    client = AdminClient(https_url, security=security)
     client.request("GET", "/x")  # builds (and caches) its SSL context, which must not be pickled
     copy = pickle.loads(pickle.dumps(client))
     token_file.write_text("rotated\n")
@@ -224,7 +226,7 @@ def test_spark_options_take_the_pulsar_connectors_names(pki: CertificateSet) -> 
 
 def test_connect_carries_the_plugins_method_and_data_and_supports_refresh() -> None:
     from velamq.client import ClientConfig
-    from velamq.client._connection import Connection
+    from velamq.client.transport._connection import Connection
 
     tokens = iter(["first", "second"])
     config = ClientConfig(authentication=AuthenticationToken(lambda: next(tokens)))

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from velamq.client._ordered_metrics import BusyTracker, KeyWindow, key_label
+from velamq.client.ordered._metrics import BusyTracker, KeyWindow, key_label
 
 
 def test_effective_parallelism_is_time_weighted_busy_workers() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from velamq.client import AsyncClient, ConsumerConfig, DeadLetterPolicy, InvalidConfigurationError, OrderedConsumer
-from velamq.client._ordered_consumer import is_async_handler
+from velamq.client.ordered._consumer import is_async_handler
 
 
 async def handler(message: Any) -> None:

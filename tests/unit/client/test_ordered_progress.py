@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from velamq.client import MessageId, boost_hash, java_string_hash, murmur3_32_hash, sign_safe_mod
-from velamq.client._ordered_progress import PartitionWindow, key_hash, routing_key, worker_of
+from velamq.client.ordered._progress import PartitionWindow, key_hash, routing_key, worker_of
 
 
 def ids(n: int, batch: int = 0) -> list[MessageId]:

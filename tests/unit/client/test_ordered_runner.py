@@ -18,8 +18,8 @@ from wait_helpers import until
 
 from velamq._clock import system_clock
 from velamq.client import AlreadyClosedError, Message, MessageId
-from velamq.client._ordered_partition import PartitionRunner, PartitionSettings, RetryPolicy
-from velamq.client._ordered_progress import worker_of
+from velamq.client.ordered._partition import PartitionRunner, PartitionSettings, RetryPolicy
+from velamq.client.ordered._progress import worker_of
 
 T = "persistent://public/default/t-partition-0"
 

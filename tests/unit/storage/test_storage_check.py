@@ -9,7 +9,7 @@ from pathlib import Path
 from _storage_testing import payload, read_everything, run, snapshot, started
 
 from velamq.metadata import MetadataStore
-from velamq.storage._journal_file import segment_name
+from velamq.storage.formats._journal_file import segment_name
 
 # The checker is imported inside the tests, not here: the admin CLI tests replace the module in
 # sys.modules, which only works while nothing has imported it yet (pytest imports every test

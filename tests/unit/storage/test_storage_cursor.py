@@ -14,9 +14,9 @@ from wait_helpers import until
 
 from velamq._clock import ManualClock
 from velamq.storage import ManagedLedger, Position, RangeSet, Storage
-from velamq.storage._cursor import CursorState
-from velamq.storage._journal_file import SegmentReader, list_segments, segment_name
-from velamq.storage._meta_ops import CURSOR_PUT, from_record
+from velamq.storage.formats._journal_file import SegmentReader, list_segments, segment_name
+from velamq.storage.formats._meta_ops import CURSOR_PUT, from_record
+from velamq.storage.ledger._cursor import CursorState
 
 
 def journaled_states(data_dir: Path) -> list[Any]:

@@ -144,10 +144,17 @@ async def main():
             except OSError:
                 break
         out["hogs"] = len(hogs)
-        # 300 KB more: the journal must start a segment, the flush an entry log; neither can.
-        for i in range(10, 160):
-            data = b"%08d" % i + os.urandom(2000)
-            acked.append([list(await ml.append(data)), data.hex()])
+        # More entries until one is refused: the journal must start a segment, the flush an entry
+        # log; neither can. Whether an append is refused or storage stops writing first is a race.
+        pending = []  # appended while storage stopped writing: settled once it writes again
+        while storage.writable:
+            data = b"%08d" % len(acked) + os.urandom(2000)
+            future = ml.append_nowait(data)
+            await until(lambda: future.done() or not storage.writable, "the append settled or storage stopped")
+            if not future.done():
+                pending.append((future, data))
+            elif future.exception() is None:
+                acked.append([list(future.result()), data.hex()])
         await until(lambda: not storage.writable, "a flush failed for lack of descriptors")
         m = storage.metrics()
         out["segment_failures"] = m["velamq_storage_journal_segment_failures_total"]
@@ -155,6 +162,10 @@ async def main():
         for fd in hogs:
             os.close(fd)
         await until(lambda: storage.writable, "storage is writable again")
+        for future, data in pending:
+            await until(future.done, "the append made while storage stopped settled")
+            if future.exception() is None:
+                acked.append([list(future.result()), data.hex()])
         await storage.flush()
         out["read"] = await read_all(storage) == acked
         await storage.close()

@@ -16,7 +16,7 @@ from wait_helpers import until
 from velamq._clock import ManualClock
 from velamq._errors import StorageError
 from velamq.storage import Position, Storage
-from velamq.storage._storage_db import StorageDb
+from velamq.storage.index._storage_db import StorageDb
 
 SMALL = {"entry_log_bytes_max": 64 * 1024, "flush_interval_ms": NEVER_MS}
 

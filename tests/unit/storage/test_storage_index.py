@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from velamq import CorruptEntryError
 from velamq.storage import Position
-from velamq.storage._entry_log import (
+from velamq.storage._layout import crc_of
+from velamq.storage.formats._entry_log import (
     LOG_HEADER_BYTES,
     EntryLogFile,
     Run,
@@ -27,8 +28,7 @@ from velamq.storage._entry_log import (
     scan_log,
     unpack_ends,
 )
-from velamq.storage._layout import crc_of
-from velamq.storage._storage_db import StorageDb
+from velamq.storage.index._storage_db import StorageDb
 
 
 def encode_run(ledger_id: int, first: int, datas: list[bytes]) -> tuple[bytes, array[int]]:

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from wait_helpers import until
 
 from velamq.storage import Position
-from velamq.storage._journal_file import (
+from velamq.storage._layout import crc_of
+from velamq.storage.formats._journal_file import (
     SEGMENT_HEADER_BYTES,
     JournalLocation,
     SegmentReader,
@@ -27,7 +28,6 @@ from velamq.storage._journal_file import (
     record_header,
     segment_name,
 )
-from velamq.storage._layout import crc_of
 
 TOPICS = [f"{TOPIC}-{k}" for k in range(3)]
 

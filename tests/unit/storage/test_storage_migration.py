@@ -12,7 +12,7 @@ from typing import Any
 from _storage_testing import run, started
 
 from velamq.storage import Position
-from velamq.storage._storage_db import StorageDb
+from velamq.storage.index._storage_db import StorageDb
 
 DATA = Path(__file__).parent / "data"
 EXPECTED: dict[str, Any] = json.loads((DATA / "format1.json").read_text())

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from velamq import CorruptEntryError
 from velamq.storage import Position
-from velamq.storage._entry_log import LOG_HEADER_BYTES, encode_log_header, record_header
 from velamq.storage._layout import crc_of
-from velamq.storage._storage_db import StorageDb
+from velamq.storage.formats._entry_log import LOG_HEADER_BYTES, encode_log_header, record_header
+from velamq.storage.index._storage_db import StorageDb
 
 RECORD = 28  # bytes of a record header in the journal and the entry logs
 

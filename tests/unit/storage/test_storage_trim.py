@@ -8,7 +8,7 @@ from _storage_testing import NEVER_MS, TOPIC, config, payload, read_everything, 
 
 from velamq._clock import ManualClock
 from velamq.storage import Position, Storage
-from velamq.storage._storage_db import StorageDb
+from velamq.storage.index._storage_db import StorageDb
 
 
 def indexed_ledgers(data_dir: Path) -> list[int]:

@@ -25,7 +25,7 @@ from wait_helpers import until
 from velamq._clock import ManualClock
 from velamq._errors import StorageError
 from velamq.storage import Position, Storage
-from velamq.storage._write_health import retry_max_s
+from velamq.storage.write._health import retry_max_s
 
 OTHER = "persistent://public/default/other"
 

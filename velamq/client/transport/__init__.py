@@ -1,0 +1,13 @@
+"""How the client reaches brokers: connections, the pool, discovery and reconnecting.
+
+    _connection    Connection: one TCP (or TLS) connection, handshake, request/response, keep-alive
+    _pool          ConnectionPool: one connection per (logical URL, physical address)
+    _lookup        binary-protocol discovery: partitioned metadata, lookups with redirects
+    _http_lookup   discovery over the admin REST API for http(s):// service URLs
+    _handler       ConnectionHandler (what producers and consumers share: finding their broker,
+                   reconnecting with back-off); ClientContext and ClientOwner, what a child may ask
+                   of its client
+
+May import: security, the client's root leaves (_config, _errors, _admin_client), protocol.
+Imported by: producer, consumer, client/_client.py.
+"""

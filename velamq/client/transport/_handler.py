@@ -1,0 +1,179 @@
+"""What producers and consumers share: finding their broker, (re)connecting with backoff.
+
+    start()                first connection; retried with backoff while errors are retriable, until
+                           operation_timeout_s; a fatal error (TopicNotFound, ProducerFenced, ...)
+                           or the timeout is raised to the caller
+    connection lost /      reconnect in the background: lookup again, get a pooled connection,
+    CLOSE_* from broker    register again (PRODUCER / SUBSCRIBE), with exponential backoff
+                           (initial_backoff_s doubling up to max_backoff_s, with jitter);
+                           a fatal error ends the handler (_on_fatal), except where the
+                           handler keeps trying (_retry_after_refusal: backlog quotas)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import random
+from typing import Protocol
+
+from velamq._clock import Clock
+from velamq.client._config import ClientConfig
+from velamq.client._errors import AlreadyClosedError, OperationTimeoutError, is_retriable
+from velamq.client.transport._connection import Connection
+from velamq.client.transport._lookup import LookupService
+from velamq.client.transport._pool import ConnectionPool
+from velamq.protocol import pb
+
+log = logging.getLogger("velamq.client")
+
+
+class ClientContext(Protocol):
+    config: ClientConfig
+    pool: ConnectionPool
+    lookup: LookupService
+    clock: Clock
+    request_ids: itertools.count[int]
+
+    @property
+    def is_closed(self) -> bool: ...
+
+
+class ClientOwner(ClientContext, Protocol):
+    """What a producer, consumer or reader needs of the client that made it, beyond what its
+    connection handlers need: partition counts, and leaving the client's set when it closes.
+    AsyncClient is one; the children never see more of it than this."""
+
+    async def partitions_of(self, topic: str) -> int: ...
+
+    def forget(self, child: object) -> None:
+        """The child closed: the client no longer closes it at its own close."""
+        ...
+
+
+class Backoff:
+    """Exponential backoff with jitter: initial, 2x each time, capped at max."""
+
+    def __init__(self, initial_s: float, max_s: float, rng: random.Random | None = None) -> None:
+        self.initial_s = initial_s
+        self.max_s = max_s
+        self._next_s = initial_s
+        self._rng = rng or random.Random()
+
+    def next(self) -> float:
+        current = self._next_s
+        self._next_s = min(self.max_s, self._next_s * 2)
+        return current * (0.9 + 0.2 * self._rng.random())
+
+    def reset(self) -> None:
+        self._next_s = self.initial_s
+
+
+class ConnectionHandler:
+    """Base of PartitionProducer and TopicConsumer."""
+
+    def __init__(self, client: ClientContext, topic: str) -> None:
+        self.client = client
+        self.topic = topic
+        self.connection: Connection | None = None
+        self._backoff = Backoff(client.config.initial_backoff_s, client.config.max_backoff_s)
+        self._reconnect_task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._failed: BaseException | None = None
+
+    # ---- to be provided by subclasses ------------------------------------------------------------
+
+    async def _register(self, connection: Connection) -> None:
+        """Send PRODUCER / SUBSCRIBE on this connection; raise on refusal."""
+        raise NotImplementedError
+
+    def _on_fatal(self, error: BaseException) -> None:
+        """Reconnecting failed for good."""
+
+    def _on_disconnected(self) -> None:
+        """The connection went away (before reconnecting)."""
+
+    def _retry_after_refusal(self, error: BaseException) -> bool:
+        """A reconnect was refused with a non-retriable error: True to keep trying anyway (a
+        producer blocked by a backlog quota waits for the backlog to drain)."""
+        return False
+
+    # ---- connecting ------------------------------------------------------------------------------
+
+    def new_request_id(self) -> int:
+        return next(self.client.request_ids)
+
+    async def _request_close(self, connection: Connection, command: pb.BaseCommand, request_id: int) -> None:
+        """CLOSE_PRODUCER / CLOSE_CONSUMER: closing goes on whatever the broker answers."""
+        try:
+            await connection.request(command, request_id)
+        except Exception as exc:
+            log.debug("%s: %s failed: %s", self.topic, pb.BaseCommand.Type.Name(command.type), exc)
+
+    async def _connect_once(self) -> None:
+        address = await self.client.lookup.lookup(self.topic)
+        connection = await self.client.pool.get(address.logical_url, address.physical_url)
+        await self._register(connection)
+
+    async def start(self) -> None:
+        """First connection: retry retriable errors until the operation timeout."""
+        deadline = self.client.clock.monotonic_s() + self.client.config.operation_timeout_s
+        while True:
+            try:
+                await self._connect_once()
+                self._backoff.reset()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self._closing or self.client.is_closed:
+                    raise AlreadyClosedError(f"{self.topic}: closed while connecting") from None
+                if not is_retriable(exc):
+                    raise
+                delay = self._backoff.next()
+                if self.client.clock.monotonic_s() + delay > deadline:
+                    raise OperationTimeoutError(f"{self.topic}: could not connect in time: {exc}") from exc
+                log.debug("%s: connect failed (%s), retrying in %.2f s", self.topic, exc, delay)
+                await asyncio.sleep(delay)
+
+    def _connection_gone(self, connection: Connection) -> None:
+        if connection is not self.connection:
+            return
+        self.connection = None
+        self._on_disconnected()
+        self.schedule_reconnect()
+
+    def schedule_reconnect(self) -> None:
+        if self._closing or self._failed is not None or self.client.is_closed:
+            return
+        if self._reconnect_task is not None and not self._reconnect_task.done():
+            return
+        self._reconnect_task = asyncio.get_running_loop().create_task(self._reconnect_loop())
+
+    async def _reconnect_loop(self) -> None:
+        while not self._closing and not self.client.is_closed:
+            await asyncio.sleep(self._backoff.next())
+            if self._closing or self.client.is_closed:
+                return
+            try:
+                await self._connect_once()
+                self._backoff.reset()
+                return
+            except asyncio.CancelledError:
+                return
+            except Exception as exc:
+                if self._closing or self.client.is_closed:
+                    return
+                if not is_retriable(exc) and not self._retry_after_refusal(exc):
+                    log.warning("%s: reconnect failed for good: %s", self.topic, exc)
+                    self._failed = exc
+                    self._on_fatal(exc)
+                    return
+                log.debug("%s: reconnect failed (%s), retrying", self.topic, exc)
+
+    def _stop_reconnecting(self) -> None:
+        self._closing = True
+        task = self._reconnect_task
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            task.cancel()
