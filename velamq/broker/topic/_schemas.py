@@ -25,8 +25,8 @@ from typing import Any, Final, Protocol
 from velamq._topic_name import TopicName
 from velamq.broker._errors import BrokerRequestError
 from velamq.metadata import (
-    IncompatibleSchemaError,
     InvalidSchemaDataError,
+    SchemaCompatibilityError,
     SchemaData,
     SchemaRegistry,
     SchemaType,
@@ -102,7 +102,7 @@ def _refusals() -> Iterator[None]:
     """Registry errors become the ServerError the client expects."""
     try:
         yield
-    except (IncompatibleSchemaError, InvalidSchemaDataError) as exc:
+    except (SchemaCompatibilityError, InvalidSchemaDataError) as exc:
         raise BrokerRequestError(pb.IncompatibleSchema, str(exc)) from None
 
 
@@ -133,7 +133,7 @@ class BrokerSchemas:
             strategy, auto_update, enforced = await self._settings(name)
             if data is None:
                 if enforced and await self.registry.get(str(name)) is not None:
-                    raise IncompatibleSchemaError(
+                    raise SchemaCompatibilityError(
                         "Producers cannot connect or send message without a schema to topics with a schema"
                     )
                 return None
