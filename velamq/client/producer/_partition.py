@@ -1,4 +1,4 @@
-"""One partition producer: the send path of article 000, steps 4 to 12 (PR-4..PR-10, CH-1).
+"""One partition producer: vivo's send path, steps 4 to 12 (PR-4..PR-10, CH-1).
 
     send_async(message)
       4  interceptors' before_send may replace the message
