@@ -18,7 +18,7 @@ a Failover subscription by default, so several instances share the partitions an
 each other), and per partition N workers; a message runs on worker hash(key) % N. Messages of one
 key stay in order (one worker, one at a time), keys run in parallel, and partition_parallelism=1
 is strict partition order. How each partition fetches, pauses, retries and acknowledges is in
-_ordered_partition.py; what the metrics mean, in _ordered_metrics.py.
+_partition.py; what the metrics mean, in _metrics.py.
 
 Options (per partition unless said otherwise):
 
