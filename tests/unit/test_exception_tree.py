@@ -1,4 +1,4 @@
-"""Every exception class under velamq derives from velamq.VelamqError (DESIGN §4: one exception tree).
+"""Every exception class under velamq derives from velamq.VelamqError (one exception tree, docs/architecture.md).
 
 The test imports every module of the package (private ones included) and checks each exception
 class defined there, so a new `class SomethingError(Exception)` anywhere fails here. The tree is

@@ -1,4 +1,4 @@
-"""The public API of every package is pinned: changing it is a decision, not an accident (DESIGN §4).
+"""The public API of every package is pinned: changing it is a decision, not an accident.
 
 Each package's `__all__` is written out here; a name added, removed or renamed fails this test
 until the list below is changed with it. Every name in `__all__` must exist, and every package

@@ -8,7 +8,7 @@ threads and the metadata thread.
 Its parts live in their own modules: the ports, their listeners and connection caps
 (_listener.py), the table of loaded topics with loading, unloading and deleting (_loaded_topics.py),
 the network's share of the memory budget (_net_budget.py), the disk guard that turns the broker
-read-only (_disk_guard.py), and crash-safe topic deletes (_topic_deletion.py), whose interrupted
+read-only (guards/_disk.py), and crash-safe topic deletes (_topic_deletion.py), whose interrupted
 ones `start` finishes before it listens.
 
 Topic lifecycle (docs/architecture.md, _loaded_topics.py): a topic loads on first use, stays

@@ -24,7 +24,7 @@ discovery (PARTITIONED_METADATA, LOOKUP, GET_TOPICS_OF_NAMESPACE, GET_SCHEMA, GE
 in _discovery_commands.py; this module routes each command to its handler and turns a handler's
 refusal (BrokerRequestError) into the reply the client expects.
 
-Authentication (CONNECT, AUTH_CHALLENGE/AUTH_RESPONSE) is _auth_connection.py's; the per-command
+Authentication (CONNECT, AUTH_CHALLENGE/AUTH_RESPONSE) is _auth.py's; the per-command
 authorization table is _command_authz.py's. The handshake deadline and the keep-alive are
 _liveness.py's (Liveness). Writes, water marks and
 read pauses are _transport_flow.py's (TransportFlow): every frame produced

@@ -14,7 +14,7 @@ SEND is handled inline, not as a task, so appends keep the order in which frames
 producer's receipts follow its sends.
 
 When the broker is read-only (disk usage over diskUsageThreshold, or a storage write failed, see
-_disk_guard.py) producers are closed by the broker and PRODUCER is refused with
+guards/_disk.py) producers are closed by the broker and PRODUCER is refused with
 ProducerBlockedQuotaExceededException: the official client then fails its pending sends at once and
 retries the producer with back-off. A SEND that arrives meanwhile, or for a producer the broker has
 just closed, is dropped without a reply: the client still holds it and either sends it again on
@@ -277,7 +277,7 @@ def _check_writable(broker: ProducerBroker) -> None:
     guard = broker.disk_guard
     if guard.read_only:
         # The one refusal the official client answers by failing its pending sends (not retrying
-        # them forever): see the module docstring and _disk_guard.py.
+        # them forever): see the module docstring and guards/_disk.py.
         raise BrokerRequestError(pb.ProducerBlockedQuotaExceededException, f"broker is read-only: {guard.reason}")
 
 

@@ -1,4 +1,4 @@
-"""One partition producer: the send path of article 000, steps 4 to 12 (PR-4..PR-10, CH-1).
+"""One partition producer: vivo's send path, steps 4 to 12 (PR-4..PR-10, CH-1).
 
     send_async(message)
       4  interceptors' before_send may replace the message
@@ -26,7 +26,7 @@ message may bring its own sequence_id; ids only go up.
 
 Steps 6 to 11 (sequence ids, the open batch, SEND ops of single messages and chunks) are in the
 base SendOps (_send_ops.py); 10 to 12 (the pending queue, receipts, the send timeout) are in
-_pending_sends.py.
+_pending.py.
 
 Delayed messages (deliver_at) are never batched. With chunking enabled, a payload whose
 compressed size exceeds the chunk size is split (see velamq/protocol/_chunks.py); every chunk
