@@ -15,13 +15,29 @@ import velamq
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from tier_rules import ROOM_LAYERS, read_imports, violations
+from tier_rules import ROOM_LAYERS, file_circles, read_imports, violations
 
 PACKAGE_DIR = Path(velamq.__file__).parent
 
 
 def test_the_code_keeps_every_tier() -> None:
     assert violations(read_imports(PACKAGE_DIR)) == []
+
+
+def test_no_circle_of_files_inside_the_package() -> None:
+    # Package __init__ modules only re-export: an import of the package is not a tie to its parts.
+    imports = {m: {t for t in targets if not _is_package(t)} for m, targets in read_imports(PACKAGE_DIR).items()
+               if not _is_package(m)}
+    assert file_circles(imports) == []
+
+
+def _is_package(module: str) -> bool:
+    return (PACKAGE_DIR.parent / module.replace(".", "/") / "__init__.py").exists()
+
+
+def test_a_circle_is_found_whatever_its_length() -> None:
+    imports = {"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"], "e": ["e"], "f": ["g"], "g": ["f"]}
+    assert file_circles(imports) == [["a", "b", "c"], ["f", "g"]]
 
 
 def test_every_room_and_root_module_is_in_a_layer() -> None:

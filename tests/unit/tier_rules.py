@@ -184,3 +184,40 @@ def _why_inside(module: str, package: str, target: str) -> str | None:
     if dest_layer == source_layer:
         return f"{package}/{source} and {package}/{dest} are independent siblings"
     return None
+
+
+def file_circles(imports: ImportMap) -> list[list[str]]:
+    """Circles of modules that import each other inside one package (type-only imports count):
+    the strongly connected components of more than one module, each sorted (Tarjan's algorithm)."""
+    graph = {m: sorted({t for t in targets if t in imports and t != m}) for m, targets in imports.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(circles)
