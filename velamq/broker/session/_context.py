@@ -6,7 +6,7 @@ command can reach is visible in its signature (and a unit test can tell what it 
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from velamq._clock import Clock
@@ -16,14 +16,43 @@ from velamq.broker._config import BrokerConfig
 from velamq.broker.guards._disk import DiskGuard
 from velamq.broker.guards._net_budget import NetworkBudget
 from velamq.broker.session._auth import AuthCounters
+from velamq.broker.subscription._consumer import ConsumerSubscription
+from velamq.broker.subscription._selector import SubType
+from velamq.broker.topic._producer import PublishingTopic
 from velamq.broker.topic._schemas import BrokerSchemas
 from velamq.metadata import Policies
 from velamq.security import AuthenticationService, AuthorizationModel
-from velamq.storage import PublishBuffer
+from velamq.storage import Position, PublishBuffer
 
 if TYPE_CHECKING:
     from velamq.broker.session._connection import ServerConnection
-    from velamq.broker.topic._topic import Topic
+
+
+
+class CommandTopic(PublishingTopic, Protocol):
+    """A topic as the command handlers see it: the persistent Topic (a managed ledger) or a
+    NonPersistentTopic (velamq/broker/nonpersistent: nothing stored). What only a persistent topic
+    has (its ledger, for a reader's start position) is reached by narrowing to Topic."""
+
+    @property
+    def name(self) -> TopicName: ...
+
+    @property
+    def partition_index(self) -> int: ...
+
+    @property
+    def subscriptions(self) -> Mapping[str, ConsumerSubscription]: ...
+
+    @property
+    def has_entries(self) -> bool:
+        """Messages went through it (the schema rules' test of a topic in use)."""
+        ...
+
+    async def subscription(
+        self, name: str, sub_type: SubType, durable: bool, initial_earliest: bool, start: Position | None
+    ) -> ConsumerSubscription: ...
+
+    async def remove_subscription(self, name: str, delete_cursor: bool) -> None: ...
 
 
 class TopicRegistry(Protocol):
@@ -38,12 +67,14 @@ class TopicRegistry(Protocol):
         """Where log lines that can repeat per client go (one line per kind per minute)."""
         ...
 
-    async def get_topic(self, name: TopicName, create: bool) -> Topic:
-        """The loaded topic, loading it first; BrokerRequestError(TopicNotFound) if it does not
-        exist and may not be created."""
+    async def open_topic(self, name: TopicName, create: bool) -> CommandTopic:
+        """The loaded topic of either kind, loading it first; BrokerRequestError(TopicNotFound) if
+        it does not exist and may not be created."""
         ...
 
-    def loaded_topic(self, full_name: str) -> Topic | None: ...
+    def find_topic(self, full_name: str) -> CommandTopic | None:
+        """The topic of either kind if it is loaded."""
+        ...
 
     async def policies_for(self, name: TopicName) -> Policies:
         """Topic policy over namespace policy over the broker default, field by field."""

@@ -33,9 +33,8 @@ from velamq.broker._channel import CLOSED_CHANNEL, Channel, ProducerRef, success
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker.session._context import ProducerBroker
 from velamq.broker.session._text_fields import non_utf8_field
-from velamq.broker.topic._producer import ServerProducer
+from velamq.broker.topic._producer import PublishingTopic, ServerProducer
 from velamq.broker.topic._publish import Published
-from velamq.broker.topic._topic import Topic
 from velamq.protocol import Frame, SendReceiptEncoder, parse_entry_metadata_bytes, pb
 from velamq.storage import Position
 
@@ -90,7 +89,7 @@ class ProducerCommands:
             return
         broker = self._broker
         _check_writable(broker)
-        topic = await broker.get_topic(name, create=True)
+        topic = await broker.open_topic(name, create=True)
         schema_version = await broker.schemas.for_producer(name, request.schema if request.HasField("schema") else None)
         producer_name = request.producer_name or broker.new_producer_name()
         producer = ServerProducer(
@@ -271,7 +270,7 @@ def _check_writable(broker: ProducerBroker) -> None:
         raise BrokerRequestError(pb.ProducerBlockedQuotaExceededException, f"broker is read-only: {guard.reason}")
 
 
-def _check_producer_limits(topic: Topic, producer_name: str) -> None:
+def _check_producer_limits(topic: PublishingTopic, producer_name: str) -> None:
     exceeded = topic.backlog_quota_exceeded
     if exceeded is not None:
         code = (

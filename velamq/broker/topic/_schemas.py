@@ -18,9 +18,9 @@ next producer or consumer, as in Pulsar.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sized
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from velamq._topic_name import TopicName
 from velamq.broker._errors import BrokerRequestError
@@ -42,7 +42,7 @@ from velamq.metadata import (
 from velamq.protocol import pb
 
 if TYPE_CHECKING:
-    from velamq.broker.topic._topic import Topic
+    from velamq.broker.subscription._consumer import ConsumerSubscription
 
 # (namespace policies, topic policies) of a topic, as the metadata store keeps them.
 PolicyReader = Callable[[TopicName], Awaitable[tuple[dict[str, Any], dict[str, Any]]]]
@@ -79,10 +79,29 @@ def _refusals() -> Iterator[None]:
         raise BrokerRequestError(pb.IncompatibleSchema, str(exc)) from None
 
 
-def topic_active(topic: Topic) -> bool:
+class SchemaTopic(Protocol):
+    """What the schema rules read of a topic, persistent or not."""
+
+    @property
+    def name(self) -> TopicName: ...
+
+    @property
+    def full_name(self) -> str: ...
+
+    @property
+    def producers(self) -> Sized: ...
+
+    @property
+    def subscriptions(self) -> Mapping[str, ConsumerSubscription]: ...
+
+    @property
+    def has_entries(self) -> bool: ...
+
+
+def topic_active(topic: SchemaTopic) -> bool:
     """Pulsar's test before it lets a consumer's schema become the topic's: producers, consumers
-    other than AUTO_CONSUME ones, or stored entries."""
-    if topic.producers or topic.ledger.entries_total > 0:
+    other than AUTO_CONSUME ones, or entries (stored, or passed through a non-persistent topic)."""
+    if topic.producers or topic.has_entries:
         return True
     return any(not c.auto_consume for s in topic.subscriptions.values() for c in s.consumers)
 
@@ -113,7 +132,7 @@ class BrokerSchemas:
             version, _ = await self.registry.register(str(name), data, strategy, auto_update)
         return encode_version(version)
 
-    async def for_consumer(self, topic: Topic, schema: pb.Schema | None) -> None:
+    async def for_consumer(self, topic: SchemaTopic, schema: pb.Schema | None) -> None:
         """Check a subscribing consumer's schema (nothing to do without one or for AUTO_CONSUME)."""
         if schema is None or int(schema.type) == SchemaType.AUTO_CONSUME.protocol_number:
             return
