@@ -281,3 +281,20 @@ def test_admin_stats_list_and_delete(client: Any, topic: str, broker: BrokerProc
     assert status == 404
     status, text = http("GET", f"{base}/non-persistent/public/default")
     assert np_topic(topic) not in json.loads(text)
+
+
+def test_a_broker_with_non_persistent_topics_disabled_refuses_them(
+    tmp_path_factory: pytest.TempPathFactory, make_client: Any
+) -> None:
+    # [D3] "To use non-persistent topics, you need to enable them in your Pulsar broker
+    # configuration" (enableNonPersistentTopics): a broker that has them off refuses them.
+    config = tmp_path_factory.mktemp("np-off") / "broker.conf"
+    config.write_text("enableNonPersistentTopics=false\n")
+    with run_broker(config_file=config) as off:
+        client = make_client(off.service_url)
+        with pytest.raises(pulsar.PulsarException):
+            client.create_producer(np_topic("refused"))
+        with pytest.raises(pulsar.PulsarException):
+            client.subscribe(np_topic("refused"), "sub")
+        producer = client.create_producer("persistent://public/default/still-served")
+        producer.send(b"persistent topics are unaffected")
