@@ -298,3 +298,16 @@ def test_a_broker_with_non_persistent_topics_disabled_refuses_them(
             client.subscribe(np_topic("refused"), "sub")
         producer = client.create_producer("persistent://public/default/still-served")
         producer.send(b"persistent topics are unaffected")
+
+
+def test_batched_messages_arrive_whole_and_in_order(client: Any, topic: str) -> None:
+    # [D2] the client API is the same as for persistent topics, batching included.
+    consumer = client.subscribe(np_topic(topic), "sub")
+    producer = client.create_producer(np_topic(topic), batching_enabled=True, batching_max_messages=10,
+                                      batching_max_publish_delay_ms=50)
+    for i in range(100):
+        producer.send_async(b"b-%d" % i, None)
+    producer.flush()
+    got = receive_n(consumer, 100)
+    assert datas(got) == [b"b-%d" % i for i in range(100)]
+    assert {m.message_id().batch_index() for m in got} > {0}  # they came as batches

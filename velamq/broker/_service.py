@@ -32,7 +32,7 @@ from velamq.broker._config import BrokerConfig
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker.guards._disk import DiskGuard, DiskThresholds, DiskUsage, StorageHealth, statvfs_usage
 from velamq.broker.guards._net_budget import NetworkBudget
-from velamq.broker.nonpersistent._stats import non_persistent_topic_metrics
+from velamq.broker.nonpersistent._stats import non_persistent_topic_metrics, with_non_persistent
 from velamq.broker.nonpersistent._table import NonPersistentTopics
 from velamq.broker.nonpersistent._topic import NonPersistentTopic
 from velamq.broker.service._idle_unload import IdleUnloader
@@ -189,6 +189,8 @@ class BrokerService:
         namespaces, topics = await collect(list(self.topics.values()), self.config.expose_topic_level_metrics)
         if self.config.expose_topic_level_metrics:
             topics += self._non_persistent_metrics()
+        elif self.non_persistent.topics:
+            namespaces = with_non_persistent(namespaces, self._non_persistent_metrics())
         return self._metrics(topics, taken_at_s, namespaces)
 
     def _metrics(

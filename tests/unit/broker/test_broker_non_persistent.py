@@ -217,6 +217,9 @@ def test_the_broker_opens_a_non_persistent_topic_without_a_ledger(tmp_path: Path
             assert isinstance(topic, NonPersistentTopic)
             assert service.find_topic(NAME) is topic and service.loaded_topic(NAME) is None
             assert await service.metadata.topic_exists(NAME)  # listed, looked up, deleted as any topic
+            publish(topic, [b"a", b"b"])
             assert not await service.storage.ledger_exists(NAME)
+            namespaces = {n.namespace: n for n in (await service.scrape_metrics()).namespaces}
+            assert (namespaces["public/default"].topics, namespaces["public/default"].msg_in_total) == (1, 2)
 
     asyncio.run(body())

@@ -11,13 +11,15 @@ consumer could take.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 
+from velamq._topic_name import TopicName
 from velamq.broker.nonpersistent._subscription import NON_PERSISTENT_POSITION, NonPersistentSubscription
 from velamq.broker.nonpersistent._topic import NonPersistentTopic
 from velamq.broker.stats._records import (
     ConsumerStats,
+    NamespaceMetrics,
     PublisherStats,
     SubscriptionMetrics,
     SubscriptionStats,
@@ -146,3 +148,30 @@ def non_persistent_topic_metrics(topic: NonPersistentTopic) -> TopicMetrics:
         msg_throughput_in=topic.rate_in.byte_rate,
         msg_throughput_out=sum(m.msg_throughput_out for m in subscriptions),
     )
+
+
+def with_non_persistent(
+    namespaces: tuple[NamespaceMetrics, ...], topics: Iterable[TopicMetrics]
+) -> tuple[NamespaceMetrics, ...]:
+    """The per-namespace series of /metrics with the non-persistent topics' figures added (they
+    have no storage and no backlog to add)."""
+    by_name = {n.namespace: n for n in namespaces}
+    for t in topics:
+        namespace = TopicName.parse(t.topic).namespace
+        n = by_name.get(namespace) or NamespaceMetrics(namespace, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        by_name[namespace] = replace(
+            n,
+            topics=n.topics + 1,
+            subscriptions=n.subscriptions + len(t.subscriptions),
+            producers=n.producers + t.producers,
+            consumers=n.consumers + t.consumers,
+            msg_in_total=n.msg_in_total + t.msg_in_total,
+            bytes_in_total=n.bytes_in_total + t.bytes_in_total,
+            msg_out_total=n.msg_out_total + t.msg_out_total,
+            bytes_out_total=n.bytes_out_total + t.bytes_out_total,
+            msg_rate_in=n.msg_rate_in + t.msg_rate_in,
+            msg_rate_out=n.msg_rate_out + t.msg_rate_out,
+            msg_throughput_in=n.msg_throughput_in + t.msg_throughput_in,
+            msg_throughput_out=n.msg_throughput_out + t.msg_throughput_out,
+        )
+    return tuple(by_name.values())
