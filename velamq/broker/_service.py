@@ -221,7 +221,6 @@ class BrokerService:
         """The broker turned read-only: every producer is closed (its client fails or keeps its
         pending sends, and is refused until the broker is writable again)."""
         self.loaded.close_producers()
-        self.non_persistent.close_producers()
 
     # ---- topics (LoadedTopics') and discovery ----------------------------------------------------
 

@@ -12,11 +12,11 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from broker_testing import RecordingChannel, broker, entry
+from broker_testing import RecordingChannel, T, broker, command, connect, entry, until_reply
 
 from velamq._clock import ManualClock
 from velamq._topic_name import TopicName
-from velamq.broker import BrokerRequestError
+from velamq.broker import BrokerRequestError, DiskUsage
 from velamq.broker.nonpersistent._subscription import NonPersistentSubscription
 from velamq.broker.nonpersistent._table import NonPersistentTopics
 from velamq.broker.nonpersistent._topic import NonPersistentTopic
@@ -25,7 +25,7 @@ from velamq.broker.subscription._selector import SubType
 from velamq.broker.topic._producer import ServerProducer
 from velamq.broker.topic._publish import Published
 from velamq.metadata import Policies
-from velamq.protocol import pb
+from velamq.protocol import encode_payload_command, pb
 from velamq.storage import Position
 
 NAME = "non-persistent://public/default/np"
@@ -221,5 +221,38 @@ def test_the_broker_opens_a_non_persistent_topic_without_a_ledger(tmp_path: Path
             assert not await service.storage.ledger_exists(NAME)
             namespaces = {n.namespace: n for n in (await service.scrape_metrics()).namespaces}
             assert (namespaces["public/default"].topics, namespaces["public/default"].msg_in_total) == (1, 2)
+
+    asyncio.run(body())
+
+
+def test_a_read_only_broker_still_serves_non_persistent_producers(tmp_path: Path) -> None:
+    # A full disk stops what writes (persistent producers, docs/operations.md), not a topic that
+    # writes nothing: its producer is admitted, sends, and is not closed.
+    async def body() -> None:
+        clock = ManualClock()
+        used = [0.5]
+
+        def disk(path: Path) -> DiskUsage:
+            total = 100_000 * (1 << 20)
+            return DiskUsage(total, int(total * (1 - used[0])))
+
+        async with broker(tmp_path, clock, disk) as service:
+            used[0] = 0.99
+            await service.disk_guard.check_now()
+            assert service.disk_guard.read_only
+            connection, transport = connect(service)
+            connection.data_received(command(T.CONNECT, "connect", client_version="t", protocol_version=21))
+            connection.data_received(command(T.PRODUCER, "producer", topic=NAME, producer_id=1, request_id=1))
+            await until_reply(transport, T.PRODUCER_SUCCESS)
+            send = pb.BaseCommand(type=T.SEND)
+            send.send.producer_id, send.send.sequence_id = 1, 0
+            connection.data_received(encode_payload_command(send, entry(b"m", publish_time=clock.now_ms())))
+            (receipt,) = await until_reply(transport, T.SEND_RECEIPT)
+            assert (receipt.send_receipt.message_id.ledgerId, receipt.send_receipt.message_id.entryId) == (0, 0)
+            assert transport.of_type(T.CLOSE_PRODUCER) == []
+            connection.data_received(command(T.PRODUCER, "producer", topic="persistent://public/default/p",
+                                             producer_id=2, request_id=2))
+            (refused,) = await until_reply(transport, T.ERROR)  # a persistent topic's producer is refused
+            assert refused.error.error == pb.ProducerBlockedQuotaExceededException
 
     asyncio.run(body())

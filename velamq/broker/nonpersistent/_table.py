@@ -96,11 +96,6 @@ class NonPersistentTopics:
             topic.disconnect_clients()
             await topic.close()
 
-    def close_producers(self) -> None:
-        for topic in list(self.topics.values()):
-            for producer in list(topic.producers.values()):
-                producer.close_by_broker()
-
     # ---- the periodic task: rates and idle topics -----------------------------------------------------
 
     def start(self) -> None:

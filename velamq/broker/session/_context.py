@@ -35,9 +35,6 @@ class CommandTopic(PublishingTopic, Protocol):
     has (its ledger, for a reader's start position) is reached by narrowing to Topic."""
 
     @property
-    def name(self) -> TopicName: ...
-
-    @property
     def partition_index(self) -> int: ...
 
     @property

@@ -88,7 +88,7 @@ class ProducerCommands:
             self._channel.send_command(self._success_reply(request, existing))
             return
         broker = self._broker
-        _check_writable(broker)
+        _check_writable(broker, name)
         topic = await broker.open_topic(name, create=True)
         schema_version = await broker.schemas.for_producer(name, request.schema if request.HasField("schema") else None)
         producer_name = request.producer_name or broker.new_producer_name()
@@ -103,7 +103,7 @@ class ProducerCommands:
             schema_version=schema_version,
         )
         await topic.apply_policies(await broker.policies_for(name))
-        _check_writable(broker)
+        _check_writable(broker, name)
         _check_producer_limits(topic, producer_name)
         # No await between admission and registration: admission decisions stay valid.
         await topic.admit_producer(
@@ -158,7 +158,7 @@ class ProducerCommands:
             return
         broker = self._broker
         disk_guard = broker.disk_guard
-        if disk_guard.read_only:
+        if disk_guard.read_only and producer.topic.name.persistent:
             producer.close_by_broker()  # the client fails or re-sends what it has pending
             return
         entry = frame.entry
@@ -262,9 +262,9 @@ class ProducerCommands:
         self._channel = CLOSED_CHANNEL
 
 
-def _check_writable(broker: ProducerBroker) -> None:
+def _check_writable(broker: ProducerBroker, name: TopicName) -> None:
     guard = broker.disk_guard
-    if guard.read_only:
+    if guard.read_only and name.persistent:  # a non-persistent topic writes nothing
         # The one refusal the official client answers by failing its pending sends (not retrying
         # them forever): see the module docstring and _disk_guard.py.
         raise BrokerRequestError(pb.ProducerBlockedQuotaExceededException, f"broker is read-only: {guard.reason}")

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from velamq._topic_name import TopicName
 from velamq.broker._channel import NO_REQUEST_ID, Channel
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker._rates import RateCounter
@@ -38,6 +39,9 @@ class PublishingTopic(Protocol):
     persistent Topic, or a non-persistent one (velamq/broker/nonpersistent)."""
 
     chunks_published: int
+
+    @property
+    def name(self) -> TopicName: ...
 
     @property
     def full_name(self) -> str: ...
