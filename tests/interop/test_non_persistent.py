@@ -188,6 +188,14 @@ def test_a_consumer_that_stops_receiving_gets_its_queue_and_the_rest_is_dropped(
     assert datas(receive_n(consumer, 5)) == [b"first-%d" % i for i in range(5)]
 
 
+def test_read_compacted_is_refused(client: Any, topic: str) -> None:
+    # Pulsar's NonPersistentTopic.subscribe: "readCompacted only valid on persistent topics" (a
+    # non-persistent topic has no compacted view).
+    with pytest.raises(pulsar.PulsarException):
+        client.subscribe(np_topic(topic), "sub", is_read_compacted=True)
+    assert client.subscribe(np_topic(topic), "sub") is not None  # the same subscription without it
+
+
 # ---- partitioned topics, discovery --------------------------------------------------------------
 
 

@@ -22,7 +22,11 @@ from velamq.broker._service import BrokerService
 from velamq.broker.log import _positions
 from velamq.broker.log._compaction import CompactionStatus
 from velamq.broker.nonpersistent import _admin as non_persistent
-from velamq.broker.nonpersistent._stats import NonPersistentTopicStats, non_persistent_topic_stats
+from velamq.broker.nonpersistent._stats import (
+    NonPersistentTopicStats,
+    non_persistent_topic_metrics,
+    non_persistent_topic_stats,
+)
 from velamq.broker.nonpersistent._topic import NonPersistentTopic
 from velamq.broker.service._policy_tasks import apply_retention, expire
 from velamq.broker.service._topic_deletion import delete_topics
@@ -97,13 +101,20 @@ class BrokerAdmin:
     # ---- the console: loaded topics only, never loading one --------------------------------------
 
     def loaded_topics(self, namespace: str) -> list[str]:
-        """Full names of the namespace's loaded topics, sorted."""
+        """Full names of the namespace's loaded persistent topics, sorted (the namespace operations
+        over them: unload, clear-backlog, unsubscribe)."""
         return sorted(name for name, t in self._broker.topics.items() if t.name.namespace == namespace)
 
     def loaded_topic_metrics(self, topics: Iterable[str]) -> dict[str, TopicMetrics]:
         """Metrics of those of `topics` that are loaded (the others are left out)."""
-        found = ((name, self._broker.loaded_topic(name)) for name in topics)
-        return {name: topic_metrics(t) for name, t in found if t is not None}
+        found: dict[str, TopicMetrics] = {}
+        for name in topics:
+            t = self._broker.find_topic(name)
+            if isinstance(t, NonPersistentTopic):
+                found[name] = non_persistent_topic_metrics(t)
+            elif t is not None:
+                found[name] = topic_metrics(t)
+        return found
 
     def broker_overview(self, busiest_max: int) -> BrokerOverview:
         broker = self._broker

@@ -88,6 +88,8 @@ class ConsumerCommands:
         name = TopicName.parse(request.topic)
         if not request.subscription or "\n" in request.subscription:
             raise BrokerRequestError(pb.NotAllowedError, "invalid subscription name")
+        if request.read_compacted and not name.persistent:  # as Pulsar: nothing to compact
+            raise BrokerRequestError(pb.NotAllowedError, "readCompacted only valid on persistent topics")
         topic = await self._broker.open_topic(name, create=request.force_topic_creation)
         schema = request.schema if request.HasField("schema") else None
         await self._broker.schemas.for_consumer(topic, schema)
