@@ -38,8 +38,9 @@ from velamq.storage._position import Position
 from velamq.storage._storage_metrics import storage_metrics
 from velamq.storage.formats._entry_log import Run
 from velamq.storage.gc._collector import GcResult
+from velamq.storage.ledger._context import StorageContext
 from velamq.storage.ledger._directory import LedgerDirectory
-from velamq.storage.ledger._managed_ledger import ManagedLedger, StorageContext
+from velamq.storage.ledger._managed_ledger import ManagedLedger
 from velamq.storage.ledger._read_path import run_size
 from velamq.storage.startup._ballast import Ballast, ballast_size
 from velamq.storage.startup._recovery import JournalRecovery

@@ -62,7 +62,7 @@ def attach(
     subscription: NonPersistentSubscription, consumer_id: int, permits: int, name: str | None = None
 ) -> tuple[ServerConsumer, RecordingChannel]:
     channel = RecordingChannel()
-    consumer = ServerConsumer(channel, consumer_id, name or f"c{consumer_id}", subscription, 0, -1)
+    consumer = ServerConsumer(channel, consumer_id, name or f"c{consumer_id}", 0, -1)
     subscription.add_consumer(consumer)
     subscription.flow(consumer, permits)
     return consumer, channel

@@ -6,8 +6,8 @@ command can reach is visible in its signature (and a unit test can tell what it 
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Coroutine
+from typing import Any, Protocol
 
 from velamq._clock import Clock
 from velamq._log_limit import RateLimitedLog
@@ -15,41 +15,19 @@ from velamq._topic_name import TopicName
 from velamq.broker._config import BrokerConfig
 from velamq.broker.guards._disk import DiskGuard
 from velamq.broker.guards._net_budget import NetworkBudget
-from velamq.broker.session._auth import AuthCounters
-from velamq.broker.subscription._consumer import ConsumerSubscription
-from velamq.broker.subscription._selector import SubType
-from velamq.broker.topic._producer import PublishingTopic
+from velamq.broker.session._auth import AuthCounters, Refreshable
+from velamq.broker.session._topic_ports import CommandTopic
 from velamq.broker.topic._schemas import BrokerSchemas
 from velamq.metadata import Policies
 from velamq.security import AuthenticationService, AuthorizationModel
-from velamq.storage import Position, PublishBuffer
-
-if TYPE_CHECKING:
-    from velamq.broker.session._connection import ServerConnection
+from velamq.storage import PublishBuffer
 
 
+class OpenConnection(Refreshable, Protocol):
+    """What the broker keeps of an open connection (ServerConnection is one): its credentials are
+    checked again periodically, and the broker closes it at shutdown."""
 
-class CommandTopic(PublishingTopic, Protocol):
-    """A topic as the command handlers see it: the persistent Topic (a managed ledger) or a
-    NonPersistentTopic (velamq/broker/nonpersistent: nothing stored). What only a persistent topic
-    has (its ledger, for a reader's start position) is reached by narrowing to Topic."""
-
-    @property
-    def partition_index(self) -> int: ...
-
-    @property
-    def subscriptions(self) -> Mapping[str, ConsumerSubscription]: ...
-
-    @property
-    def has_entries(self) -> bool:
-        """Messages went through it (the schema rules' test of a topic in use)."""
-        ...
-
-    async def subscription(
-        self, name: str, sub_type: SubType, durable: bool, initial_earliest: bool, start: Position | None
-    ) -> ConsumerSubscription: ...
-
-    async def remove_subscription(self, name: str, delete_cursor: bool) -> None: ...
+    def close(self) -> None: ...
 
 
 class TopicRegistry(Protocol):
@@ -152,6 +130,6 @@ class BrokerContext(ProducerBroker, DiscoveryBroker, Protocol):
     @property
     def service_url(self) -> str: ...
 
-    def connection_opened(self, connection: ServerConnection) -> None: ...
+    def connection_opened(self, connection: OpenConnection) -> None: ...
 
-    def connection_closed(self, connection: ServerConnection) -> None: ...
+    def connection_closed(self, connection: OpenConnection) -> None: ...

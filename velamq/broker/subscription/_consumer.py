@@ -2,63 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
-
 from velamq.broker._channel import NO_REQUEST_ID, Channel
 from velamq.broker._rates import RateCounter
 from velamq.protocol import encode_payload_command, pb, unsigned64
 from velamq.storage import Position
-
-if TYPE_CHECKING:
-    from velamq.broker.subscription._selector import SubType
-
-
-class ConsumerSubscription(Protocol):
-    """What a consumer and the consumer commands need of its subscription: a persistent topic's
-    Subscription, or a non-persistent one's (velamq/broker/nonpersistent)."""
-
-    read_compacted: bool
-    resetting: bool
-    sub_type: SubType
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def topic_name(self) -> str: ...
-
-    @property
-    def durable(self) -> bool: ...
-
-    @property
-    def consumers(self) -> Sequence[ServerConsumer]: ...
-
-    @property
-    def backlog(self) -> int: ...
-
-    @property
-    def mark_delete_position(self) -> Position: ...
-
-    def add_consumer(self, consumer: ServerConsumer, sticky_ranges: list[tuple[int, int]] | None = None) -> None: ...
-
-    def remove_consumer(self, consumer: ServerConsumer) -> None: ...
-
-    def flow(self, consumer: ServerConsumer, permits: int) -> None: ...
-
-    def wake(self) -> None: ...
-
-    def acknowledge(self, acks: list[tuple[Position, list[int] | None]]) -> None: ...
-
-    def acknowledge_cumulative(self, position: Position, ack_set: list[int] | None) -> None: ...
-
-    def redeliver(self, consumer: ServerConsumer, positions: list[Position] | None) -> None: ...
-
-    async def seek_target(self, message_id: tuple[int, int] | None, publish_time_ms: int | None) -> Position: ...
-
-    def seek(self, mark_delete: Position) -> None: ...
-
-    async def last_message_id(self) -> tuple[Position, int]: ...
 
 
 class ServerConsumer:
@@ -79,7 +26,6 @@ class ServerConsumer:
         "pending",
         "permits",
         "priority",
-        "subscription",
     )
 
     def __init__(
@@ -87,7 +33,6 @@ class ServerConsumer:
         channel: Channel,
         consumer_id: int,
         name: str,
-        subscription: ConsumerSubscription,
         priority: int,
         partition_index: int,
         connected_since_ms: int = 0,
@@ -95,7 +40,6 @@ class ServerConsumer:
         self.channel = channel
         self.consumer_id = consumer_id
         self.name = name
-        self.subscription = subscription
         self.priority = priority
         self.partition_index = partition_index  # -1 for a non-partitioned topic
         self.permits = 0

@@ -20,72 +20,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-from velamq._topic_name import TopicName
 from velamq.broker._channel import NO_REQUEST_ID, Channel
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker._rates import RateCounter
-from velamq.metadata import Policies
 from velamq.protocol import pb
 
-if TYPE_CHECKING:
-    from velamq.broker.topic._dedup import Deduplication
-    from velamq.broker.topic._publish import Published
 
-
-class PublishingTopic(Protocol):
-    """What a producer and the producer commands need of the topic it publishes to: the
-    persistent Topic, or a non-persistent one (velamq/broker/nonpersistent)."""
-
-    chunks_published: int
-
-    @property
-    def name(self) -> TopicName: ...
+class ProducerTopic(Protocol):
+    """What a producer needs of its topic (Topic is one): its name, and to leave it."""
 
     @property
     def full_name(self) -> str: ...
 
-    @property
-    def closed(self) -> bool: ...
-
-    @property
-    def policies(self) -> Policies: ...
-
-    @property
-    def producers(self) -> Mapping[str, ServerProducer]: ...
-
-    @property
-    def dedup(self) -> Deduplication | None: ...
-
-    @property
-    def topic_epoch(self) -> int: ...
-
-    @property
-    def backlog_quota_exceeded(self) -> str | None: ...
-
-    def add_producer(self, producer: ServerProducer) -> str | None: ...
-
     def remove_producer(self, producer: ServerProducer) -> None: ...
-
-    def not_registered(self, name: str) -> None: ...
-
-    async def admit_producer(
-        self, producer: ServerProducer, request_epoch: int | None, on_queued: Callable[[], None]
-    ) -> None: ...
-
-    async def apply_policies(self, policies: Policies) -> None: ...
-
-    def publish_with(
-        self,
-        producer: ServerProducer,
-        entry: bytes,
-        num_messages: int,
-        sequence_id: int,
-        highest_sequence_id: int,
-        dedup_checked: bool,
-        published: Published,
-    ) -> None: ...
 
 
 @dataclass(eq=False, slots=True)
@@ -96,7 +45,7 @@ class ServerProducer:
     channel: Channel
     producer_id: int
     name: str
-    topic: PublishingTopic
+    topic: ProducerTopic
     epoch: int
     access_mode: int  # pb.ProducerAccessMode
     connected_since_ms: int = 0

@@ -18,15 +18,15 @@ next producer or consumer, as in Pulsar.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sized
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
 from velamq._topic_name import TopicName
 from velamq.broker._errors import BrokerRequestError
 from velamq.metadata import (
-    IncompatibleSchemaError,
     InvalidSchemaDataError,
+    SchemaCompatibilityError,
     SchemaData,
     SchemaRegistry,
     SchemaType,
@@ -41,8 +41,36 @@ from velamq.metadata import (
 )
 from velamq.protocol import pb
 
-if TYPE_CHECKING:
-    from velamq.broker.subscription._consumer import ConsumerSubscription
+
+class _SchemaConsumer(Protocol):
+    @property
+    def auto_consume(self) -> bool: ...
+
+
+class _SchemaSubscription(Protocol):
+    @property
+    def consumers(self) -> Collection[_SchemaConsumer]: ...
+
+
+class SchemaTopic(Protocol):
+    """What the schema checks read of a topic (Topic is one): its names, and whether it is in use."""
+
+    @property
+    def name(self) -> TopicName: ...
+
+    @property
+    def full_name(self) -> str: ...
+
+    @property
+    def producers(self) -> Mapping[str, object]: ...
+
+    @property
+    def has_entries(self) -> bool:
+        """Entries were stored (or, on a non-persistent topic, went through it)."""
+        ...
+
+    @property
+    def subscriptions(self) -> Mapping[str, _SchemaSubscription]: ...
 
 # (namespace policies, topic policies) of a topic, as the metadata store keeps them.
 PolicyReader = Callable[[TopicName], Awaitable[tuple[dict[str, Any], dict[str, Any]]]]
@@ -75,27 +103,8 @@ def _refusals() -> Iterator[None]:
     """Registry errors become the ServerError the client expects."""
     try:
         yield
-    except (IncompatibleSchemaError, InvalidSchemaDataError) as exc:
+    except (SchemaCompatibilityError, InvalidSchemaDataError) as exc:
         raise BrokerRequestError(pb.IncompatibleSchema, str(exc)) from None
-
-
-class SchemaTopic(Protocol):
-    """What the schema rules read of a topic, persistent or not."""
-
-    @property
-    def name(self) -> TopicName: ...
-
-    @property
-    def full_name(self) -> str: ...
-
-    @property
-    def producers(self) -> Sized: ...
-
-    @property
-    def subscriptions(self) -> Mapping[str, ConsumerSubscription]: ...
-
-    @property
-    def has_entries(self) -> bool: ...
 
 
 def topic_active(topic: SchemaTopic) -> bool:
@@ -125,7 +134,7 @@ class BrokerSchemas:
             strategy, auto_update, enforced = await self._settings(name)
             if data is None:
                 if enforced and await self.registry.get(str(name)) is not None:
-                    raise IncompatibleSchemaError(
+                    raise SchemaCompatibilityError(
                         "Producers cannot connect or send message without a schema to topics with a schema"
                     )
                 return None
