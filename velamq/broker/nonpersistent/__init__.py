@@ -11,8 +11,8 @@
 
 A non-persistent topic has no managed ledger, cursor or deduplication state: not the journal, not
 an entry log. It meets the command handlers through the same narrow protocols as the persistent
-Topic (session's CommandTopic, topic's PublishingTopic, subscription's ConsumerSubscription), so
-the session code has one path for both kinds.
+Topic (session/_topic_ports.py: CommandTopic, PublishingTopic, ConsumerSubscription), so the
+session code has one path for both kinds.
 
 May import: topic (ServerProducer, ProducerAccess, Published), subscription (ServerConsumer,
 ConsumerSelector), log (EntryInfo), stats (the records) and the broker's root leaves; metadata,
