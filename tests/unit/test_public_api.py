@@ -75,8 +75,8 @@ PUBLIC_API: dict[str, list[str]] = {
     "velamq.broker": [
         "BrokerAdmin", "BrokerConfig", "BrokerMetrics", "BrokerOverview", "BrokerRequestError", "BrokerService",
         "CompactionStatus", "ConsumerStats", "CursorStats", "DiskUsage", "InternalStats", "LastMessageId",
-        "LedgerStats", "NamespaceMetrics", "PublisherStats", "RateSeries", "SubscriptionMetrics",
-        "SubscriptionStats", "TopicMetrics", "TopicStats",
+        "LedgerStats", "NamespaceMetrics", "NonPersistentTopicStats", "PublisherStats", "RateSeries",
+        "SubscriptionMetrics", "SubscriptionStats", "TopicMetrics", "TopicStats",
     ],
     "velamq.admin": ["AdminServer", "BrokerBackend"],
     "velamq.testing": ["BrokerProcess", "BrokerThread", "free_port", "run_broker", "run_broker_in_thread"],
@@ -90,7 +90,8 @@ PUBLIC_API: dict[str, list[str]] = {
 # The rooms of broker, client and storage (docs/architecture.md): subpackages of private modules,
 # whose docstring is their map. They export nothing; what is public is re-exported by their package.
 ROOMS = [
-    "velamq.broker.delayed", "velamq.broker.guards", "velamq.broker.log", "velamq.broker.service",
+    "velamq.broker.delayed", "velamq.broker.guards", "velamq.broker.log", "velamq.broker.nonpersistent",
+    "velamq.broker.service",
     "velamq.broker.session", "velamq.broker.stats", "velamq.broker.subscription", "velamq.broker.topic",
     "velamq.client.blocking", "velamq.client.consumer", "velamq.client.ordered", "velamq.client.producer",
     "velamq.client.security", "velamq.client.transport",

@@ -47,6 +47,7 @@ ROOM_LAYERS: dict[str, list[set[str]]] = {
     "broker": [
         {"_broker_admin"},
         {"_service"},
+        {"nonpersistent"},
         {"session", "service", "stats"},
         {"topic"},
         {"subscription"},

@@ -24,6 +24,7 @@ from velamq.broker import (
     CompactionStatus,
     InternalStats,
     LastMessageId,
+    NonPersistentTopicStats,
     RateSeries,
     TopicMetrics,
     TopicStats,
@@ -126,7 +127,7 @@ class BrokerBackend(Protocol):
 
     def compaction_status(self, topic: str) -> CompactionStatus: ...
 
-    async def topic_stats(self, topic: str) -> TopicStats:
+    async def topic_stats(self, topic: str) -> TopicStats | NonPersistentTopicStats:
         """NotFoundError if the topic is unknown."""
         ...
 

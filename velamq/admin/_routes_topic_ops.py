@@ -27,16 +27,15 @@ from typing import Any, TypeVar
 from velamq._errors import AlreadyExistsError, NotFoundError
 from velamq._topic_name import TopicName
 from velamq.admin._http import HttpError, Response
+from velamq.admin._non_persistent_stats import any_partitioned_stats_json, any_stats_json
 from velamq.admin._params import bool_param, partitions_of, require_namespace, require_topic, topic_of
 from velamq.admin._router import Call, Router
 from velamq.admin._stats_json import (
     compaction_status_json,
     internal_stats_json,
     last_message_id_json,
-    partitioned_stats_json,
-    topic_stats_json,
 )
-from velamq.broker import TopicStats
+from velamq.broker import NonPersistentTopicStats, TopicStats
 
 T = TypeVar("T")
 
@@ -84,7 +83,7 @@ async def _existing_topic(call: Call) -> TopicName:
 
 
 async def stats(call: Call) -> Response:
-    return Response.json(topic_stats_json(await call.backend.topic_stats(str(await _existing_topic(call)))))
+    return Response.json(any_stats_json(await call.backend.topic_stats(str(await _existing_topic(call)))))
 
 
 async def partitioned_stats(call: Call) -> Response:
@@ -94,14 +93,14 @@ async def partitioned_stats(call: Call) -> Response:
     if await partitions_of(call, topic) == 0:
         raise HttpError(404, f"Partitioned Topic not found: {topic} is not a partitioned topic")
     partitions = await partitions_of(call, topic)
-    found: dict[str, TopicStats] = {}
+    found: dict[str, TopicStats | NonPersistentTopicStats] = {}
     for index in range(partitions):
         name = str(topic.partition(index))
         try:
             found[name] = await call.backend.topic_stats(name)
         except NotFoundError:
             continue  # a partition never used has no ledger yet
-    result = partitioned_stats_json(partitions, found)
+    result = any_partitioned_stats_json(partitions, found)
     if not per_partition:
         result["partitions"] = {}
     return Response.json(result)

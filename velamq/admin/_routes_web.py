@@ -29,9 +29,9 @@ from velamq._topic_name import TopicName
 from velamq.admin import _console, _metrics
 from velamq.admin._console_html import CONTENT_TYPE, SECURITY_HEADERS, namespace_href, topic_href
 from velamq.admin._http import HttpError, Response
+from velamq.admin._non_persistent_stats import any_stats_json
 from velamq.admin._params import namespace_of
 from velamq.admin._router import Call, Router
-from velamq.admin._stats_json import topic_stats_json
 from velamq.metadata import DEFAULT_CLUSTER
 
 # Namespaces listed on the overview at most (each costs a count in the metadata store).
@@ -143,7 +143,7 @@ async def topic(call: Call, frame: _console.Frame) -> Response:
     if partitions > 0:
         metrics_ = call.backend.loaded_topic_metrics(str(name.partition(i)) for i in range(partitions))
         return _html(_console.partitioned_page(frame, full, partitions, metrics_, href))
-    stats = topic_stats_json(await call.backend.topic_stats(full))  # the same JSON as GET .../stats
+    stats = any_stats_json(await call.backend.topic_stats(full))  # the same JSON as GET .../stats
     history = call.backend.topic_rate_history(full)
     interval_s = call.backend.broker_overview(0).rate_history.interval_s
     return _html(_console.topic_page(frame, full, stats, history, interval_s, href))

@@ -38,6 +38,7 @@ from velamq._errors import (
     VelamqError,
 )
 from velamq.admin import (
+    _routes_brokers,
     _routes_messages,
     _routes_namespace_ops,
     _routes_namespaces,
@@ -78,7 +79,7 @@ tls_handshake_timeout_s: Final = 10.0
 def build_router() -> Router:
     router = Router()
     for module in (
-        _routes_tenants, _routes_namespaces, _routes_policies, _routes_topics, _routes_topic_ops,
+        _routes_brokers, _routes_tenants, _routes_namespaces, _routes_policies, _routes_topics, _routes_topic_ops,
         _routes_subscriptions, _routes_schemas, _routes_web, _routes_messages, _routes_namespace_ops,
         _routes_permissions,
     ):

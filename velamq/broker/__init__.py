@@ -15,6 +15,7 @@ from velamq.broker._errors import BrokerRequestError
 from velamq.broker._service import BrokerService
 from velamq.broker.guards._disk import DiskUsage
 from velamq.broker.log._compaction import CompactionStatus
+from velamq.broker.nonpersistent._stats import NonPersistentTopicStats
 from velamq.broker.stats._rate_history import RateSeries
 from velamq.broker.stats._records import (
     BrokerMetrics,
@@ -47,6 +48,7 @@ __all__ = [
     "LastMessageId",
     "LedgerStats",
     "NamespaceMetrics",
+    "NonPersistentTopicStats",
     "PublisherStats",
     "RateSeries",
     "SubscriptionMetrics",

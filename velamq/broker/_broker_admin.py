@@ -21,6 +21,13 @@ from velamq.broker._errors import BrokerRequestError
 from velamq.broker._service import BrokerService
 from velamq.broker.log import _positions
 from velamq.broker.log._compaction import CompactionStatus
+from velamq.broker.nonpersistent import _admin as non_persistent
+from velamq.broker.nonpersistent._stats import (
+    NonPersistentTopicStats,
+    non_persistent_topic_metrics,
+    non_persistent_topic_stats,
+)
+from velamq.broker.nonpersistent._topic import NonPersistentTopic
 from velamq.broker.service._policy_tasks import apply_retention, expire
 from velamq.broker.service._topic_deletion import delete_topics
 from velamq.broker.stats._rate_history import RateSeries
@@ -94,13 +101,20 @@ class BrokerAdmin:
     # ---- the console: loaded topics only, never loading one --------------------------------------
 
     def loaded_topics(self, namespace: str) -> list[str]:
-        """Full names of the namespace's loaded topics, sorted."""
+        """Full names of the namespace's loaded persistent topics, sorted (the namespace operations
+        over them: unload, clear-backlog, unsubscribe)."""
         return sorted(name for name, t in self._broker.topics.items() if t.name.namespace == namespace)
 
     def loaded_topic_metrics(self, topics: Iterable[str]) -> dict[str, TopicMetrics]:
         """Metrics of those of `topics` that are loaded (the others are left out)."""
-        found = ((name, self._broker.loaded_topic(name)) for name in topics)
-        return {name: topic_metrics(t) for name, t in found if t is not None}
+        found: dict[str, TopicMetrics] = {}
+        for name in topics:
+            t = self._broker.find_topic(name)
+            if isinstance(t, NonPersistentTopic):
+                found[name] = non_persistent_topic_metrics(t)
+            elif t is not None:
+                found[name] = topic_metrics(t)
+        return found
 
     def broker_overview(self, busiest_max: int) -> BrokerOverview:
         broker = self._broker
@@ -146,9 +160,23 @@ class BrokerAdmin:
     # ---- topics --------------------------------------------------------------------------------
 
     async def _topic(self, topic: str) -> Topic:
-        """A topic that exists (loaded on demand, never auto-created)."""
+        """A persistent topic that exists (loaded on demand, never auto-created)."""
+        name = TopicName.parse(topic)
+        if not name.persistent:  # nothing is stored: no log to read, skip, reset or compact
+            raise PreconditionFailedError(f"not supported on non-persistent topic {topic}")
         try:
-            return await self._broker.get_topic(TopicName.parse(topic), create=False)
+            return await self._broker.get_topic(name, create=False)
+        except BrokerRequestError as exc:
+            raise NotFoundError(exc.message) from None
+
+    async def _non_persistent(self, topic: str) -> NonPersistentTopic | None:
+        """The non-persistent topic (loaded on demand, never auto-created); None for a persistent
+        name."""
+        name = TopicName.parse(topic)
+        if name.persistent:
+            return None
+        try:
+            return await self._broker.non_persistent.get_topic(name, create=False)
         except BrokerRequestError as exc:
             raise NotFoundError(exc.message) from None
 
@@ -162,7 +190,7 @@ class BrokerAdmin:
     async def delete_topic(self, topic: str, force: bool) -> None:
         """Crash-safe (_topic_deletion.py): marked first, so it is finished even after a crash."""
         name = str(TopicName.parse(topic))
-        loaded = self._broker.loaded_topic(name)
+        loaded = self._broker.find_topic(name)
         exists = await self.metadata.topic_exists(name)
         if loaded is None and not exists and not await self._broker.storage.ledger_exists(name):
             raise NotFoundError(f"topic {topic} does not exist")
@@ -171,7 +199,7 @@ class BrokerAdmin:
         self._broker.disk_guard.check_soon()  # space may be free again
 
     def _check_not_in_use(self, name: str, force: bool) -> None:
-        loaded = self._broker.loaded_topic(name)
+        loaded = self._broker.find_topic(name)
         if loaded is not None and loaded.in_use and not force:
             raise PreconditionFailedError(f"topic {name} has active producers or consumers")
 
@@ -199,12 +227,15 @@ class BrokerAdmin:
     async def unload_topic(self, topic: str) -> None:
         """Close the topic (clients reconnect and it loads again): persists cursors, frees memory."""
         name = str(TopicName.parse(topic))
-        loaded = self._broker.loaded_topic(name)
+        loaded = self._broker.find_topic(name)
         if loaded is None:
             if not await self.metadata.topic_exists(name):
                 raise NotFoundError(f"topic {topic} does not exist")
             return
-        await self._broker.unload(loaded)
+        if isinstance(loaded, NonPersistentTopic):
+            await self._broker.non_persistent.unload(name)
+        else:
+            await self._broker.unload(loaded)
 
     async def trigger_compaction(self, topic: str) -> None:
         """Start compacting unless a compaction of the topic is running already."""
@@ -216,11 +247,17 @@ class BrokerAdmin:
 
     # ---- stats ---------------------------------------------------------------------------------
 
-    async def topic_stats(self, topic: str) -> TopicStats:
+    async def topic_stats(self, topic: str) -> TopicStats | NonPersistentTopicStats:
         """NotFoundError if the topic is unknown."""
+        np = await self._non_persistent(topic)
+        if np is not None:
+            return non_persistent_topic_stats(np)
         return topic_stats(await self._topic(topic))
 
     async def topic_internal_stats(self, topic: str) -> InternalStats:
+        np = await self._non_persistent(topic)
+        if np is not None:
+            return non_persistent.internal_stats(np)
         return internal_stats(await self._topic(topic))
 
     async def trim_topic(self, topic: str) -> None:
@@ -269,11 +306,17 @@ class BrokerAdmin:
     # ---- subscriptions -------------------------------------------------------------------------
 
     async def list_subscriptions(self, topic: str) -> list[str]:
+        np = await self._non_persistent(topic)
+        if np is not None:
+            return non_persistent.list_subscriptions(np)
         t = await self._topic(topic)
         return sorted(set(t.ledger.cursors) | set(t.subscriptions))
 
     async def create_subscription(self, topic: str, subscription: str, message_id: tuple[int, int] | str) -> None:
         """message_id: "earliest", "latest" or (ledger, entry); AlreadyExistsError if it exists."""
+        np = await self._non_persistent(topic)
+        if np is not None:
+            return await non_persistent.create_subscription(np, subscription)
         t = await self._topic(topic)
         if subscription in t.ledger.cursors or subscription in t.subscriptions:
             raise AlreadyExistsError(f"subscription {subscription} already exists")
@@ -283,6 +326,9 @@ class BrokerAdmin:
             cursor.reset(_positions.before(Position(*message_id)))
 
     async def delete_subscription(self, topic: str, subscription: str, force: bool) -> None:
+        np = await self._non_persistent(topic)
+        if np is not None:
+            return await non_persistent.delete_subscription(np, subscription, force)
         t = await self._topic(topic)
         s = t.subscriptions.get(subscription)
         if s is None and subscription not in t.ledger.cursors:

@@ -85,6 +85,7 @@ _KEYS = {
     "brokerTopicIdleUnloadSeconds": "topic_idle_unload_s",
     "exposeTopicLevelMetricsInPrometheus": "expose_topic_level_metrics",
     "forceDeleteNamespaceAllowed": "force_delete_namespace_allowed",
+    "enableNonPersistentTopics": "enable_non_persistent_topics",
     # bookkeeper.conf names for the storage engine
     "gcWaitTime": "gc_wait_ms",
     "minorCompactionThreshold": "gc_minor_threshold",
@@ -155,6 +156,9 @@ class BrokerConfig:
     # DELETE /admin/v2/namespaces/{t}/{ns}?force=true deletes the namespace with all its topics
     # (in batches); refused (405) unless allowed, as in Pulsar.
     force_delete_namespace_allowed: bool = False
+    # non-persistent:// topics are served (in memory only, docs/compatibility.md); False refuses
+    # them with NotAllowed, as Pulsar's enableNonPersistentTopics=false does.
+    enable_non_persistent_topics: bool = True
     # Storage: write cache flush age, entry log size and the garbage collector (docs/storage.md).
     flush_interval_ms: int = _STORAGE.flush_interval_ms
     entry_log_bytes_max: int = _STORAGE.entry_log_bytes_max

@@ -32,6 +32,9 @@ from velamq.broker._config import BrokerConfig
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker.guards._disk import DiskGuard, DiskThresholds, DiskUsage, StorageHealth, statvfs_usage
 from velamq.broker.guards._net_budget import NetworkBudget
+from velamq.broker.nonpersistent._stats import non_persistent_topic_metrics, with_non_persistent
+from velamq.broker.nonpersistent._table import NonPersistentTopics
+from velamq.broker.nonpersistent._topic import NonPersistentTopic
 from velamq.broker.service._idle_unload import IdleUnloader
 from velamq.broker.service._loaded_topics import LoadedTopics
 from velamq.broker.service._policy_tasks import PolicyTasks
@@ -95,6 +98,11 @@ class BrokerService:
         self.server_version = f"velamq {__version__}"
         self.listeners: set[str] = set()
         self.loaded = _loaded_topics(config, storage, metadata, clock)
+        self.non_persistent = NonPersistentTopics(
+            clock, self.loaded._open_row, self.loaded.policies_for, self.loaded.deleting,  # the same rules
+            enabled=config.enable_non_persistent_topics, idle_s=config.topic_idle_unload_s,
+            rates_interval_s=config.policy_check_interval_s,
+        )
         self.schemas = BrokerSchemas(metadata.schemas, self._schema_policies)
         self.policy_tasks = PolicyTasks(clock, config.policy_check_interval_s, lambda: self.topics.values())
         self.rate_history = RateHistory(clock, lambda: self.topics.values(), config.rate_history_interval_s)
@@ -169,14 +177,21 @@ class BrokerService:
 
     def metrics_snapshot(self) -> BrokerMetrics:
         """Every loaded topic's figures, taken at once (the console)."""
-        topics = tuple(topic_metrics(t) for t in self.topics.values())
+        topics = tuple(topic_metrics(t) for t in self.topics.values()) + self._non_persistent_metrics()
         return self._metrics(topics, self.clock.monotonic_s())
+
+    def _non_persistent_metrics(self) -> tuple[TopicMetrics, ...]:
+        return tuple(non_persistent_topic_metrics(t) for t in self.non_persistent.topics.values())
 
     async def scrape_metrics(self) -> BrokerMetrics:
         """The /metrics snapshot: per namespace (per topic too with expose_topic_level_metrics),
         the loaded topics visited a slice at a time (_metrics_snapshot.py)."""
         taken_at_s = self.clock.monotonic_s()
         namespaces, topics = await collect(list(self.topics.values()), self.config.expose_topic_level_metrics)
+        if self.config.expose_topic_level_metrics:
+            topics += self._non_persistent_metrics()
+        elif self.non_persistent.topics:
+            namespaces = with_non_persistent(namespaces, self._non_persistent_metrics())
         return self._metrics(topics, taken_at_s, namespaces)
 
     def _metrics(
@@ -226,6 +241,7 @@ class BrokerService:
 
     async def policies_changed(self, namespace: str, topic: str | None) -> None:
         await self.loaded.policies_changed(namespace, topic)
+        await self.non_persistent.policies_changed(namespace)
 
     def loaded_topic(self, full_name: str) -> Topic | None:
         return self.loaded.topics.get(full_name)
@@ -233,11 +249,23 @@ class BrokerService:
     async def get_topic(self, name: TopicName, create: bool) -> Topic:
         return await self.loaded.get_topic(name, create)
 
+    async def open_topic(self, name: TopicName, create: bool) -> Topic | NonPersistentTopic:
+        """A topic of either kind: what clients' commands reach (_context.TopicRegistry)."""
+        if name.persistent:
+            return await self.loaded.get_topic(name, create)
+        return await self.non_persistent.get_topic(name, create)
+
+    def find_topic(self, full_name: str) -> Topic | NonPersistentTopic | None:
+        return self.loaded.topics.get(full_name) or self.non_persistent.topics.get(full_name)
+
     async def unload(self, topic: Topic) -> None:
         await self.loaded.unload(topic)
 
     async def delete(self, topic: str) -> None:
-        await self.loaded.delete(topic)
+        if TopicName.parse(topic).persistent:
+            await self.loaded.delete(topic)
+        else:
+            await self.non_persistent.delete(topic)
 
     async def topics_of_namespace(self, namespace: str, mode: int) -> list[str]:
         """Read from the metadata store a page at a time (nothing of it holds the loop)."""
@@ -285,6 +313,7 @@ class BrokerService:
             self.auth_refresher.start()
         self.rate_history.start()
         self.idle_unloader.start()
+        self.non_persistent.start()
 
     async def close(self) -> None:
         """Stop listening and checking, drop connections, close topics (persists cursors)."""
@@ -295,6 +324,7 @@ class BrokerService:
         await self.auth_refresher.close()
         await self.rate_history.close()
         await self.idle_unloader.close()
+        await self.non_persistent.close()
         for connection in list(self._connections):
             connection.close()
         await self.loaded.close()

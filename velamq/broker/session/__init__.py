@@ -8,6 +8,7 @@
     _command_authz     which command needs which permission
     _text_fields       every string field a client sends must be UTF-8
     _context           the narrow protocols the handlers see of the broker (BrokerContext, ...)
+    _topic_ports       a topic and subscription as the handlers see them, persistent or not
     _producer_commands PRODUCER, SEND, receipts
     _consumer_commands SUBSCRIBE, FLOW, ACK, SEEK, ...
     _discovery_commands LOOKUP, PARTITIONED_METADATA, GET_TOPICS_OF_NAMESPACE, schemas

@@ -20,10 +20,10 @@ from velamq.broker._channel import CLOSED_CHANNEL, Channel, ConsumerRef, success
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker.log._positions import mark_delete_for_message_id
 from velamq.broker.session._context import TopicRegistry
+from velamq.broker.session._topic_ports import CommandTopic, ConsumerSubscription
 from velamq.broker.subscription._consumer import ServerConsumer
 from velamq.broker.subscription._key_shared import HashRangeOverlapError
 from velamq.broker.subscription._selector import SubType
-from velamq.broker.subscription._subscription import Subscription
 from velamq.broker.topic._topic import Topic
 from velamq.protocol import Frame, pb, signed64, unsigned64
 from velamq.storage import Position
@@ -43,7 +43,7 @@ class AttachedConsumer(ServerConsumer):
 
     def __init__(
         self,
-        subscription: Subscription,
+        subscription: ConsumerSubscription,
         channel: Channel,
         consumer_id: int,
         name: str,
@@ -103,20 +103,23 @@ class ConsumerCommands:
         self._consumers[request.consumer_id] = consumer
         self._channel.send_command(success_reply(request.request_id))
 
-    async def _open_subscription(self, request: pb.CommandSubscribe) -> tuple[Topic, Subscription]:
+    async def _open_subscription(self, request: pb.CommandSubscribe) -> tuple[CommandTopic, ConsumerSubscription]:
         """SUBSCRIBE's topic (loaded, or created if the request may) and subscription (created if
         needed), once the consumer's schema is accepted and the subscription may take it."""
         name = TopicName.parse(request.topic)
         if not request.subscription or "\n" in request.subscription:
             raise BrokerRequestError(pb.NotAllowedError, "invalid subscription name")
-        topic = await self._broker.get_topic(name, create=request.force_topic_creation)
+        if request.read_compacted and not name.persistent:  # as Pulsar: nothing to compact
+            raise BrokerRequestError(pb.NotAllowedError, "readCompacted only valid on persistent topics")
+        topic = await self._broker.open_topic(name, create=request.force_topic_creation)
         schema = request.schema if request.HasField("schema") else None
         await self._broker.schemas.for_consumer(topic, schema)
         sub_type = SubType(int(request.subType))
         start = None
-        if not request.durable and request.HasField("start_message_id"):
+        if not request.durable and request.HasField("start_message_id") and isinstance(topic, Topic):
             # A reader: delivery starts AT the start id; the client drops what it must for
-            # exclusive starts. Without a start id: latest.
+            # exclusive starts. Without a start id: latest. (A non-persistent topic has no log to
+            # start in: its readers get what is published from now on.)
             start_id = _position(request.start_message_id)
             start = mark_delete_for_message_id(topic.ledger, start_id.ledger_id, start_id.entry_id)
         subscription = await topic.subscription(
@@ -179,7 +182,7 @@ class ConsumerCommands:
             raise BrokerRequestError(pb.UnknownError, "Unconnected or shared consumer attempting to unsubscribe")
         self._consumers.pop(request.consumer_id, None)
         subscription.remove_consumer(consumer)
-        topic = self._broker.loaded_topic(subscription.ledger.name)
+        topic = self._broker.find_topic(subscription.topic_name)
         if topic is not None:
             await topic.remove_subscription(subscription.name, delete_cursor=True)
         self._channel.send_command(success_reply(request.request_id))
@@ -195,7 +198,7 @@ class ConsumerCommands:
         subscription = consumer.subscription
         subscription.remove_consumer(consumer)
         if not subscription.durable and not subscription.consumers and not subscription.resetting:
-            topic = self._broker.loaded_topic(subscription.ledger.name)
+            topic = self._broker.find_topic(subscription.topic_name)
             if topic is not None:
                 self._broker.spawn(topic.remove_subscription(subscription.name, delete_cursor=False))
 
@@ -204,7 +207,7 @@ class ConsumerCommands:
         consumer = self._consumers.get(consumer_id)
         if consumer is None:
             return None
-        return consumer.subscription.ledger.name, consumer.subscription.name
+        return consumer.subscription.topic_name, consumer.subscription.name
 
     def forget(self, consumer: ConsumerRef) -> None:
         if self._consumers.get(consumer.consumer_id) is consumer:
@@ -251,7 +254,7 @@ class ConsumerCommands:
         if consumer.partition_index >= 0:
             r.last_message_id.partition = consumer.partition_index
         r.last_message_id.batch_index = batch_index
-        md = subscription.cursor.mark_delete_position
+        md = subscription.mark_delete_position
         r.consumer_mark_delete_position.ledgerId = unsigned64(md.ledger_id)
         r.consumer_mark_delete_position.entryId = unsigned64(md.entry_id)
         self._channel.send_command(reply)
@@ -275,7 +278,7 @@ class ConsumerCommands:
         self._channel.send_command(reply)
 
 
-def _check_subscribe(topic: Topic, subscription: Subscription, sub_type: SubType, name: str) -> None:
+def _check_subscribe(topic: CommandTopic, subscription: ConsumerSubscription, sub_type: SubType, name: str) -> None:
     """Type and consumer-count rules: ConsumerBusy when the new consumer may not join."""
     if subscription.consumers and subscription.sub_type != sub_type:
         raise BrokerRequestError(pb.ConsumerBusy, f"subscription {name} is of type {subscription.sub_type.name}")

@@ -7,7 +7,7 @@ command can reach is visible in its signature (and a unit test can tell what it 
 from __future__ import annotations
 
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from velamq._clock import Clock
 from velamq._log_limit import RateLimitedLog
@@ -16,13 +16,11 @@ from velamq.broker._config import BrokerConfig
 from velamq.broker.guards._disk import DiskGuard
 from velamq.broker.guards._net_budget import NetworkBudget
 from velamq.broker.session._auth import AuthCounters, Refreshable
+from velamq.broker.session._topic_ports import CommandTopic
 from velamq.broker.topic._schemas import BrokerSchemas
 from velamq.metadata import Policies
 from velamq.security import AuthenticationService, AuthorizationModel
 from velamq.storage import PublishBuffer
-
-if TYPE_CHECKING:
-    from velamq.broker.topic._topic import Topic
 
 
 class OpenConnection(Refreshable, Protocol):
@@ -44,12 +42,14 @@ class TopicRegistry(Protocol):
         """Where log lines that can repeat per client go (one line per kind per minute)."""
         ...
 
-    async def get_topic(self, name: TopicName, create: bool) -> Topic:
-        """The loaded topic, loading it first; BrokerRequestError(TopicNotFound) if it does not
-        exist and may not be created."""
+    async def open_topic(self, name: TopicName, create: bool) -> CommandTopic:
+        """The loaded topic of either kind, loading it first; BrokerRequestError(TopicNotFound) if
+        it does not exist and may not be created."""
         ...
 
-    def loaded_topic(self, full_name: str) -> Topic | None: ...
+    def find_topic(self, full_name: str) -> CommandTopic | None:
+        """The topic of either kind if it is loaded."""
+        ...
 
     async def policies_for(self, name: TopicName) -> Policies:
         """Topic policy over namespace policy over the broker default, field by field."""

@@ -102,7 +102,7 @@ class DiscoveryCommands:
         r.request_id = request.request_id
         try:
             name = TopicName.parse(request.topic)
-            await self._broker.get_topic(name, create=False)  # TopicNotFound unless it exists
+            await self._broker.open_topic(name, create=False)  # TopicNotFound unless it exists
             version = await self._broker.schemas.for_producer(name, request.schema)
         except (BrokerRequestError, InvalidTopicNameError) as exc:
             r.error_code, r.error_message = _error_fields(exc)  # type: ignore[assignment]

@@ -33,9 +33,9 @@ from velamq.broker._channel import CLOSED_CHANNEL, Channel, ProducerRef, success
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker.session._context import ProducerBroker
 from velamq.broker.session._text_fields import non_utf8_field
+from velamq.broker.session._topic_ports import PublishingTopic
 from velamq.broker.topic._producer import ServerProducer
 from velamq.broker.topic._publish import Published
-from velamq.broker.topic._topic import Topic
 from velamq.protocol import Frame, SendReceiptEncoder, parse_entry_metadata_bytes, pb
 from velamq.storage import Position
 
@@ -48,11 +48,11 @@ closed_ids_max = 10_000
 
 
 class AttachedProducer(ServerProducer):
-    """A producer as its connection knows it: its topic is the whole Topic (the producer itself
-    only needs ProducerTopic of it)."""
+    """A producer as its connection knows it: its topic as a PublishingTopic, persistent or not (the
+    producer itself only needs ProducerTopic of it)."""
 
     __slots__ = ()
-    topic: Topic
+    topic: PublishingTopic
 
 
 class _Receipt(Published):
@@ -97,8 +97,8 @@ class ProducerCommands:
             self._channel.send_command(self._success_reply(request, existing))
             return
         broker = self._broker
-        _check_writable(broker)
-        topic = await broker.get_topic(name, create=True)
+        _check_writable(broker, name)
+        topic = await broker.open_topic(name, create=True)
         schema_version = await broker.schemas.for_producer(name, request.schema if request.HasField("schema") else None)
         producer_name = request.producer_name or broker.new_producer_name()
         producer = AttachedProducer(
@@ -112,7 +112,7 @@ class ProducerCommands:
             schema_version=schema_version,
         )
         await topic.apply_policies(await broker.policies_for(name))
-        _check_writable(broker)
+        _check_writable(broker, name)
         _check_producer_limits(topic, producer_name)
         # No await between admission and registration: admission decisions stay valid.
         await topic.admit_producer(
@@ -167,7 +167,7 @@ class ProducerCommands:
             return
         broker = self._broker
         disk_guard = broker.disk_guard
-        if disk_guard.read_only:
+        if disk_guard.read_only and producer.topic.name.persistent:
             producer.close_by_broker()  # the client fails or re-sends what it has pending
             return
         entry = frame.entry
@@ -273,15 +273,15 @@ class ProducerCommands:
         self._channel = CLOSED_CHANNEL
 
 
-def _check_writable(broker: ProducerBroker) -> None:
+def _check_writable(broker: ProducerBroker, name: TopicName) -> None:
     guard = broker.disk_guard
-    if guard.read_only:
+    if guard.read_only and name.persistent:  # a non-persistent topic writes nothing
         # The one refusal the official client answers by failing its pending sends (not retrying
         # them forever): see the module docstring and guards/_disk.py.
         raise BrokerRequestError(pb.ProducerBlockedQuotaExceededException, f"broker is read-only: {guard.reason}")
 
 
-def _check_producer_limits(topic: Topic, producer_name: str) -> None:
+def _check_producer_limits(topic: PublishingTopic, producer_name: str) -> None:
     exceeded = topic.backlog_quota_exceeded
     if exceeded is not None:
         code = (

@@ -215,6 +215,14 @@ class Subscription(Dispatcher, Acknowledgements):
     # ---- figures ---------------------------------------------------------------------------------
 
     @property
+    def topic_name(self) -> str:
+        return self.ledger.name
+
+    @property
+    def mark_delete_position(self) -> Position:
+        return self.cursor.mark_delete_position
+
+    @property
     def backlog(self) -> int:
         return self.cursor.backlog
 

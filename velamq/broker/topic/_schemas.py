@@ -40,7 +40,6 @@ from velamq.metadata import (
     validation_enforced,
 )
 from velamq.protocol import pb
-from velamq.storage import ManagedLedger
 
 
 class _SchemaConsumer(Protocol):
@@ -66,7 +65,9 @@ class SchemaTopic(Protocol):
     def producers(self) -> Mapping[str, object]: ...
 
     @property
-    def ledger(self) -> ManagedLedger: ...
+    def has_entries(self) -> bool:
+        """Entries were stored (or, on a non-persistent topic, went through it)."""
+        ...
 
     @property
     def subscriptions(self) -> Mapping[str, _SchemaSubscription]: ...
@@ -108,8 +109,8 @@ def _refusals() -> Iterator[None]:
 
 def topic_active(topic: SchemaTopic) -> bool:
     """Pulsar's test before it lets a consumer's schema become the topic's: producers, consumers
-    other than AUTO_CONSUME ones, or stored entries."""
-    if topic.producers or topic.ledger.entries_total > 0:
+    other than AUTO_CONSUME ones, or entries (stored, or passed through a non-persistent topic)."""
+    if topic.producers or topic.has_entries:
         return True
     return any(not c.auto_consume for s in topic.subscriptions.values() for c in s.consumers)
 

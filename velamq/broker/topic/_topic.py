@@ -325,6 +325,10 @@ class Topic:
     # ---- figures and lifecycle -------------------------------------------------------------------
 
     @property
+    def has_entries(self) -> bool:
+        return self.ledger.entries_total > 0
+
+    @property
     def in_use(self) -> bool:
         return bool(self.producers) or any(s.consumers for s in self.subscriptions.values())
 
