@@ -9,12 +9,12 @@ samples add namespace and topic, subscription samples add subscription, as Pulsa
     velamq_policy_checks_total{cluster}                      counter (rounds of the policy checker)
     pulsar_topics_count{cluster,namespace}                   gauge   (topics loaded in the broker)
     velamq_topics_loaded{cluster}, velamq_topics_unloaded_total{cluster}   idle unloading (issue 10)
-    per namespace {cluster,namespace} (the default; Pulsar's exposeTopicLevelMetricsInPrometheus=false):
+    per namespace {cluster,namespace} (exposeTopicLevelMetricsInPrometheus=false, or over its cap):
     pulsar_subscriptions_count / producers / consumers_count, pulsar_in/out_messages_total,
     pulsar_in/out_bytes_total, pulsar_storage_size, pulsar_msg_backlog, velamq_topic_entries,
     pulsar_rate_in/out, pulsar_throughput_in/out, pulsar_storage_backlog_size
                                                               the loaded topics of the namespace, summed
-    per topic {cluster,namespace,topic} (with exposeTopicLevelMetricsInPrometheus=true), instead:
+    per topic {cluster,namespace,topic} (exposeTopicLevelMetricsInPrometheus=true, the default), instead:
     pulsar_subscriptions_count / producers / consumers_count gauge
     pulsar_in_messages_total, pulsar_in_bytes_total           counter
     pulsar_storage_size                                       gauge   bytes

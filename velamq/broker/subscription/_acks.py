@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from velamq.broker.log import _positions
 from velamq.broker.subscription._consumer import ServerConsumer
+from velamq.broker.subscription._end_of_topic import check_end_of_topic
 from velamq.broker.subscription._selector import SubType
 from velamq.broker.subscription._state import SubscriptionState
 from velamq.storage import Position
@@ -120,6 +121,8 @@ class Acknowledgements(SubscriptionState):
         self.wake()
 
     def _after_ack(self) -> None:
+        if self.terminated:
+            check_end_of_topic(self)  # type: ignore[arg-type]  # (self is a Subscription)
         if self._sub_type != SubType.KEY_SHARED or self._selector is None:
             return
         first_unacked = self.ledger.next_position(self.cursor.mark_delete_position)

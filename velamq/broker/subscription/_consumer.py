@@ -20,6 +20,10 @@ class ServerConsumer:
         "connected_since_ms",
         "consumer_id",
         "hash_ranges",
+        "last_acked_ms",
+        "last_consumed_ms",
+        "last_flow_ms",
+        "metadata",
         "name",
         "out",
         "partition_index",
@@ -50,6 +54,12 @@ class ServerConsumer:
         self.out = RateCounter()
         self.chunks_out = RateCounter()
         self.connected_since_ms = connected_since_ms
+        # SUBSCRIBE's metadata, and when it last acknowledged, got an entry, sent FLOW (epoch ms,
+        # 0: never): Pulsar's ConsumerStats show them.
+        self.metadata: dict[str, str] = {}
+        self.last_acked_ms = 0
+        self.last_consumed_ms = 0
+        self.last_flow_ms = 0
         # Subscribed with an AUTO_CONSUME schema: it reads whatever the topic's schema is, so it does
         # not count as "active" when a later consumer's schema could become the topic's.
         self.auto_consume = False

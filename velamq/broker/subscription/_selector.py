@@ -8,6 +8,8 @@
                            that joins while entries are out gets nothing at or past the read
                            position of its joining until everything before it is acknowledged,
                            so that a key moving to it cannot overtake its unacked entries
+                           (unless the subscription allows out-of-order delivery: Pulsar's
+                           KeySharedPolicy allowOutOfOrderDelivery, then it gets them at once)
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from velamq.broker.log import _positions
 from velamq.broker.subscription._acks import Acknowledgements
 from velamq.broker.subscription._consumer import ServerConsumer
 from velamq.broker.subscription._dispatch import Dispatcher, ReadSize
+from velamq.broker.subscription._end_of_topic import check_end_of_topic
 from velamq.broker.subscription._selector import ConsumerSelector, SubType
 from velamq.storage import ManagedCursor, ManagedLedger, Position, Storage
 
@@ -75,6 +76,11 @@ class Subscription(Dispatcher, Acknowledgements):
         self._rates = None
         # Set while consumers are closed by a seek: a non-durable subscription must survive it.
         self.resetting = False
+        # Key_Shared allowOutOfOrderDelivery, as its first consumer asked: a consumer that joins
+        # gets its keys at once instead of waiting for the entries out before it joined.
+        self.allow_out_of_order = False
+        # Its topic is terminated: consumers hear of the end once it is all consumed (_terminate.py).
+        self.terminated = False
 
     # ---- counters (made on first use) --------------------------------------------------------
 
@@ -122,7 +128,11 @@ class Subscription(Dispatcher, Acknowledgements):
     def add_consumer(self, consumer: ServerConsumer, sticky_ranges: list[tuple[int, int]] | None = None) -> None:
         """Raises HashRangeOverlapError for bad sticky ranges; the caller checks type rules."""
         joined_at = None
-        if self.consumers and self.ledger.next_position(self.cursor.mark_delete_position) < self.read_position:
+        if (
+            self.consumers
+            and not self.allow_out_of_order
+            and self.ledger.next_position(self.cursor.mark_delete_position) < self.read_position
+        ):
             joined_at = self.read_position  # entries are out: keys moving to it must wait for them
         selector = self._selector
         if selector is None:
@@ -132,6 +142,8 @@ class Subscription(Dispatcher, Acknowledgements):
         if demoted is not None:
             self._flight().take_back_all(demoted, count_redelivery=False)
         self.wake()
+        if self.terminated:
+            check_end_of_topic(self)
 
     def remove_consumer(self, consumer: ServerConsumer) -> None:
         selector = self._selector

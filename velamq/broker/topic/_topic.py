@@ -93,6 +93,8 @@ class Topic:
         "rate_in",
         "storage",
         "subscriptions",
+        "terminated_at",
+        "terminating",
     )
 
     def __init__(self, name: TopicName, ledger: ManagedLedger, clock: Clock) -> None:
@@ -123,6 +125,10 @@ class Topic:
         # check holds an entry for it (docs/architecture.md, "Topic lifecycle").
         self.last_used_s = clock.monotonic_s()
         self.idle_queued = False
+        # Terminated (_terminate.py): producers are refused from `terminating` on; `terminated_at`
+        # is the position of its last entry once it is recorded.
+        self.terminating = False
+        self.terminated_at: Position | None = None
 
     # ---- producers -------------------------------------------------------------------------------
 
@@ -287,6 +293,7 @@ class Topic:
             )
             subscription.delayed_delivery = self.policies.delayed_delivery
             subscription.compacted_view = self.compacted
+            subscription.terminated = self.terminated_at is not None
             self.subscriptions[name] = subscription
             return subscription
 
