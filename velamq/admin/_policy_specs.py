@@ -129,9 +129,10 @@ def parse_auto_topic_creation(value: Any) -> dict[str, Any]:
     error = auto_topic_creation_error(value, partitions_max)
     if error is not None:
         raise HttpError(412, f"Invalid configuration for autoTopicCreationOverride. the detail is {error}")
-    body = {"allowAutoTopicCreation": value["allowAutoTopicCreation"], "topicType": value.get("topicType")}
-    if value.get("defaultNumPartitions") is not None:
-        body["defaultNumPartitions"] = value["defaultNumPartitions"]
+    body = {"allowAutoTopicCreation": value["allowAutoTopicCreation"]}
+    for key in ("topicType", "defaultNumPartitions"):
+        if value.get(key) is not None:
+            body[key] = value[key]
     return body
 
 
