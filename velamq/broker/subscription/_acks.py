@@ -122,7 +122,7 @@ class Acknowledgements(SubscriptionState):
 
     def _after_ack(self) -> None:
         if self.terminated:
-            check_end_of_topic(self)  # type: ignore[arg-type]  # (self is a Subscription)
+            check_end_of_topic(self)
         if self._sub_type != SubType.KEY_SHARED or self._selector is None:
             return
         first_unacked = self.ledger.next_position(self.cursor.mark_delete_position)

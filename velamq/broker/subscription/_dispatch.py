@@ -149,7 +149,7 @@ class Dispatcher(SubscriptionState):
                 last = self.ledger.last_confirmed
                 if last is None or self.read_position > last:
                     if self.terminated and not self.durable:
-                        check_end_of_topic(self)  # type: ignore[arg-type]  # a reader read it all
+                        check_end_of_topic(self)  # a reader read it all
                     return
                 entries = await self.ledger.read_entries(self.read_position, count)
                 if epoch != self._epoch or self._selector is None:

@@ -18,13 +18,12 @@ again. velamq does not send it to a client whose CONNECT says it is that library
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
+from velamq.broker.subscription._consumer import ServerConsumer
 from velamq.protocol import pb
-
-if TYPE_CHECKING:
-    from velamq.broker.subscription._consumer import ServerConsumer
-    from velamq.broker.subscription._subscription import Subscription
+from velamq.storage import ManagedCursor, ManagedLedger, Position
 
 # The first protocol version with REACHED_END_OF_TOPIC (Pulsar's ProtocolVersion.v9).
 _END_OF_TOPIC_VERSION = 9
@@ -32,7 +31,19 @@ _END_OF_TOPIC_VERSION = 9
 _WITHOUT_END_OF_TOPIC = ("Pulsar-CPP-",)
 
 
-def check_end_of_topic(subscription: Subscription) -> None:
+class EndingSubscription(Protocol):
+    """What the check reads of a subscription (SubscriptionState has it all)."""
+
+    durable: bool
+    cursor: ManagedCursor
+    ledger: ManagedLedger
+    read_position: Position
+
+    @property
+    def consumers(self) -> Sequence[ServerConsumer]: ...
+
+
+def check_end_of_topic(subscription: EndingSubscription) -> None:
     """Tell the consumers of a terminated topic's subscription that the topic has ended, once the
     subscription has consumed it all."""
     if not subscription.consumers or not _consumed_all(subscription):
@@ -41,7 +52,7 @@ def check_end_of_topic(subscription: Subscription) -> None:
         send_end_of_topic(consumer)
 
 
-def _consumed_all(subscription: Subscription) -> bool:
+def _consumed_all(subscription: EndingSubscription) -> bool:
     if subscription.durable:
         return subscription.cursor.backlog == 0  # Pulsar's check: nothing left to acknowledge
     last = subscription.ledger.last_confirmed
