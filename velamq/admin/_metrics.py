@@ -224,7 +224,8 @@ def render(metrics: BrokerMetrics, cluster: str = "standalone") -> str:
             kind = "counter" if name.endswith("_total") else "gauge"
             families.append(_Family(name, kind, help_text, [(base, figures[key])]))
 
-    return "".join(_render_family(f) for f in families)
+    rendered: dict[int, str] = {}  # a topic's labels are one tuple shared by its families: rendered once
+    return "".join(_render_family(f, rendered) for f in families)
 
 
 def _namespace_families(namespaces: Iterable[NamespaceMetrics], base: Labels) -> list[_Family]:
@@ -258,9 +259,14 @@ def _topic_families(all_topics: Iterable[TopicMetrics], base: Labels) -> list[_F
     return topic_families + sub_families
 
 
-def _render_family(family: _Family) -> str:
+def _render_family(family: _Family, rendered_labels: dict[int, str]) -> str:
+    """`rendered_labels`: label sets already rendered in this page, by id (the tuples stay alive in
+    their families while the page is rendered)."""
     lines = [f"# HELP {family.name} {_escape_help(family.help)}", f"# TYPE {family.name} {family.type}"]
+    name = family.name
     for labels, value in family.samples:
-        rendered = ",".join(f'{key}="{escape_label_value(val)}"' for key, val in labels)
-        lines.append(f"{family.name}{{{rendered}}} {format_value(value)}")
+        rendered = rendered_labels.get(id(labels))
+        if rendered is None:
+            rendered = rendered_labels[id(labels)] = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in labels)
+        lines.append(f"{name}{{{rendered}}} {format_value(value)}")
     return "\n".join(lines) + "\n"

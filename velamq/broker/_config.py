@@ -263,7 +263,7 @@ def _log_ignored(path: Path, ignored: list[str]) -> None:
     known = [*_KEYS, *SECURITY_KEYS]
     hints = []
     for key in ignored:
-        # A typo, not another Pulsar key that extends one of ours (allowAutoTopicCreationType).
+        # A typo, not another Pulsar key that extends one of ours (allowAutoSubscriptionCreation).
         near = [k for k in difflib.get_close_matches(key, known, n=1, cutoff=0.85) if abs(len(k) - len(key)) <= 2]
         if near:
             hints.append(f"{key} (did you mean {near[0]}?)")
