@@ -161,7 +161,7 @@ class BrokerConfig:
     # per-namespace figures only (False). Above topic_level_metrics_max_topics loaded topics (0: no
     # cap) a scrape falls back to the namespace figures (_topic_metrics_cap.py).
     expose_topic_level_metrics: bool = True
-    topic_level_metrics_max_topics: int = 5000
+    topic_level_metrics_max_topics: int = 3000
     # DELETE /admin/v2/namespaces/{t}/{ns}?force=true deletes the namespace with all its topics
     # (in batches); refused (405) unless allowed, as in Pulsar.
     force_delete_namespace_allowed: bool = False

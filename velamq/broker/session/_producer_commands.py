@@ -124,6 +124,9 @@ class ProducerCommands:
             request.topic_epoch if request.HasField("topic_epoch") else None,
             lambda: self._producer_queued(request, producer_name),
         )
+        if topic.terminating:  # terminated while a WaitForExclusive producer waited its turn
+            topic.not_registered(producer_name)
+            check_not_terminated(topic)
         # The reply is built before the producer is registered anywhere, and sent right after: a
         # producer exists only together with its success reply.
         reply = self._success_reply(request, producer)

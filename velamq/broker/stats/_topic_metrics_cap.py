@@ -4,7 +4,7 @@ Pulsar's exposeTopicLevelMetricsInPrometheus (default true, as in Pulsar) asks f
 topic and per subscription. A topic with one subscription is about 30 series, some 3 KiB of text
 and 0.2 ms of a scrape on a small machine, so at tens of thousands of loaded topics a per-topic
 page would take seconds and hundreds of MiB. Above `topicLevelMetricsMaxTopics` loaded topics
-(5 000 by default, 0: no cap) the scrape falls back to the namespace series (what
+(3 000 by default, 0: no cap) the scrape falls back to the namespace series (what
 exposeTopicLevelMetricsInPrometheus=false gives), and says so in one log line; it lists topics
 again, with one more line, once fewer are loaded. docs/admin.md ("Metrics") has the measurements.
 """
