@@ -171,9 +171,14 @@ def test_key_shared_joining_consumer(broker: BrokerThread, make_client: Any, top
     held = receive_n(first, 40)  # all out at the first consumer, none acknowledged
     second = _key_shared(client, topic, out_of_order)
     _send_keyed(producer, 40, 40)
+    joining = [c.get("readPositionWhenJoining") for c in
+               rest(broker, "GET", f"{TOPICS}/{topic}/stats")[1]["subscriptions"]["ks"]["consumers"]]
     if out_of_order:
+        assert joining == [None, None]
         assert second.receive(10_000).data().startswith(b"m")
     else:
+        # ConsumerStats.readPositionWhenJoining: where the held-back consumer joined.
+        assert joining[0] is None and joining[1] is not None
         assert_no_more(second)
         for message in held:
             first.acknowledge(message)
@@ -325,12 +330,14 @@ def test_velamq_client_learns_the_end_of_topic(broker: BrokerThread, topic: str)
 
 def test_stats_show_producer_and_consumer_metadata(broker: BrokerThread, make_client: Any, topic: str) -> None:
     # TopicStats (admin API, topics stats): publishers[].metadata and consumers[].metadata are the
-    # properties the producer and consumer were created with; clientVersion, lastAckedTimestamp and
-    # lastConsumedTimestamp as in ConsumerStats / PublisherStats.
+    # properties the producer and consumer were created with; clientVersion, lastAckedTimestamp,
+    # lastConsumedTimestamp and msgRateRedeliver as in ConsumerStats / PublisherStats.
     client = make_client(broker.service_url)
-    consumer = client.subscribe(topic, "s", properties={"host": "h1"})
+    consumer = client.subscribe(topic, "s", properties={"host": "h1"}, consumer_type=pulsar.ConsumerType.Shared,
+                                negative_ack_redelivery_delay_ms=100)
     producer = client.create_producer(topic, properties={"app": "orders", "team": "a"})
     producer.send(b"x")
+    consumer.negative_acknowledge(consumer.receive(10_000))
     consumer.acknowledge(consumer.receive(10_000))
 
     def stats() -> dict[str, Any]:
@@ -348,6 +355,7 @@ def test_stats_show_producer_and_consumer_metadata(broker: BrokerThread, make_cl
     assert consumer_stats["clientVersion"] == publisher["clientVersion"]
     assert consumer_stats["lastConsumedTimestamp"] > 0
     assert consumer_stats["lastConsumedFlowTimestamp"] > 0
+    wait_until(lambda: stats()["subscriptions"]["s"]["consumers"][0]["msgRateRedeliver"] > 0)  # sampled every 5 s
 
 
 # ---------------------------------------------------------------------------- per-topic metrics

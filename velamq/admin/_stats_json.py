@@ -44,7 +44,7 @@ def _publisher(p: PublisherStats) -> dict[str, Any]:
 
 
 def _consumer(c: ConsumerStats) -> dict[str, Any]:
-    return {
+    consumer = {
         "consumerName": c.consumer_name,
         "msgRateOut": c.msg_rate_out,
         "msgThroughputOut": c.msg_throughput_out,
@@ -66,7 +66,11 @@ def _consumer(c: ConsumerStats) -> dict[str, Any]:
         "lastConsumedFlowTimestamp": c.last_consumed_flow_ms,
         "lastAckedTime": iso_ms(c.last_acked_ms),
         "lastConsumedTime": iso_ms(c.last_consumed_ms),
+        "msgRateRedeliver": c.msg_rate_redeliver,
     }
+    if c.read_position_when_joining is not None:
+        consumer["readPositionWhenJoining"] = _pos(c.read_position_when_joining)
+    return consumer
 
 
 def _subscription(s: SubscriptionStats) -> dict[str, Any]:

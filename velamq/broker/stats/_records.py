@@ -151,6 +151,8 @@ class ConsumerStats:
     last_acked_ms: int = 0  # epoch ms; 0: never
     last_consumed_ms: int = 0  # when an entry was last sent to it
     last_consumed_flow_ms: int = 0  # when it last sent FLOW
+    msg_rate_redeliver: float = 0.0  # messages per second it gave back for redelivery
+    read_position_when_joining: Position | None = None  # Key_Shared, while it waits for older entries
 
 
 @dataclass(frozen=True, slots=True)

@@ -154,6 +154,8 @@ def _subscription_stats(cursor: ManagedCursor, s: Subscription | None, average_e
             last_acked_ms=c.last_acked_ms,
             last_consumed_ms=c.last_consumed_ms,
             last_consumed_flow_ms=c.last_flow_ms,
+            msg_rate_redeliver=c.redelivered.message_rate,
+            read_position_when_joining=s.joined_at(c),
         )
         for c in s.consumers
     )

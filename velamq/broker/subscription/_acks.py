@@ -111,9 +111,11 @@ class Acknowledgements(SubscriptionState):
         """A consumer's nack: all its unacked entries (None) or the listed ones go to the replay set."""
         in_flight = self._flight()
         if positions is None:
+            consumer.redelivered.add(sum(consumer.pending.values()), 0)
             in_flight.take_back_all(consumer, count_redelivery=True)
         else:
             mine = [p for p in positions if in_flight.pending.get(p) is consumer]
+            consumer.redelivered.add(sum(consumer.pending.get(p, 0) for p in mine), 0)
             for position in mine:
                 in_flight.take_back(position, count_redelivery=True)
             if mine:

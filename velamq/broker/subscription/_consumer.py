@@ -30,6 +30,7 @@ class ServerConsumer:
         "pending",
         "permits",
         "priority",
+        "redelivered",
     )
 
     def __init__(
@@ -53,6 +54,7 @@ class ServerConsumer:
         self.hash_ranges: list[tuple[int, int]] = []
         self.out = RateCounter()
         self.chunks_out = RateCounter()
+        self.redelivered = RateCounter()  # messages it gave back (nacks, redelivery requests)
         self.connected_since_ms = connected_since_ms
         # SUBSCRIBE's metadata, and when it last acknowledged, got an entry, sent FLOW (epoch ms,
         # 0: never): Pulsar's ConsumerStats show them.

@@ -126,6 +126,11 @@ class ConsumerSelector:
                 return consumer
         return None
 
+    def joined_at(self, consumer: ServerConsumer) -> Position | None:
+        """Where a Key_Shared consumer that joined while entries were out joined (Pulsar's
+        readPositionWhenJoining), while it still waits for them; None otherwise."""
+        return self._joined_at.get(id(consumer))
+
     def release_joined(self, first_unacked: Position) -> bool:
         """Key_Shared consumers whose join position everything before is acknowledged may now get
         any of their keys; True if one was released."""

@@ -111,6 +111,7 @@ class Subscription(Dispatcher, Acknowledgements):
         for consumer in self.consumers:
             consumer.out.sample(now_s)
             consumer.chunks_out.sample(now_s)
+            consumer.redelivered.sample(now_s)
 
     # ---- consumers -------------------------------------------------------------------------------
 
@@ -139,6 +140,8 @@ class Subscription(Dispatcher, Acknowledgements):
             selector = ConsumerSelector(self._sub_type, self._partition_index)
         demoted = selector.add(consumer, sticky_ranges, joined_at)
         self._selector = selector
+        # Its first rate covers the time since it joined (a nack before the first sample counts).
+        consumer.redelivered = RateCounter.since(self.clock.monotonic_s())
         if demoted is not None:
             self._flight().take_back_all(demoted, count_redelivery=False)
         self.wake()
@@ -182,6 +185,11 @@ class Subscription(Dispatcher, Acknowledgements):
 
     def is_active(self, consumer: ServerConsumer) -> bool:
         return self._selector is not None and self._selector.is_active(consumer)
+
+    def joined_at(self, consumer: ServerConsumer) -> Position | None:
+        """Key_Shared: the read position when the consumer joined, while it waits for what was
+        out before (stats' readPositionWhenJoining)."""
+        return self._selector.joined_at(consumer) if self._selector is not None else None
 
     @property
     def idle(self) -> bool:
