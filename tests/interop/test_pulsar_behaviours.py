@@ -321,6 +321,9 @@ def test_velamq_client_learns_the_end_of_topic(broker: BrokerThread, topic: str)
         wait_until(consumer.is_end_of_topic)
         assert [reader.read_next(10_000).data() for _ in range(3)] == [b"m0", b"m1", b"m2"]
         wait_until(reader.is_end_of_topic)
+        consumer.close()
+        again = client.subscribe(topic, "sub")  # joins a subscription that consumed it all already
+        wait_until(again.is_end_of_topic)
     finally:
         client.close()
 
