@@ -35,7 +35,6 @@ from velamq.broker.session._context import ProducerBroker
 from velamq.broker.session._text_fields import non_utf8_field
 from velamq.broker.topic._producer import ServerProducer
 from velamq.broker.topic._publish import Published
-from velamq.broker.topic._terminate import check_not_terminated
 from velamq.broker.topic._topic import Topic
 from velamq.protocol import Frame, SendReceiptEncoder, parse_entry_metadata_bytes, pb
 from velamq.storage import Position
@@ -114,7 +113,7 @@ class ProducerCommands:
             metadata={kv.key: kv.value for kv in request.metadata},
         )
         await topic.apply_policies(await broker.policies_for(name))
-        if request.initial_subscription_name:
+        if request.initial_subscription_name and isinstance(topic, Topic):
             await _create_initial_subscription(topic, request.initial_subscription_name)
         _check_writable(broker)
         _check_producer_limits(topic, producer_name)
@@ -124,9 +123,6 @@ class ProducerCommands:
             request.topic_epoch if request.HasField("topic_epoch") else None,
             lambda: self._producer_queued(request, producer_name),
         )
-        if topic.terminating:  # terminated while a WaitForExclusive producer waited its turn
-            topic.not_registered(producer_name)
-            check_not_terminated(topic)
         # The reply is built before the producer is registered anywhere, and sent right after: a
         # producer exists only together with its success reply.
         reply = self._success_reply(request, producer)
@@ -300,7 +296,6 @@ async def _create_initial_subscription(topic: Topic, subscription: str) -> None:
 
 
 def _check_producer_limits(topic: Topic, producer_name: str) -> None:
-    check_not_terminated(topic)
     exceeded = topic.backlog_quota_exceeded
     if exceeded is not None:
         code = (

@@ -6,7 +6,8 @@ terminate):
     terminate(topic)   -> the position of its last entry ((current ledger, -1) when it has none);
                           the same position again for a terminated topic
     producers          closed by the broker; a producer that (re)connects is refused with
-                       TopicTerminatedError, so the client fails its sends with TopicTerminated
+                       TopicTerminatedError (Topic.admit_producer), so the client fails its sends
+                       with TopicTerminated
     consumers          get everything published before; once a subscription has consumed it all,
                        REACHED_END_OF_TOPIC (velamq/broker/subscription/_end_of_topic.py)
 
@@ -21,10 +22,8 @@ import asyncio
 import logging
 from typing import Any, Protocol
 
-from velamq.broker._errors import BrokerRequestError
 from velamq.broker.subscription._end_of_topic import check_end_of_topic
 from velamq.broker.topic._topic import Topic
-from velamq.protocol import pb
 from velamq.storage import Position
 
 log = logging.getLogger(__name__)
@@ -88,8 +87,3 @@ def set_terminated(topic: Topic, end: Position) -> None:
         subscription.terminated = True
         check_end_of_topic(subscription)
 
-
-def check_not_terminated(topic: Topic) -> None:
-    """A producer may not join a terminated topic (Pulsar: TopicTerminatedException)."""
-    if topic.terminating:
-        raise BrokerRequestError(pb.TopicTerminatedError, f"Topic {topic.full_name} was already terminated")
