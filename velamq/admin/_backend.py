@@ -63,8 +63,9 @@ class BrokerBackend(Protocol):
         ...
 
     async def scrape_metrics(self) -> BrokerMetrics:
-        """What /metrics shows: per namespace by default, per topic with the broker's
-        exposeTopicLevelMetricsInPrometheus; the loaded topics are visited a slice at a time."""
+        """What /metrics shows: per topic (the broker's exposeTopicLevelMetricsInPrometheus, on by
+        default, under its topicLevelMetricsMaxTopics cap), else per namespace; the loaded topics
+        are visited a slice at a time."""
         ...
 
     @property
@@ -137,6 +138,11 @@ class BrokerBackend(Protocol):
 
     async def trim_topic(self, topic: str) -> None:
         """Apply retention now (pulsar-admin topics trim-topic)."""
+        ...
+
+    async def terminate_topic(self, topic: str) -> tuple[int, int]:
+        """Terminate a persistent topic: (ledger, entry) of its last message ((ledger, -1) if it
+        has none); the same again for a terminated topic."""
         ...
 
     # ---- reading stored messages (entry bytes as in peek_messages) ------------------------------

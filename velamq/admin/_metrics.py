@@ -9,12 +9,12 @@ samples add namespace and topic, subscription samples add subscription, as Pulsa
     velamq_policy_checks_total{cluster}                      counter (rounds of the policy checker)
     pulsar_topics_count{cluster,namespace}                   gauge   (topics loaded in the broker)
     velamq_topics_loaded{cluster}, velamq_topics_unloaded_total{cluster}   idle unloading (issue 10)
-    per namespace {cluster,namespace} (the default; Pulsar's exposeTopicLevelMetricsInPrometheus=false):
+    per namespace {cluster,namespace} (exposeTopicLevelMetricsInPrometheus=false, or over its cap):
     pulsar_subscriptions_count / producers / consumers_count, pulsar_in/out_messages_total,
     pulsar_in/out_bytes_total, pulsar_storage_size, pulsar_msg_backlog, velamq_topic_entries,
     pulsar_rate_in/out, pulsar_throughput_in/out, pulsar_storage_backlog_size
                                                               the loaded topics of the namespace, summed
-    per topic {cluster,namespace,topic} (with exposeTopicLevelMetricsInPrometheus=true), instead:
+    per topic {cluster,namespace,topic} (exposeTopicLevelMetricsInPrometheus=true, the default), instead:
     pulsar_subscriptions_count / producers / consumers_count gauge
     pulsar_in_messages_total, pulsar_in_bytes_total           counter
     pulsar_storage_size                                       gauge   bytes
@@ -224,7 +224,8 @@ def render(metrics: BrokerMetrics, cluster: str = "standalone") -> str:
             kind = "counter" if name.endswith("_total") else "gauge"
             families.append(_Family(name, kind, help_text, [(base, figures[key])]))
 
-    return "".join(_render_family(f) for f in families)
+    rendered: dict[int, str] = {}  # a topic's labels are one tuple shared by its families: rendered once
+    return "".join(_render_family(f, rendered) for f in families)
 
 
 def _namespace_families(namespaces: Iterable[NamespaceMetrics], base: Labels) -> list[_Family]:
@@ -258,9 +259,14 @@ def _topic_families(all_topics: Iterable[TopicMetrics], base: Labels) -> list[_F
     return topic_families + sub_families
 
 
-def _render_family(family: _Family) -> str:
+def _render_family(family: _Family, rendered_labels: dict[int, str]) -> str:
+    """`rendered_labels`: label sets already rendered in this page, by id (the tuples stay alive in
+    their families while the page is rendered)."""
     lines = [f"# HELP {family.name} {_escape_help(family.help)}", f"# TYPE {family.name} {family.type}"]
+    name = family.name
     for labels, value in family.samples:
-        rendered = ",".join(f'{key}="{escape_label_value(val)}"' for key, val in labels)
-        lines.append(f"{family.name}{{{rendered}}} {format_value(value)}")
+        rendered = rendered_labels.get(id(labels))
+        if rendered is None:
+            rendered = rendered_labels[id(labels)] = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in labels)
+        lines.append(f"{name}{{{rendered}}} {format_value(value)}")
     return "\n".join(lines) + "\n"

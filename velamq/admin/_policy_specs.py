@@ -17,8 +17,9 @@ from typing import Any, Final
 
 from velamq._limits import MIB
 from velamq.admin._http import HttpError
-from velamq.metadata import BacklogQuota, Policies
+from velamq.metadata import BacklogQuota, Policies, partitions_max
 from velamq.metadata import _policies as P
+from velamq.metadata._auto_creation import NS_AUTO_TOPIC_CREATION, auto_topic_creation_error
 
 _INT_RE: Final = re.compile(r"-?[0-9]{1,18}")
 
@@ -122,6 +123,19 @@ def check_quota_against_retention(quota: Mapping[str, Any], effective: Policies)
         )
 
 
+def parse_auto_topic_creation(value: Any) -> dict[str, Any]:
+    """Pulsar's AutoTopicCreationOverride, checked as NamespacesBase.internalSetAutoTopicCreation
+    does (412 with its reasons); stored as given, defaultNumPartitions only where it applies."""
+    error = auto_topic_creation_error(value, partitions_max)
+    if error is not None:
+        raise HttpError(412, f"Invalid configuration for autoTopicCreationOverride. the detail is {error}")
+    body = {"allowAutoTopicCreation": value["allowAutoTopicCreation"]}
+    for key in ("topicType", "defaultNumPartitions"):
+        if value.get(key) is not None:
+            body[key] = value[key]
+    return body
+
+
 # ---------------------------------------------------------------------------- the table
 
 
@@ -206,6 +220,10 @@ SPECS: Final[tuple[PolicySpec, ...]] = (
     _int_spec("maxConsumersPerSubscription", "maxConsumersPerSubscription", "maxConsumersPerSubscription",
               P.NS_MAX_CONSUMERS_PER_SUBSCRIPTION, P.TOPIC_MAX_CONSUMERS_PER_SUBSCRIPTION,
               "maxConsumersPerSubscription must be 0 or more", lambda p: p.max_consumers_per_subscription),
+    PolicySpec(
+        "autoTopicCreation", "autoTopicCreation", None, NS_AUTO_TOPIC_CREATION, (), parse_auto_topic_creation,
+        _one_key(NS_AUTO_TOPIC_CREATION), _read_key(NS_AUTO_TOPIC_CREATION), lambda p: None,
+    ),
     _int_spec("ackHoleRedelivery", "ackHoleRedelivery", "ackHoleRedelivery", P.NS_ACK_HOLE_REDELIVERY,
               P.TOPIC_ACK_HOLE_REDELIVERY, "ackHoleRedelivery must be 0 (off) or more milliseconds",
               lambda p: p.ack_hole_redelivery_ms),

@@ -10,6 +10,8 @@ Namespace level, under /admin/v2/namespaces/{tenant}/{namespace}/:
     maxConsumersPerTopic         int
     maxConsumersPerSubscription  int
     ackHoleRedelivery            int milliseconds, 0 = off (velamq's own, BR-4)
+    autoTopicCreation            AutoTopicCreationOverride {allowAutoTopicCreation, topicType,
+                                 defaultNumPartitions} (stored as autoTopicCreationOverride)
     backlogQuotaMap              GET: {"destination_storage": BacklogQuota, "message_age": ...}
     backlogQuota                 POST (body BacklogQuota) / DELETE, ?backlogQuotaType=destination_storage
                                  (default) | message_age

@@ -38,13 +38,13 @@ def _publisher(p: PublisherStats) -> dict[str, Any]:
         "chunkedMessageRate": p.chunked_message_rate,
         "address": p.address,
         "connectedSince": iso_ms(p.connected_since_ms),
-        "clientVersion": "",
-        "metadata": {},
+        "clientVersion": p.client_version,
+        "metadata": dict(p.metadata),
     }
 
 
 def _consumer(c: ConsumerStats) -> dict[str, Any]:
-    return {
+    consumer = {
         "consumerName": c.consumer_name,
         "msgRateOut": c.msg_rate_out,
         "msgThroughputOut": c.msg_throughput_out,
@@ -58,7 +58,19 @@ def _consumer(c: ConsumerStats) -> dict[str, Any]:
         "connectedSince": iso_ms(c.connected_since_ms),
         "keyHashRanges": [f"[{a}, {b}]" for a, b in c.key_hash_ranges] or None,
         "isActive": c.is_active,
+        "clientVersion": c.client_version,
+        "metadata": dict(c.metadata),
+        # Pulsar's ConsumerStats: epoch ms (0: never), and the same as a date (lastAckedTime, ...).
+        "lastAckedTimestamp": c.last_acked_ms,
+        "lastConsumedTimestamp": c.last_consumed_ms,
+        "lastConsumedFlowTimestamp": c.last_consumed_flow_ms,
+        "lastAckedTime": iso_ms(c.last_acked_ms),
+        "lastConsumedTime": iso_ms(c.last_consumed_ms),
+        "msgRateRedeliver": c.msg_rate_redeliver,
     }
+    if c.read_position_when_joining is not None:
+        consumer["readPositionWhenJoining"] = _pos(c.read_position_when_joining)
+    return consumer
 
 
 def _subscription(s: SubscriptionStats) -> dict[str, Any]:

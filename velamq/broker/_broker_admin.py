@@ -41,6 +41,7 @@ from velamq.broker.stats._records import (
 )
 from velamq.broker.stats._topic_stats import internal_stats, topic_metrics, topic_stats
 from velamq.broker.subscription._subscription import Subscription
+from velamq.broker.topic._terminate import terminate
 from velamq.broker.topic._topic import Topic
 from velamq.metadata import MetadataStore, Policies
 from velamq.storage import ManagedCursor, Position
@@ -263,6 +264,11 @@ class BrokerAdmin:
     async def trim_topic(self, topic: str) -> None:
         """Apply retention now: delete the consumed ledgers that retention no longer keeps."""
         await apply_retention(await self._topic(topic), self._broker.clock.now_ms())
+
+    async def terminate_topic(self, topic: str) -> tuple[int, int]:
+        """Terminate a topic (_terminate.py); its last message id, the same when asked again."""
+        end = await terminate(await self._topic(topic), self.metadata)
+        return end.ledger_id, end.entry_id
 
     # ---- reading stored messages ----------------------------------------------------------------
 

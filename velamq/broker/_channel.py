@@ -47,6 +47,11 @@ class Channel(Protocol):
     @property
     def protocol_version(self) -> int: ...
 
+    @property
+    def client_version(self) -> str:
+        """CONNECT's client_version ("Pulsar-CPP-v3.7.0", ...)."""
+        ...
+
     def write(self, data: bytes) -> None:
         """Queue an encoded frame; frames of one loop iteration go out in one write."""
         ...
@@ -79,6 +84,7 @@ class ClosedChannel:
     writable = False
     remote_address = "closed"
     protocol_version = 0
+    client_version = ""
 
     def write(self, data: bytes) -> None:
         pass

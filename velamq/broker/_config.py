@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from velamq import _limits
+from velamq.metadata import partitions_max
 from velamq.security import SECURITY_KEYS, SecuritySettings
 from velamq.storage import StorageConfig
 
@@ -69,6 +70,8 @@ _KEYS = {
     "keepAliveIntervalSeconds": "keepalive_interval_s",
     "clusterName": "cluster_name",
     "allowAutoTopicCreation": "allow_auto_topic_creation",
+    "allowAutoTopicCreationType": "auto_topic_creation_type",
+    "defaultNumPartitions": "default_num_partitions",
     "policyCheckIntervalSeconds": "policy_check_interval_s",
     "defaultRetentionTimeInMinutes": "default_retention_time_minutes",
     "defaultRetentionSizeInMB": "default_retention_size_mb",
@@ -84,6 +87,7 @@ _KEYS = {
     "writeBufferLowWaterMarkBytes": "write_buffer_low_bytes",
     "brokerTopicIdleUnloadSeconds": "topic_idle_unload_s",
     "exposeTopicLevelMetricsInPrometheus": "expose_topic_level_metrics",
+    "topicLevelMetricsMaxTopics": "topic_level_metrics_max_topics",
     "forceDeleteNamespaceAllowed": "force_delete_namespace_allowed",
     "enableNonPersistentTopics": "enable_non_persistent_topics",
     # bookkeeper.conf names for the storage engine
@@ -119,6 +123,10 @@ class BrokerConfig:
     ledger_megabytes_max: int = _limits.ledger_bytes_max // _limits.MIB
     keepalive_interval_s: float = _limits.keepalive_interval_s
     allow_auto_topic_creation: bool = True
+    # What a topic created on first use is: non-partitioned, or partitioned with
+    # default_num_partitions partitions (a namespace's autoTopicCreation policy overrides all three).
+    auto_topic_creation_type: str = "non-partitioned"
+    default_num_partitions: int = 1
     use_uvloop: bool = False
     # Broker-wide retention defaults (namespace and topic policies override them). As in Pulsar, 0/0
     # deletes closed ledgers as soon as every subscription acknowledged them -- and, on a topic
@@ -150,9 +158,11 @@ class BrokerConfig:
     # A loaded topic with no producer, no consumer and no pending work unloads after this long
     # without use (0: topics stay loaded). docs/architecture.md, "Topic lifecycle".
     topic_idle_unload_s: float = 60.0
-    # /metrics: per-namespace figures (False, Pulsar's default) or a sample per topic and
-    # subscription as well (True). At a million topics, per-topic output is hundreds of MiB.
-    expose_topic_level_metrics: bool = False
+    # /metrics: a sample per loaded topic and subscription (True, Pulsar's default) or
+    # per-namespace figures only (False). Above topic_level_metrics_max_topics loaded topics (0: no
+    # cap) a scrape falls back to the namespace figures (_topic_metrics_cap.py).
+    expose_topic_level_metrics: bool = True
+    topic_level_metrics_max_topics: int = 3000
     # DELETE /admin/v2/namespaces/{t}/{ns}?force=true deletes the namespace with all its topics
     # (in batches); refused (405) unless allowed, as in Pulsar.
     force_delete_namespace_allowed: bool = False
@@ -181,8 +191,14 @@ class BrokerConfig:
             raise ValueError("brokerMaxConnections and brokerMaxConnectionsPerIp must not be negative")
         if not 0 <= self.write_buffer_low_bytes <= self.write_buffer_high_bytes:
             raise ValueError("expected 0 <= writeBufferLowWaterMarkBytes <= writeBufferHighWaterMarkBytes")
+        if self.topic_level_metrics_max_topics < 0:
+            raise ValueError("topicLevelMetricsMaxTopics must be 0 (no cap) or more")
         if self.handshake_timeout_s <= 0 or self.disk_check_interval_ms <= 0:
             raise ValueError("connectionHandshakeTimeoutSeconds and diskCheckInterval must be positive")
+        if self.auto_topic_creation_type not in ("non-partitioned", "partitioned"):
+            raise ValueError("allowAutoTopicCreationType must be non-partitioned or partitioned")
+        if not 0 < self.default_num_partitions <= partitions_max:
+            raise ValueError(f"defaultNumPartitions must be between 1 and {partitions_max}")
         if self.broker_port is None and self.security.broker_port_tls is None:
             raise ValueError("no binary port: set brokerServicePort or brokerServicePortTls")
 
@@ -251,7 +267,7 @@ def _log_ignored(path: Path, ignored: list[str]) -> None:
     known = [*_KEYS, *SECURITY_KEYS]
     hints = []
     for key in ignored:
-        # A typo, not another Pulsar key that extends one of ours (allowAutoTopicCreationType).
+        # A typo, not another Pulsar key that extends one of ours (allowAutoSubscriptionCreation).
         near = [k for k in difflib.get_close_matches(key, known, n=1, cutoff=0.85) if abs(len(k) - len(key)) <= 2]
         if near:
             hints.append(f"{key} (did you mean {near[0]}?)")

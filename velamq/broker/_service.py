@@ -35,6 +35,7 @@ from velamq.broker.guards._net_budget import NetworkBudget
 from velamq.broker.nonpersistent._stats import non_persistent_topic_metrics, with_non_persistent
 from velamq.broker.nonpersistent._table import NonPersistentTopics
 from velamq.broker.nonpersistent._topic import NonPersistentTopic
+from velamq.broker.service._auto_create import TopicCreation
 from velamq.broker.service._idle_unload import IdleUnloader
 from velamq.broker.service._loaded_topics import LoadedTopics
 from velamq.broker.service._policy_tasks import PolicyTasks
@@ -46,10 +47,12 @@ from velamq.broker.session._listener import BrokerPorts, ConnectionLimits
 from velamq.broker.stats._metrics_snapshot import collect
 from velamq.broker.stats._rate_history import RateHistory
 from velamq.broker.stats._records import BrokerMetrics, NamespaceMetrics, TopicMetrics
+from velamq.broker.stats._topic_metrics_cap import TopicLevelMetrics
 from velamq.broker.stats._topic_stats import topic_metrics
 from velamq.broker.topic._schemas import BrokerSchemas
 from velamq.broker.topic._topic import Topic
 from velamq.metadata import MetadataStore, Policies
+from velamq.metadata._auto_creation import AutoTopicCreation
 from velamq.protocol import pb
 from velamq.security import AuthenticationService, AuthorizationModel, ReloadingServerContext
 from velamq.storage import PublishBuffer, Storage
@@ -105,6 +108,9 @@ class BrokerService:
         )
         self.schemas = BrokerSchemas(metadata.schemas, self._schema_policies)
         self.policy_tasks = PolicyTasks(clock, config.policy_check_interval_s, lambda: self.topics.values())
+        self.topic_level_metrics = TopicLevelMetrics(
+            config.expose_topic_level_metrics, config.topic_level_metrics_max_topics
+        )
         self.rate_history = RateHistory(clock, lambda: self.topics.values(), config.rate_history_interval_s)
         self._connections: set[OpenConnection] = set()
         self.auth_refresher = AuthRefresher(
@@ -184,14 +190,17 @@ class BrokerService:
         return tuple(non_persistent_topic_metrics(t) for t in self.non_persistent.topics.values())
 
     async def scrape_metrics(self) -> BrokerMetrics:
-        """The /metrics snapshot: per namespace (per topic too with expose_topic_level_metrics),
-        the loaded topics visited a slice at a time (_metrics_snapshot.py)."""
+        """The /metrics snapshot: per namespace, and per topic unless expose_topic_level_metrics is
+        off or more topics are loaded than its cap (_topic_metrics_cap.py); the loaded topics are
+        visited a slice at a time (_metrics_snapshot.py)."""
         taken_at_s = self.clock.monotonic_s()
-        namespaces, topics = await collect(list(self.topics.values()), self.config.expose_topic_level_metrics)
-        if self.config.expose_topic_level_metrics:
-            topics += self._non_persistent_metrics()
-        elif self.non_persistent.topics:
-            namespaces = with_non_persistent(namespaces, self._non_persistent_metrics())
+        per_topic = self.topic_level_metrics.per_topic(len(self.topics) + len(self.non_persistent.topics))
+        namespaces, topics = await collect(list(self.topics.values()), per_topic)
+        if self.non_persistent.topics:  # summed into their namespaces, and listed when per topic
+            non_persistent = self._non_persistent_metrics()
+            namespaces = with_non_persistent(namespaces, non_persistent)
+            if per_topic:
+                topics += non_persistent
         return self._metrics(topics, taken_at_s, namespaces)
 
     def _metrics(
@@ -230,7 +239,8 @@ class BrokerService:
             raise BrokerRequestError(pb.TopicNotFound, f"namespace {name.namespace} does not exist")
 
     async def partitions_of(self, name: TopicName) -> int:
-        return await self.metadata.get_partitions(str(name))
+        """Creates the topic as partitioned first where the auto-creation rule says so (_auto_create.py)."""
+        return await self.loaded.auto_create.partitions_of(name)
 
     async def policies_for(self, name: TopicName) -> Policies:
         return await self.loaded.policies_for(name)
@@ -338,9 +348,12 @@ def _loaded_topics(config: BrokerConfig, storage: Storage, metadata: MetadataSto
         retention_time_minutes=config.default_retention_time_minutes,
         retention_size_mb=config.default_retention_size_mb,
     )
+    rule = AutoTopicCreation(
+        config.allow_auto_topic_creation, config.auto_topic_creation_type, config.default_num_partitions
+    )
     return LoadedTopics(
         storage, metadata, clock, default_policies=defaults,
-        auto_create=config.allow_auto_topic_creation, idle_unload_s=config.topic_idle_unload_s,
+        auto_create=TopicCreation(metadata, rule), idle_unload_s=config.topic_idle_unload_s,
     )
 
 

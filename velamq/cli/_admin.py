@@ -9,12 +9,14 @@ client.conf (--client-conf or $PULSAR_CLIENT_CONF) whose webServiceUrl is the de
     clusters    list | get
     tenants     list | get | create | update | delete
     namespaces  list | topics (destinations) | create | delete | policies | unload | clear-backlog |
-                unsubscribe | <property verbs> | <permission verbs> | <policy verbs>
+                unsubscribe | set-/get-/remove-auto-topic-creation | <property verbs> |
+                <permission verbs> | <policy verbs>
     topics      list | list-partitioned-topics | create | delete | create-partitioned-topic |
                 update-partitioned-topic | delete-partitioned-topic | create-missed-partitions |
                 get-partitioned-topic-metadata | lookup | partitioned-lookup | stats |
                 partitioned-stats | internal-stats (stats-internal) | partitioned-stats-internal |
-                unload | compact | compaction-status | trim-topic | last-message-id | subscriptions |
+                unload | compact | compaction-status | trim-topic | terminate | partitioned-terminate |
+                last-message-id | subscriptions |
                 create-subscription | unsubscribe | skip | skip-all | clear-backlog | expire-messages |
                 expire-messages-all-subscriptions | reset-cursor | <message verbs> |
                 <property verbs> | <permission verbs> | <policy verbs>
@@ -42,6 +44,7 @@ from typing import Any
 from velamq._errors import InvalidTopicNameError
 from velamq._topic_name import TopicName
 from velamq.cli import _admin_policies, _admin_schemas
+from velamq.cli._admin_auto_creation import add_auto_topic_creation_verbs
 from velamq.cli._admin_messages import add_message_verbs
 from velamq.cli._admin_output import parse_time_s, render, render_json
 from velamq.cli._admin_permissions import add_namespace_permission_verbs, add_topic_permission_verbs
@@ -156,6 +159,7 @@ def _namespaces(groups: Any) -> None:
          lambda c, a: c.request("POST", namespace_path(a.namespace, "unsubscribe", a.subscription)), unsubscribe_args)
     add_namespace_property_verbs(group)
     add_namespace_permission_verbs(group)
+    add_auto_topic_creation_verbs(group)
     _admin_policies.add_policy_verbs(group, topic_level=False)
     _admin_schemas.add_namespace_schema_verbs(group)
 
@@ -245,6 +249,10 @@ def _topics(groups: Any) -> None:
          lambda c, a: c.request("GET", topic_path(a.topic, "compaction")), topic_arg)
     verb(group, "trim-topic", "apply retention now (delete consumed ledgers it no longer keeps)",
          lambda c, a: c.request("POST", topic_path(a.topic, "trim")), topic_arg)
+    verb(group, "terminate", "terminate a topic: no more messages; prints the last message id",
+         lambda c, a: c.request("POST", topic_path(a.topic, "terminate")), topic_arg)
+    verb(group, "partitioned-terminate", "terminate every partition of a partitioned topic",
+         lambda c, a: c.request("POST", topic_path(a.topic, "terminate", "partitions")), topic_arg)
     verb(group, "last-message-id", "id of the last message",
          lambda c, a: c.request("GET", topic_path(a.topic, "lastMessageId")), topic_arg)
     verb(group, "subscriptions", "list subscriptions",

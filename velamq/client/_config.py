@@ -108,6 +108,9 @@ class ProducerConfig:
     # The client-wide memory limit this config was derived for (tuned()); informational: the
     # limit itself is a client setting, AsyncClient(memory_limit_bytes=...).
     memory_limit_bytes: int | None = None
+    # A subscription the broker creates on the topic with the producer (from the earliest message,
+    # unless it exists): what a dead-letter policy's initial_subscription_name asks for.
+    initial_subscription_name: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "compression_type",

@@ -214,9 +214,15 @@ def test_metrics_endpoint_shows_each_topic_with_expose_topic_level_metrics(topic
     assert any(name.startswith("velamq_storage") or name.startswith("velamq_journal") for name in families)
 
 
-def test_metrics_endpoint_sums_topics_per_namespace_by_default(admin: Admin) -> None:
+@pytest.fixture
+def namespace_level_admin(tmp_path: Path) -> Iterator[Admin]:
+    yield from start_admin(tmp_path, config=BrokerConfig(expose_topic_level_metrics=False))
+
+
+def test_metrics_endpoint_sums_topics_per_namespace_when_topic_level_is_off(namespace_level_admin: Admin) -> None:
     """Pulsar's exposeTopicLevelMetricsInPrometheus=false: the loaded topics of a namespace summed,
     no topic or subscription label, whatever the number of topics."""
+    admin = namespace_level_admin
     client = admin.client()
     consumers = [client.subscribe(f"orders-{i}", "sub-a", subscription_type="shared") for i in range(3)]
     producer = client.create_producer("orders-0")

@@ -44,6 +44,7 @@ class RecordingChannel:
         self.writable = True  # a test sets False to play a client that stopped reading
         self.remote_address = "127.0.0.1:40000"
         self.protocol_version = protocol_version
+        self.client_version = "velamq-test"
         self.frames: list[Frame] = []
         self.forgotten: list[object] = []
         self.paused_by: PublishBuffer | None = None

@@ -46,6 +46,7 @@ class NonPersistentSubscription:
         "_left",
         "_selector",
         "_sub_type",
+        "allow_out_of_order",
         "clock",
         "drops",
         "durable",
@@ -80,6 +81,9 @@ class NonPersistentSubscription:
         self.drops: RateCounter = NO_RATE  # messages dropped (msgDropRate); made on first drop
         self.out: RateCounter = NO_RATE  # messages dispatched; made on first dispatch
         self.read_compacted = False
+        # Key_Shared's allowOutOfOrderDelivery: kept as asked; nothing is held back here anyway
+        # (a joining consumer gets only what is published from then on).
+        self.allow_out_of_order = False
         self.resetting = False
 
     # ---- consumers -------------------------------------------------------------------------------

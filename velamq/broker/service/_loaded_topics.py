@@ -22,7 +22,9 @@ from velamq._topic_name import TopicName
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker.delayed._store import delete_delayed_indexes
 from velamq.broker.log._compaction import CompactedView, compacted_store_name
+from velamq.broker.service._auto_create import TopicCreation
 from velamq.broker.service._idle_unload import IdleUnloader
+from velamq.broker.topic._terminate import set_terminated, stored_termination
 from velamq.broker.topic._topic import Topic
 from velamq.metadata import Policies, TopicOpen, resolve_policies
 from velamq.protocol import pb
@@ -53,11 +55,12 @@ class LoadedTopics:
         clock: Clock,
         *,
         default_policies: Policies,
-        auto_create: bool,
+        auto_create: TopicCreation,
         idle_unload_s: float,
     ) -> None:
-        """`auto_create`: a lookup that may create creates a missing topic (allowAutoTopicCreation);
-        `default_policies` are the broker's, under namespace and topic policies."""
+        """`auto_create`: whether a lookup that may create creates a missing topic (the broker's
+        allowAutoTopicCreation, or its namespace's autoTopicCreation policy); `default_policies`
+        are the broker's, under namespace and topic policies."""
         self.storage = storage
         self.metadata = metadata
         self.clock = clock
@@ -149,6 +152,9 @@ class LoadedTopics:
         topic = Topic(name, ledger, self.clock)
         topic.storage = self.storage
         await topic.apply_policies(await self.policies_for(name))
+        end = await stored_termination(self.metadata, topic)
+        if end is not None:
+            set_terminated(topic, end)
         if store is not None:
             view = await CompactedView.load(store)
             if view is None:  # a compaction that never finished
@@ -164,7 +170,7 @@ class LoadedTopics:
     async def _open_row(self, name: TopicName, create: bool) -> None:
         """The topic's metadata row, found or created; BrokerRequestError says why not."""
         full = str(name)
-        found = await self.metadata.open_topic(full, create and self.auto_create)
+        found = await self.metadata.open_topic(full, create and await self.auto_create.may_create(name))
         if found is TopicOpen.NO_NAMESPACE:
             raise BrokerRequestError(pb.TopicNotFound, f"namespace {name.namespace} does not exist")
         if found is TopicOpen.IS_PARTITIONED:

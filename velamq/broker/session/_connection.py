@@ -91,6 +91,7 @@ class ServerConnection(asyncio.Protocol):
         self._release = release
         self.state = State.AWAIT_CONNECT
         self.protocol_version = 0
+        self.client_version = ""  # CONNECT's client_version: what stats show, what it understands
         self.remote_address = "?"
         self._transport: asyncio.Transport | None = None
         self._decoder = FrameDecoder(broker.config.frame_bytes_max)
@@ -309,6 +310,7 @@ class ServerConnection(asyncio.Protocol):
         if bad is not None:
             raise ProtocolError(f"connect.{bad} is not valid UTF-8")
         self.protocol_version = min(connect.protocol_version, _limits.protocol_version_max)
+        self.client_version = connect.client_version
         try:
             self.auth.connect(connect)
         except AuthenticationFailedError as exc:

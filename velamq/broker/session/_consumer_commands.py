@@ -79,9 +79,16 @@ class ConsumerCommands:
         topic, subscription = await self._open_subscription(request)
         sub_type = SubType(int(request.subType))
         schema = request.schema if request.HasField("schema") else None
+        out_of_order = _allow_out_of_order(request, sub_type)
         if not subscription.consumers:
             subscription.sub_type = sub_type
             subscription.read_compacted = request.read_compacted
+            subscription.allow_out_of_order = out_of_order
+        elif sub_type == SubType.KEY_SHARED and subscription.allow_out_of_order != out_of_order:
+            # As Pulsar (SubscriptionBusyException): the subscription keeps its first consumer's rule.
+            allowed = "allows" if subscription.allow_out_of_order else "does not allow"
+            reason = f"Subscription is of different type. Active subscription {allowed} out of order delivery"
+            raise BrokerRequestError(pb.ConsumerBusy, reason)
         consumer = AttachedConsumer(
             subscription,
             self._channel,
@@ -92,6 +99,7 @@ class ConsumerCommands:
             connected_since_ms=self._broker.clock.now_ms(),
         )
         consumer.auto_consume = schema is not None and schema.type == pb.Schema.AutoConsume
+        consumer.metadata = {kv.key: kv.value for kv in request.metadata}
         sticky = _sticky_ranges(request, sub_type)
         if self._channel.closed:
             return
@@ -140,12 +148,14 @@ class ConsumerCommands:
         flow = frame.command.flow
         consumer = self._consumers.get(flow.consumer_id)
         if consumer is not None:
+            consumer.last_flow_ms = self._broker.clock.now_ms()
             consumer.subscription.flow(consumer, flow.messagePermits)
 
     def on_ack(self, frame: Frame) -> None:
         ack = frame.command.ack
         consumer = self._consumers.get(ack.consumer_id)
         if consumer is not None and ack.message_id:
+            consumer.last_acked_ms = self._broker.clock.now_ms()
             subscription = consumer.subscription
             if ack.ack_type == pb.CommandAck.Cumulative:
                 mid = ack.message_id[0]
@@ -292,6 +302,13 @@ def _check_subscribe(topic: CommandTopic, subscription: ConsumerSubscription, su
         raise BrokerRequestError(
             pb.ConsumerBusy, f"Subscription reached max consumers limit {policies.max_consumers_per_subscription}"
         )
+
+
+def _allow_out_of_order(request: pb.CommandSubscribe, sub_type: SubType) -> bool:
+    """KeySharedMeta.allowOutOfOrderDelivery of a Key_Shared consumer (False for any other)."""
+    return sub_type == SubType.KEY_SHARED and request.HasField("keySharedMeta") and (
+        request.keySharedMeta.allowOutOfOrderDelivery
+    )
 
 
 def _sticky_ranges(request: pb.CommandSubscribe, sub_type: SubType) -> list[tuple[int, int]] | None:

@@ -94,7 +94,8 @@ class DiscoveryBroker(TopicRegistry, Protocol):
         ...
 
     async def partitions_of(self, name: TopicName) -> int:
-        """Partitions of a partitioned topic, 0 for anything else."""
+        """Partitions of a partitioned topic, 0 for anything else; a missing topic is created
+        partitioned first where the automatic topic creation rule says so."""
         ...
 
     async def topics_of_namespace(self, namespace: str, mode: int) -> list[str]: ...

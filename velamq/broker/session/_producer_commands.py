@@ -36,6 +36,7 @@ from velamq.broker.session._text_fields import non_utf8_field
 from velamq.broker.session._topic_ports import PublishingTopic
 from velamq.broker.topic._producer import ServerProducer
 from velamq.broker.topic._publish import Published
+from velamq.broker.topic._topic import Topic
 from velamq.protocol import Frame, SendReceiptEncoder, parse_entry_metadata_bytes, pb
 from velamq.storage import Position
 
@@ -110,8 +111,11 @@ class ProducerCommands:
             access_mode=int(request.producer_access_mode),
             connected_since_ms=broker.clock.now_ms(),
             schema_version=schema_version,
+            metadata={kv.key: kv.value for kv in request.metadata},
         )
         await topic.apply_policies(await broker.policies_for(name))
+        if request.initial_subscription_name and isinstance(topic, Topic):
+            await _create_initial_subscription(topic, request.initial_subscription_name)
         _check_writable(broker, name)
         _check_producer_limits(topic, producer_name)
         # No await between admission and registration: admission decisions stay valid.
@@ -279,6 +283,17 @@ def _check_writable(broker: ProducerBroker, name: TopicName) -> None:
         # The one refusal the official client answers by failing its pending sends (not retrying
         # them forever): see the module docstring and guards/_disk.py.
         raise BrokerRequestError(pb.ProducerBlockedQuotaExceededException, f"broker is read-only: {guard.reason}")
+
+
+async def _create_initial_subscription(topic: Topic, subscription: str) -> None:
+    """PRODUCER's initial_subscription_name (a dead-letter producer's): the subscription is created
+    from the earliest message unless it exists, on persistent topics only, as Pulsar's
+    ServerCnx.handleProducer does, so that what is published from now on is kept for it."""
+    if topic.name.domain != "persistent" or subscription in topic.ledger.cursors or subscription in topic.subscriptions:
+        return
+    if "\n" in subscription:
+        raise BrokerRequestError(pb.NotAllowedError, "invalid subscription name")
+    await topic.ledger.open_cursor(subscription, "earliest")
 
 
 def _check_producer_limits(topic: PublishingTopic, producer_name: str) -> None:

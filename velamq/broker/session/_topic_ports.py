@@ -81,6 +81,7 @@ class PublishingTopic(Protocol):
 
 class ConsumerSubscription(Protocol):
     read_compacted: bool
+    allow_out_of_order: bool  # Key_Shared: a joining consumer gets its keys at once
     resetting: bool
     sub_type: SubType
 

@@ -1,8 +1,9 @@
 """The /metrics scrape's snapshot: the loaded topics summed per namespace, or listed one by one.
 
-By default (`expose_topic_level_metrics` off, Pulsar's exposeTopicLevelMetricsInPrometheus=false)
-the scrape carries one NamespaceMetrics per namespace with loaded topics, so its size does not grow
-with the number of topics. Either way the loaded topics are visited a slice at a time, with the
+With `expose_topic_level_metrics` off (Pulsar's exposeTopicLevelMetricsInPrometheus=false), or
+with more topics loaded than its cap (_topic_metrics_cap.py), the scrape carries one
+NamespaceMetrics per namespace with loaded topics, so its size does not grow with the number of
+topics. Either way the loaded topics are visited a slice at a time, with the
 loop free in between: at hundreds of thousands of loaded topics a scrape never holds it for long.
 Unloaded topics are not visited at all (as in Pulsar, a topic's figures are those of the broker
 that has it loaded).

@@ -57,8 +57,8 @@ class TopicMetrics:
 
 @dataclass(frozen=True, slots=True)
 class NamespaceMetrics:
-    """The loaded topics of one namespace, summed (what /metrics shows by default, as Pulsar does
-    with exposeTopicLevelMetricsInPrometheus=false)."""
+    """The loaded topics of one namespace, summed (what /metrics shows with
+    exposeTopicLevelMetricsInPrometheus=false, as Pulsar does, or above topicLevelMetricsMaxTopics)."""
 
     namespace: str
     topics: int  # loaded
@@ -128,6 +128,8 @@ class PublisherStats:
     chunked_message_rate: float
     address: str
     connected_since_ms: int
+    client_version: str = ""  # CONNECT's client_version of its connection
+    metadata: Mapping[str, str] = field(default_factory=dict)  # the producer's properties
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +146,13 @@ class ConsumerStats:
     connected_since_ms: int
     key_hash_ranges: tuple[tuple[int, int], ...]  # Key_Shared: [start, end] ranges owned
     is_active: bool
+    client_version: str = ""
+    metadata: Mapping[str, str] = field(default_factory=dict)  # the consumer's properties
+    last_acked_ms: int = 0  # epoch ms; 0: never
+    last_consumed_ms: int = 0  # when an entry was last sent to it
+    last_consumed_flow_ms: int = 0  # when it last sent FLOW
+    msg_rate_redeliver: float = 0.0  # messages per second it gave back for redelivery
+    read_position_when_joining: Position | None = None  # Key_Shared, while it waits for older entries
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,6 +98,8 @@ def topic_stats(topic: Topic) -> TopicStats:
             chunked_message_rate=p.chunks_in.message_rate,
             address=p.channel.remote_address,
             connected_since_ms=p.connected_since_ms,
+            client_version=p.channel.client_version,
+            metadata=dict(p.metadata),
         )
         for p in topic.producers.values()
     )
@@ -147,6 +149,13 @@ def _subscription_stats(cursor: ManagedCursor, s: Subscription | None, average_e
             connected_since_ms=c.connected_since_ms,
             key_hash_ranges=tuple(c.hash_ranges),
             is_active=s.is_active(c),
+            client_version=c.channel.client_version,
+            metadata=dict(c.metadata),
+            last_acked_ms=c.last_acked_ms,
+            last_consumed_ms=c.last_consumed_ms,
+            last_consumed_flow_ms=c.last_flow_ms,
+            msg_rate_redeliver=c.redelivered.message_rate,
+            read_position_when_joining=s.joined_at(c),
         )
         for c in s.consumers
     )

@@ -9,6 +9,7 @@
     _key_shared    Key_Shared hash ranges (auto-split and sticky)
     _chunk_owners  all chunks of a message to one consumer on Shared and Key_Shared
     _in_flight     entries between dispatch and acknowledgement
+    _end_of_topic  REACHED_END_OF_TOPIC once a terminated topic's subscription consumed it all
 
 May import: delayed, log and the broker's root leaves (_channel, _rates, _errors); storage,
 protocol. Imported by: topic, session, service, stats, broker/_broker_admin.py.

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from velamq.broker.log import _positions
 from velamq.broker.subscription._consumer import ServerConsumer
+from velamq.broker.subscription._end_of_topic import check_end_of_topic
 from velamq.broker.subscription._selector import SubType
 from velamq.broker.subscription._state import SubscriptionState
 from velamq.storage import Position
@@ -110,9 +111,11 @@ class Acknowledgements(SubscriptionState):
         """A consumer's nack: all its unacked entries (None) or the listed ones go to the replay set."""
         in_flight = self._flight()
         if positions is None:
+            consumer.redelivered.add(sum(consumer.pending.values()), 0)
             in_flight.take_back_all(consumer, count_redelivery=True)
         else:
             mine = [p for p in positions if in_flight.pending.get(p) is consumer]
+            consumer.redelivered.add(sum(consumer.pending.get(p, 0) for p in mine), 0)
             for position in mine:
                 in_flight.take_back(position, count_redelivery=True)
             if mine:
@@ -120,6 +123,8 @@ class Acknowledgements(SubscriptionState):
         self.wake()
 
     def _after_ack(self) -> None:
+        if self.terminated:
+            check_end_of_topic(self)
         if self._sub_type != SubType.KEY_SHARED or self._selector is None:
             return
         first_unacked = self.ledger.next_position(self.cursor.mark_delete_position)

@@ -20,12 +20,17 @@ class ServerConsumer:
         "connected_since_ms",
         "consumer_id",
         "hash_ranges",
+        "last_acked_ms",
+        "last_consumed_ms",
+        "last_flow_ms",
+        "metadata",
         "name",
         "out",
         "partition_index",
         "pending",
         "permits",
         "priority",
+        "redelivered",
     )
 
     def __init__(
@@ -49,7 +54,14 @@ class ServerConsumer:
         self.hash_ranges: list[tuple[int, int]] = []
         self.out = RateCounter()
         self.chunks_out = RateCounter()
+        self.redelivered = RateCounter()  # messages it gave back (nacks, redelivery requests)
         self.connected_since_ms = connected_since_ms
+        # SUBSCRIBE's metadata, and when it last acknowledged, got an entry, sent FLOW (epoch ms,
+        # 0: never): Pulsar's ConsumerStats show them.
+        self.metadata: dict[str, str] = {}
+        self.last_acked_ms = 0
+        self.last_consumed_ms = 0
+        self.last_flow_ms = 0
         # Subscribed with an AUTO_CONSUME schema: it reads whatever the topic's schema is, so it does
         # not count as "active" when a later consumer's schema could become the topic's.
         self.auto_consume = False

@@ -24,6 +24,7 @@ from velamq.broker.log import _positions
 from velamq.broker.log._entry_info import EntryInfo, entry_info
 from velamq.broker.subscription._chunk_owners import ChunkOwners
 from velamq.broker.subscription._consumer import ServerConsumer
+from velamq.broker.subscription._end_of_topic import check_end_of_topic
 from velamq.broker.subscription._selector import ConsumerSelector, SubType
 from velamq.broker.subscription._state import SubscriptionState
 from velamq.storage import Entry, Position
@@ -147,6 +148,8 @@ class Dispatcher(SubscriptionState):
                 self.read_position = self._skip_known(self.read_position)
                 last = self.ledger.last_confirmed
                 if last is None or self.read_position > last:
+                    if self.terminated and not self.durable:
+                        check_end_of_topic(self)  # a reader read it all
                     return
                 entries = await self.ledger.read_entries(self.read_position, count)
                 if epoch != self._epoch or self._selector is None:
@@ -201,6 +204,7 @@ class Dispatcher(SubscriptionState):
                 self.cursor.batch_ack_set(position),
             )
             in_flight.sent(position, consumer, monotonic_now)
+            consumer.last_consumed_ms = now
             rates.out.add(info.num_messages, len(entry.data))
             if info.is_chunk:
                 _chunk_sent(rates.chunks_out, consumer, len(entry.data))

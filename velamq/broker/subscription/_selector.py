@@ -8,6 +8,8 @@
                            that joins while entries are out gets nothing at or past the read
                            position of its joining until everything before it is acknowledged,
                            so that a key moving to it cannot overtake its unacked entries
+                           (unless the subscription allows out-of-order delivery: Pulsar's
+                           KeySharedPolicy allowOutOfOrderDelivery, then it gets them at once)
 """
 
 from __future__ import annotations
@@ -123,6 +125,11 @@ class ConsumerSelector:
             if consumer.permits > 0 and consumer.channel.writable:
                 return consumer
         return None
+
+    def joined_at(self, consumer: ServerConsumer) -> Position | None:
+        """Where a Key_Shared consumer that joined while entries were out joined (Pulsar's
+        readPositionWhenJoining), while it still waits for them; None otherwise."""
+        return self._joined_at.get(id(consumer))
 
     def release_joined(self, first_unacked: Position) -> bool:
         """Key_Shared consumers whose join position everything before is acknowledged may now get

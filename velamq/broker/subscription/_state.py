@@ -46,6 +46,7 @@ class SubscriptionState:
         "_task",
         "_waiter",
         "_wake_pending",
+        "allow_out_of_order",
         "clock",
         "compacted_view",
         "cursor",
@@ -56,6 +57,7 @@ class SubscriptionState:
         "read_compacted",
         "read_position",
         "resetting",
+        "terminated",
     )
 
     name: str
@@ -68,6 +70,8 @@ class SubscriptionState:
     read_compacted: bool
     compacted_view: CompactedView | None
     resetting: bool
+    allow_out_of_order: bool
+    terminated: bool
     _sub_type: SubType
     _partition_index: int
     _selector: ConsumerSelector | None

@@ -21,6 +21,7 @@ from velamq.broker.log import _positions
 from velamq.broker.subscription._acks import Acknowledgements
 from velamq.broker.subscription._consumer import ServerConsumer
 from velamq.broker.subscription._dispatch import Dispatcher, ReadSize
+from velamq.broker.subscription._end_of_topic import check_end_of_topic
 from velamq.broker.subscription._selector import ConsumerSelector, SubType
 from velamq.storage import ManagedCursor, ManagedLedger, Position, Storage
 
@@ -75,6 +76,11 @@ class Subscription(Dispatcher, Acknowledgements):
         self._rates = None
         # Set while consumers are closed by a seek: a non-durable subscription must survive it.
         self.resetting = False
+        # Key_Shared allowOutOfOrderDelivery, as its first consumer asked: a consumer that joins
+        # gets its keys at once instead of waiting for the entries out before it joined.
+        self.allow_out_of_order = False
+        # Its topic is terminated: consumers hear of the end once it is all consumed (_terminate.py).
+        self.terminated = False
 
     # ---- counters (made on first use) --------------------------------------------------------
 
@@ -105,6 +111,7 @@ class Subscription(Dispatcher, Acknowledgements):
         for consumer in self.consumers:
             consumer.out.sample(now_s)
             consumer.chunks_out.sample(now_s)
+            consumer.redelivered.sample(now_s)
 
     # ---- consumers -------------------------------------------------------------------------------
 
@@ -122,16 +129,24 @@ class Subscription(Dispatcher, Acknowledgements):
     def add_consumer(self, consumer: ServerConsumer, sticky_ranges: list[tuple[int, int]] | None = None) -> None:
         """Raises HashRangeOverlapError for bad sticky ranges; the caller checks type rules."""
         joined_at = None
-        if self.consumers and self.ledger.next_position(self.cursor.mark_delete_position) < self.read_position:
+        if (
+            self.consumers
+            and not self.allow_out_of_order
+            and self.ledger.next_position(self.cursor.mark_delete_position) < self.read_position
+        ):
             joined_at = self.read_position  # entries are out: keys moving to it must wait for them
         selector = self._selector
         if selector is None:
             selector = ConsumerSelector(self._sub_type, self._partition_index)
         demoted = selector.add(consumer, sticky_ranges, joined_at)
         self._selector = selector
+        # Its first rate covers the time since it joined (a nack before the first sample counts).
+        consumer.redelivered = RateCounter.since(self.clock.monotonic_s())
         if demoted is not None:
             self._flight().take_back_all(demoted, count_redelivery=False)
         self.wake()
+        if self.terminated:
+            check_end_of_topic(self)
 
     def remove_consumer(self, consumer: ServerConsumer) -> None:
         selector = self._selector
@@ -170,6 +185,11 @@ class Subscription(Dispatcher, Acknowledgements):
 
     def is_active(self, consumer: ServerConsumer) -> bool:
         return self._selector is not None and self._selector.is_active(consumer)
+
+    def joined_at(self, consumer: ServerConsumer) -> Position | None:
+        """Key_Shared: the read position when the consumer joined, while it waits for what was
+        out before (stats' readPositionWhenJoining)."""
+        return self._selector.joined_at(consumer) if self._selector is not None else None
 
     @property
     def idle(self) -> bool:

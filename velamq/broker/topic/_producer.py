@@ -50,6 +50,7 @@ class ServerProducer:
     access_mode: int  # pb.ProducerAccessMode
     connected_since_ms: int = 0
     schema_version: bytes | None = None  # its schema's version (8 bytes), None without a schema
+    metadata: Mapping[str, str] = field(default_factory=dict)  # PRODUCER's metadata (stats show it)
     rate_in: RateCounter = field(default_factory=RateCounter)
     chunks_in: RateCounter = field(default_factory=RateCounter)
 

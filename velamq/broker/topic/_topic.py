@@ -20,6 +20,7 @@ from collections.abc import Callable
 from velamq._clock import Clock
 from velamq._errors import StorageError
 from velamq._topic_name import TopicName
+from velamq.broker._errors import BrokerRequestError
 from velamq.broker._rates import NO_RATE, RateCounter
 from velamq.broker.delayed._store import delayed_index_name
 from velamq.broker.log._compaction import CompactedView, CompactionStatus, compact
@@ -93,6 +94,8 @@ class Topic:
         "rate_in",
         "storage",
         "subscriptions",
+        "terminated_at",
+        "terminating",
     )
 
     def __init__(self, name: TopicName, ledger: ManagedLedger, clock: Clock) -> None:
@@ -123,6 +126,10 @@ class Topic:
         # check holds an entry for it (docs/architecture.md, "Topic lifecycle").
         self.last_used_s = clock.monotonic_s()
         self.idle_queued = False
+        # Terminated (_terminate.py): producers are refused from `terminating` on; `terminated_at`
+        # is the position of its last entry once it is recorded.
+        self.terminating = False
+        self.terminated_at: Position | None = None
 
     # ---- producers -------------------------------------------------------------------------------
 
@@ -148,13 +155,22 @@ class Topic:
         self, producer: ServerProducer, request_epoch: int | None, on_queued: Callable[[], None]
     ) -> None:
         """Apply the producer access mode (_producer.py): raises BrokerRequestError with
-        ProducerBusy or ProducerFenced; WaitForExclusive calls `on_queued` once and waits its turn."""
+        ProducerBusy or ProducerFenced; WaitForExclusive calls `on_queued` once and waits its turn.
+        A terminated topic admits nobody (TopicTerminatedError, _terminate.py)."""
+        self._check_not_terminated()
         if producer.access_mode == pb.Shared:
             check_shared(self.exclusive_producer, producer)
             return
         if self._access is None:
             self._access = ProducerAccess()
         await self._access.admit(self.producers, producer, request_epoch, on_queued)
+        if self.terminating:  # terminated while it waited its turn
+            self.not_registered(producer.name)
+            self._check_not_terminated()
+
+    def _check_not_terminated(self) -> None:
+        if self.terminating:  # as Pulsar's AbstractTopic.addProducer (TopicTerminatedException)
+            raise BrokerRequestError(pb.TopicTerminatedError, f"Topic {self.full_name} was already terminated")
 
     def not_registered(self, name: str) -> None:
         """An admitted producer was not registered after all (its connection closed, or its name
@@ -287,6 +303,7 @@ class Topic:
             )
             subscription.delayed_delivery = self.policies.delayed_delivery
             subscription.compacted_view = self.compacted
+            subscription.terminated = self.terminated_at is not None
             self.subscriptions[name] = subscription
             return subscription
 

@@ -212,6 +212,11 @@ class _BlockingReceiver:
     def is_connected(self) -> bool:
         return self._consumer.is_connected()
 
+    def is_end_of_topic(self) -> bool:
+        """The topic is terminated and everything was received (Consumer.is_end_of_topic), the
+        local prefetch included."""
+        return not self._prefetch.has_messages() and self._consumer.is_end_of_topic()
+
     def get_last_message_id(self) -> MessageId:
         return self._loop.run(self._consumer.get_last_message_id())
 

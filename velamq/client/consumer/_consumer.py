@@ -78,7 +78,8 @@ class Consumer(ConsumerRouting):
         if policy is not None:
             first = self.topics[0] if self.topics else (pattern_namespace or "pattern")
             self._dead_letters = DeadLetterSender(
-                client, policy.dead_letter_topic or default_dead_letter_topic(first, subscription))
+                client, policy.dead_letter_topic or default_dead_letter_topic(first, subscription),
+                policy.initial_subscription_name)
 
     def __repr__(self) -> str:
         return f"Consumer({self.topics!r}, {self.subscription!r})"
@@ -315,6 +316,15 @@ class Consumer(ConsumerRouting):
 
     def is_connected(self) -> bool:
         return not self._closed and all(c.is_connected for c in self._children.values())
+
+    def is_end_of_topic(self) -> bool:
+        """True once every topic (partition) it reads is terminated and it has consumed it all (the
+        broker's REACHED_END_OF_TOPIC), and no message is left in its queue; Pulsar's
+        hasReachedEndOfTopic."""
+        children = self._children.values()
+        return bool(children) and all(c.reached_end_of_topic for c in children) and (
+            self._held is None and len(self.queue) == 0
+        )
 
     async def unsubscribe(self) -> None:
         await asyncio.gather(*(c.unsubscribe() for c in self._children.values()))

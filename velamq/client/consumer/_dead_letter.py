@@ -1,6 +1,8 @@
 """Publishing to the dead-letter topic (CO-3), as the official clients do it on the client side.
 
-The dead-letter producer is created on first use (unbatched, not blocking). A dead-lettered
+The dead-letter producer is created on first use (unbatched, not blocking); with the policy's
+initial_subscription_name it asks the broker to create that subscription on the dead-letter topic
+(from its earliest message, unless it exists), so dead-lettered messages are kept for it. A dead-lettered
 message keeps payload, key, ordering key, event time and properties, plus REAL_TOPIC (where it came
 from) and ORIGIN_MESSAGE_ID, the property names Pulsar uses.
 """
@@ -30,9 +32,10 @@ def default_dead_letter_topic(topic: str, subscription: str) -> str:
 
 
 class DeadLetterSender:
-    def __init__(self, client: ProducerFactory, topic: str) -> None:
+    def __init__(self, client: ProducerFactory, topic: str, initial_subscription_name: str | None = None) -> None:
         self.client = client
         self.topic = topic
+        self.initial_subscription_name = initial_subscription_name
         self._producer: Producer | None = None
         self._lock = asyncio.Lock()
 
@@ -40,7 +43,8 @@ class DeadLetterSender:
         async with self._lock:
             if self._producer is None:
                 self._producer = await self.client.create_producer(
-                    self.topic, batching_enabled=False, block_if_queue_full=False)
+                    self.topic, batching_enabled=False, block_if_queue_full=False,
+                    initial_subscription_name=self.initial_subscription_name)
             return self._producer
 
     async def send(self, message: Message) -> MessageId:

@@ -54,6 +54,10 @@ class Reader:
     def is_connected(self) -> bool:
         return self._consumer.is_connected()
 
+    def is_end_of_topic(self) -> bool:
+        """True once the topic is terminated and everything in it was read (Consumer.is_end_of_topic)."""
+        return self._consumer.is_end_of_topic()
+
     async def close(self) -> None:
         await self._consumer.close()
 

@@ -86,6 +86,8 @@ class TopicConsumer(ConsumerAckCommands):
         self.consumer_name = config.consumer_name or ""
         self.generation = 0
         self.is_active: bool | None = None
+        # The broker said the topic is terminated and this consumer has consumed it all.
+        self.reached_end_of_topic = False
         self._available_permits = 0
         # Readers: where to (re)start, and whether the start message itself is delivered.
         self._start: MessageId | None = start_message_id
@@ -191,6 +193,9 @@ class TopicConsumer(ConsumerAckCommands):
     def _on_fatal(self, error: BaseException) -> None:
         self.state = State.FAILED
         self.queue.close(error)
+
+    def on_reached_end_of_topic(self) -> None:
+        self.reached_end_of_topic = True
 
     def on_active_consumer_change(self, is_active: bool) -> None:
         self.is_active = is_active

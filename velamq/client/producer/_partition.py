@@ -138,6 +138,8 @@ class PartitionProducer(SendOps):
             p.topic_epoch = self._topic_epoch
         for k, v in self.config.properties.items():
             p.metadata.add(key=k, value=v)
+        if self.config.initial_subscription_name:
+            p.initial_subscription_name = self.config.initial_subscription_name
         schema = self.config.schema.protocol_schema() if self.config.schema is not None else None
         if schema is not None:
             p.schema.CopyFrom(schema)

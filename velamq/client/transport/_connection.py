@@ -83,6 +83,7 @@ class ProducerListener(Protocol):
 class ConsumerListener(Protocol):
     def on_message(self, message: pb.CommandMessage, entry: bytes, checksum_valid: bool) -> None: ...
     def on_active_consumer_change(self, is_active: bool) -> None: ...
+    def on_reached_end_of_topic(self) -> None: ...
     def on_closed_by_broker(self, connection: Connection) -> None: ...
     def on_connection_lost(self, connection: Connection) -> None: ...
 
@@ -352,6 +353,10 @@ class Connection:
             c = self._consumers.get(command.active_consumer_change.consumer_id)
             if c is not None:
                 c.on_active_consumer_change(command.active_consumer_change.is_active)
+        elif t == T.REACHED_END_OF_TOPIC:
+            c = self._consumers.get(command.reachedEndOfTopic.consumer_id)
+            if c is not None:
+                c.on_reached_end_of_topic()
         else:
             log.debug("%r: ignoring %s", self, T.Type.Name(t))
 
