@@ -187,7 +187,7 @@ class ProducerCommands:
         topic.publish_with(
             producer,
             entry,
-            send.num_messages if send.HasField("num_messages") else 1,
+            send.num_messages,  # 1 when absent (the field's default)
             sequence_id,
             highest_sequence_id,
             dedup_checked,
