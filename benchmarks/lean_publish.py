@@ -381,6 +381,7 @@ class Run:
     server_cpu_s: float
     threads: list[float] = field(default_factory=list)  # loop first, then the others by CPU
     loop_system_s: float = 0.0  # the loop thread's system time (in threads[0])
+    client_cpu_s: float = 0.0  # this process's (the load generator's)
 
     @property
     def rate(self) -> float:
@@ -394,14 +395,16 @@ class Run:
 def timed(pid: int, streams: list[Stream], messages: int) -> Run:
     before = thread_cpu_s(pid)
     loop_before = _stat_user_system_s(f"/proc/{pid}/task/{pid}/stat")
+    client_before = time.process_time()
     seconds = drive(streams)
+    client_cpu_s = time.process_time() - client_before
     loop_after = _stat_user_system_s(f"/proc/{pid}/task/{pid}/stat")
     after = thread_cpu_s(pid)
     per_thread = {tid: after[tid] - before.get(tid, 0.0) for tid in after}
     loop = per_thread.pop(pid, 0.0)
     others = sorted(per_thread.values(), reverse=True)
     loop_system = loop_after[1] - loop_before[1]
-    return Run(seconds, messages, loop + sum(others), [loop, *others], loop_system)
+    return Run(seconds, messages, loop + sum(others), [loop, *others], loop_system, client_cpu_s)
 
 
 def velamq_run(broker_port: int, admin_url: str, pid: int, args: argparse.Namespace, connections: int,
@@ -552,14 +555,15 @@ def main(argv: list[str] | None = None) -> int:
           f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
     print(f"- {args.messages:,} messages of {args.size} bytes per run, {args.batch} per entry, "
           f"window {args.window} per connection, median of {args.runs} runs by server CPU per message\n")
-    print("| server | setting | conns | msg/s | server CPU µs/msg | main thread µs (system) | other threads µs |")
-    print("|---|---|---|---|---|---|---|")
+    print("| server | setting | conns | msg/s | server CPU µs/msg | main thread µs (system) | other threads µs "
+          "| generator µs/msg |")
+    print("|---|---|---|---|---|---|---|---|")
     for server, setting, c, run in results:
         loop_us = run.threads[0] / run.messages * 1e6
         loop_sys_us = run.loop_system_s / run.messages * 1e6
         others = " / ".join(f"{t / run.messages * 1e6:.1f}" for t in run.threads[1:4])
         print(f"| {server} | {setting} | {c} | {run.rate:,.0f} | {run.us_per_message:.2f} "
-              f"| {loop_us:.2f} ({loop_sys_us:.2f}) | {others} |")
+              f"| {loop_us:.2f} ({loop_sys_us:.2f}) | {others} | {run.client_cpu_s / run.messages * 1e6:.2f} |")
     for profile in profiles:
         print(f"\n{profile}")
     return 0
