@@ -463,13 +463,18 @@ def nats_run(port: int, pid: int, args: argparse.Namespace, connections: int, me
 @contextlib.contextmanager
 def velamq_broker(tree: str, sync_policy: str) -> Iterator[tuple[int, str, int]]:
     """(broker port, admin URL, pid) of a broker of the tree at `tree`."""
-    old = os.environ.get("PYTHONPATH")
+    old, cwd = os.environ.get("PYTHONPATH"), os.getcwd()
     os.environ["PYTHONPATH"] = os.path.abspath(tree)
+    # `python -m velamq` puts its working directory first on sys.path, before PYTHONPATH: the
+    # broker starts in the tree's directory, or a run from another tree would import that one.
+    os.chdir(tree)
     try:
         with run_broker(extra_args=["--sync-policy", sync_policy]) as b:
+            os.chdir(cwd)
             assert b.pid is not None
             yield b.broker_port, b.admin_url, b.pid
     finally:
+        os.chdir(cwd)
         if old is None:
             os.environ.pop("PYTHONPATH", None)
         else:
