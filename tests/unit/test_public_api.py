@@ -41,7 +41,8 @@ PUBLIC_API: dict[str, list[str]] = {
         "AssembledMessage", "ChunkAssembler", "ChunkOutcome", "EvictedMessage", "Frame", "FrameDecoder", "I64_MAX",
         "MessageColumns", "SendReceiptEncoder", "build_batch", "build_entry", "chunk_uuid", "codec_from_name",
         "compress", "crc32c", "decode_batch", "decompress", "encode_batch", "encode_command", "encode_payload_command",
-        "entry_messages", "parse_batch", "parse_entry_metadata", "parse_entry_metadata_bytes", "pb", "signed64",
+        "entry_messages", "entry_metadata_bytes", "parse_batch", "parse_entry_metadata", "parse_entry_metadata_bytes",
+        "pb", "signed64",
         "single_columns", "split_chunks", "split_entry", "unsigned64", "varint", "verify_entry", "with_checksum",
     ],
     "velamq.spark": [

@@ -5,7 +5,7 @@
     encode_command          a simple command as bytes
     encode_payload_command  SEND / MESSAGE around a checksummed entry
     SendReceiptEncoder      SEND_RECEIPT frames from one kept template
-    build_entry / split_entry / parse_entry_metadata(_bytes) / verify_entry
+    build_entry / split_entry / parse_entry_metadata(_bytes) / entry_metadata_bytes / verify_entry
     build_batch / parse_batch / entry_messages
     decode_batch / encode_batch / single_columns / MessageColumns   batches at once, as columns
     compress / decompress / codec_from_name
@@ -27,6 +27,7 @@ from velamq.protocol._compression import codec_from_name, compress, decompress
 from velamq.protocol._entry import (
     build_entry,
     crc32c,
+    entry_metadata_bytes,
     parse_entry_metadata,
     parse_entry_metadata_bytes,
     split_entry,
@@ -59,6 +60,7 @@ __all__ = [
     "encode_command",
     "encode_payload_command",
     "entry_messages",
+    "entry_metadata_bytes",
     "parse_batch",
     "parse_entry_metadata",
     "parse_entry_metadata_bytes",

@@ -54,6 +54,9 @@ def verify_entry(entry: bytes | memoryview) -> None:
 
 
 def entry_metadata_bytes(entry: bytes) -> bytes:
+    """The MessageMetadata bytes of a checksummed entry, as they are in it."""
+    if len(entry) < HEAD_BYTES:
+        raise ProtocolError("truncated entry")
     (meta_size,) = _U32.unpack_from(entry, 6)
     return entry[HEAD_BYTES : HEAD_BYTES + meta_size]
 

@@ -66,6 +66,7 @@ from velamq.storage import PublishBuffer
 log = logging.getLogger(__name__)
 
 T = pb.BaseCommand
+_SEND = T.SEND
 
 
 class State(Enum):
@@ -110,6 +111,7 @@ class ServerConnection(asyncio.Protocol):
             self._send_ping, broker.log_limit,
         )
         self._handlers = _command_table(self, self._producers, self._consumers, self._discovery)
+        self._on_send = self._producers.on_send
 
     # ---- transport (asyncio.Protocol) ------------------------------------------------------------
 
@@ -249,6 +251,11 @@ class ServerConnection(asyncio.Protocol):
 
     def _handle(self, frame: Frame) -> None:
         command = frame.command
+        if command.type == _SEND and self.state is State.CONNECTED:
+            # The per-entry path first (issue 22): a SEND's body holds no strings and SEND is not
+            # an authorized command (its producer was), so the checks below would pass it as is.
+            self._on_send(frame)
+            return
         if self.state is State.AWAIT_CONNECT:
             if command.type != T.CONNECT:
                 raise ProtocolError(f"{T.Type.Name(command.type)} before CONNECT")

@@ -32,12 +32,20 @@ from velamq._topic_name import TopicName
 from velamq.broker._channel import CLOSED_CHANNEL, Channel, ProducerRef, success_reply
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker.session._context import ProducerBroker
+from velamq.broker.session._strict_metadata import metadata_accepted
 from velamq.broker.session._text_fields import non_utf8_field
 from velamq.broker.session._topic_ports import PublishingTopic
 from velamq.broker.topic._producer import ServerProducer
 from velamq.broker.topic._publish import Published
 from velamq.broker.topic._topic import Topic
-from velamq.protocol import Frame, SendReceiptEncoder, parse_entry_metadata_bytes, pb
+from velamq.protocol import (
+    Frame,
+    SendReceiptEncoder,
+    entry_metadata_bytes,
+    parse_entry_metadata,
+    parse_entry_metadata_bytes,
+    pb,
+)
 from velamq.storage import Position
 
 log = logging.getLogger(__name__)
@@ -182,24 +190,23 @@ class ProducerCommands:
             self._send_error(producer_id, sequence_id, pb.ChecksumError, "checksum mismatch")
             return
         # Stored entries must be readable by every consumer: a send whose metadata does not
-        # decode is refused here (ProtocolError closes this connection only).
-        metadata, metadata_bytes = parse_entry_metadata_bytes(entry)
-        bad = non_utf8_field(metadata, metadata_bytes)
-        if bad is not None:
-            raise ProtocolError(f"SEND metadata: {bad} is not valid UTF-8")
+        # decode is refused here (ProtocolError closes this connection only); one parse when it
+        # is fine (_strict_metadata.py), the reason found out only when it is not.
+        if not metadata_accepted(entry_metadata_bytes(entry)):
+            _refuse_metadata(entry)
         topic = producer.topic
         is_chunk = send.is_chunk
         limit = topic.policies.max_message_bytes
         if limit is not None and not is_chunk and len(entry) > limit + 10:
             self._too_large(producer_id, sequence_id, limit)
             return
-        dedup_checked = not is_chunk or _chunk_received(producer, metadata, len(entry))
+        dedup_checked = not is_chunk or _chunk_received(producer, parse_entry_metadata(entry), len(entry))
         has_highest = send.HasField("highest_sequence_id")
         highest_sequence_id = send.highest_sequence_id if has_highest else 0
         topic.publish_with(
             producer,
             entry,
-            send.num_messages if send.HasField("num_messages") else 1,
+            send.num_messages,  # 1 when absent (the field's default)
             sequence_id,
             highest_sequence_id,
             dedup_checked,
@@ -308,6 +315,15 @@ def _check_producer_limits(topic: PublishingTopic, producer_name: str) -> None:
     limit = topic.policies.max_producers
     if limit > 0 and len([p for p in topic.producers if p != producer_name]) >= limit:
         raise BrokerRequestError(pb.ProducerBusy, f"Topic reached max producers limit {limit}")
+
+
+def _refuse_metadata(entry: bytes) -> None:
+    """The metadata of this SEND was refused (metadata_accepted): raise why, naming the field."""
+    metadata, metadata_bytes = parse_entry_metadata_bytes(entry)  # undecodable, required fields missing
+    bad = non_utf8_field(metadata, metadata_bytes)
+    if bad is not None:
+        raise ProtocolError(f"SEND metadata: {bad} is not valid UTF-8")
+    raise ProtocolError("SEND metadata refused")  # not reached: the three checks are the strict parse's
 
 
 def _chunk_received(producer: AttachedProducer, metadata: pb.MessageMetadata, size: int) -> bool:

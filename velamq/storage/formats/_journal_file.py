@@ -64,7 +64,7 @@ RECORD_HEADER_BYTES = RECORD_FIELDS.size + 4  # 28
 CHECKPOINT_MAGIC = b"VLMQCKP1"
 CHECKPOINT = struct.Struct("<8sQQ")
 CHECKPOINT_BYTES = CHECKPOINT.size + 4  # 28
-_CRC = struct.Struct("<I")
+_CRC = RECORD_CRC = struct.Struct("<I")  # after a record's fields: the CRC32C of the fields
 
 # Entry ids from here up mark metadata records (ledger created, sealed, deleted, cursor written...):
 # the kind is entry_id - META_ENTRY_BASE. Real entry ids never come near (2^64 - 256).

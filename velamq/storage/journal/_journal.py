@@ -45,12 +45,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import crc32c as _crc32c
+
 from velamq._clock import Clock
 from velamq._errors import StorageError
 from velamq._log_limit import RateLimitedLog
 from velamq.storage._layout import crc_of
 from velamq.storage._write_errors import storage_error
-from velamq.storage.formats._journal_file import SEGMENT_HEADER_BYTES, JournalLocation, record_header
+from velamq.storage.formats._journal_file import (
+    RECORD_CRC,
+    RECORD_FIELDS,
+    SEGMENT_HEADER_BYTES,
+    JournalLocation,
+    record_header,
+)
 from velamq.storage.formats._meta_ops import MetaOp, MetaOpOwner
 from velamq.storage.journal._segment import JournalStats, SegmentFile
 
@@ -291,6 +299,10 @@ class Journal:
         segment = self._segment
         segment_bytes = self._segment_bytes
         synced = (0, 0)
+        refuse = self.refuse_appends
+        crc32c = _crc32c.crc32c
+        pack_fields = RECORD_FIELDS.pack
+        pack_crc = RECORD_CRC.pack
         for op in batch:
             if type(op) is ProbeOp:
                 if pending:  # in order: what came before the probe is written first
@@ -301,11 +313,18 @@ class Journal:
             if type(op) is BarrierOp:
                 group.replies.append((op.future, None))
                 continue
-            assert type(op) is AppendOp or type(op) is MetaOp
-            error, header, data = _record(op, not_ready, self.refuse_appends)
-            if error is not None:
-                _fail(op, error, group)
-                continue
+            if type(op) is AppendOp and not_ready is None and op.handle.failed is None and refuse is None:
+                # An entry's record, inline (the common case, once per entry: issue 22).
+                data = op.data
+                crc = op.crc = crc32c(data)  # reused by the flusher
+                fields = pack_fields(len(data), crc, op.handle.ledger_id, op.entry_id)
+                header = fields + pack_crc(crc32c(fields))
+            else:
+                assert type(op) is AppendOp or type(op) is MetaOp
+                error, header, data = _record(op, not_ready, self.refuse_appends)
+                if error is not None:
+                    _fail(op, error, group)
+                    continue
             size = len(header) + len(data)
             # Full: what is pending goes to this segment, the record to the next (a segment holds
             # at least one record, however large).

@@ -118,6 +118,13 @@ class WriteCache:
             active.started_s = self._clock.monotonic_s()
         return active.add(handle.ledger_id, entry_id, data, crc, handle)
 
+    def start_active(self) -> None:
+        """Entries are about to be added to the active half with `active.add` (the write path's
+        loop, once per entry without this method's check): its age starts now if it is empty."""
+        active = self.active
+        if active.empty:
+            active.started_s = self._clock.monotonic_s()
+
     def add_metadata(self, op: MetaOp) -> None:
         active = self.active
         if active.empty:

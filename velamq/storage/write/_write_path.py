@@ -43,7 +43,7 @@ from velamq.storage._config import Counters, StorageConfig
 from velamq.storage._position import Position
 from velamq.storage.formats._journal_file import RECORD_HEADER_BYTES
 from velamq.storage.formats._meta_ops import MetaOp
-from velamq.storage.journal._journal import AppendOp, Journal, JournalGroup, LedgerHandle, ProbeOp
+from velamq.storage.journal._journal import AppendOp, AppendWaiter, Journal, JournalGroup, LedgerHandle, ProbeOp
 from velamq.storage.write._flusher import Flusher, FlushJob, FlushResult
 from velamq.storage.write._health import WriteHealth
 from velamq.storage.write._publish_buffer import PublishBuffer
@@ -147,55 +147,61 @@ class WritePath:
         group.metadata = []
 
     def _apply_appends(self, group: JournalGroup) -> None:
-        """Apply the group's next appends until the active half is full (a group may span halves)."""
+        """Apply the group's next appends until the active half is full (a group may span halves).
+        Once per entry: keep this loop lean (issue 22); what holds per ledger is asked once."""
         cache = self.write_cache
         active = cache.active
         half_bytes_max = cache.half_bytes_max
-        tail = self._tail
-        release = self._publish.release
+        tail_put = self._tail.put
         appends = group.appends
         start = end = group.applied
         durable: dict[LedgerHandle, list[int]] = {}  # handle -> [last entry id, count, record bytes]
         tail_active: dict[LedgerHandle, bool] = {}  # asked once per ledger: nothing here changes it
         skipped_inactive = 0
         data_bytes = 0
-        while end < len(appends) and active.size_bytes < half_bytes_max:
+        resolved: list[tuple[AppendWaiter, Position]] = []
+        cache.start_active()
+        add = active.add
+        count = len(appends)
+        while end < count and active.size_bytes < half_bytes_max:
             op = appends[end]
             end += 1
             handle = op.handle
+            ledger_id = handle.ledger_id
             entry_id = op.entry_id
             data = op.data
-            data_bytes += len(data)
-            if not cache.add(handle, entry_id, data, op.crc):
-                log.error("write cache: ledger %d entry %d does not follow its run", handle.ledger_id, entry_id)
+            size = len(data)
+            data_bytes += size
+            if not add(ledger_id, entry_id, data, op.crc, handle):
+                log.error("write cache: ledger %d entry %d does not follow its run", ledger_id, entry_id)
             run = durable.get(handle)
             if run is None:
-                durable[handle] = [entry_id, 1, RECORD_HEADER_BYTES + len(data)]
+                durable[handle] = [entry_id, 1, RECORD_HEADER_BYTES + size]
+                active_tail = tail_active[handle] = handle.owner.tail_active
             else:
                 run[0] = entry_id
                 run[1] += 1
-                run[2] += RECORD_HEADER_BYTES + len(data)
-            active_tail = tail_active.get(handle)
-            if active_tail is None:
-                active_tail = tail_active[handle] = handle.owner.tail_active
+                run[2] += RECORD_HEADER_BYTES + size
+                active_tail = tail_active[handle]
+            position = Position(ledger_id, entry_id)
             if active_tail:
-                tail.put(Position(handle.ledger_id, entry_id), data)
+                tail_put(position, data)
             else:
                 skipped_inactive += 1
+            resolved.append((op.future, position))
         group.applied = end
         self._parked_bytes -= data_bytes
         self._counters.tail_cache_skipped_inactive_total += skipped_inactive
         cache.note_bytes()
         generation = active.generation
-        for handle, (last, count, size) in durable.items():
-            handle.owner.on_durable(handle.ledger_id, last, count, size)
+        for handle, (last, runs, record_bytes) in durable.items():
+            handle.owner.on_durable(handle.ledger_id, last, runs, record_bytes)
             handle.owner.last_generation = generation
         self._counters.pending_appends -= end - start
-        for i in range(start, end):
-            op = appends[i]
-            release(len(op.data))
-            if not op.future.done():
-                op.future.set_result(Position(op.handle.ledger_id, op.entry_id))
+        self._publish.release(data_bytes)
+        for waiter, position in resolved:
+            if not waiter.done():
+                waiter.set_result(position)
 
     def _finish(self, group: JournalGroup) -> None:
         """Once all its appends are applied: the checkpoint may pass the group; failures and replies."""

@@ -1,0 +1,578 @@
+"""The broker's CPU per published message at saturation, driven by a load generator that costs
+almost nothing, with NATS JetStream beside it when `nats-server` is installed (issue 22).
+
+The generator is this process: no client library on either side. For velamq it pre-encodes
+SEND frames (one 100-byte message each, unbatched, or --batch messages per entry) with their
+CRC32C and ascending sequence ids, writes them in large writes over plain non-blocking sockets
+keeping at most --window sends in flight per connection, and counts the SEND_RECEIPTs (each one's
+frame type is checked, the sequence ids of the last receipt of every read must ascend). After
+a run the receipts are checked against the topic's msgInCounter (admin stats). For NATS
+JetStream it does the same with pre-encoded PUB commands to a file-store stream, each with a
+reply subject, and counts the JetStream acks (checked against the stream's message count).
+
+Server CPU is user + system time of the server process, all its threads (from /proc/PID/stat),
+over the timed window (first write to last receipt), divided by the messages. Each setting is
+run --runs times (median printed) against one server of its own; the load average is printed
+before and after. Per thread (from /proc/PID/task/*/stat): the loop thread (the main one) and
+the others by CPU.
+
+    .venv/bin/python benchmarks/lean_publish.py                        # velamq fsync/none, 1 and 4 connections, NATS
+    .venv/bin/python benchmarks/lean_publish.py --tree before=/path/to/old/tree --tree after=.
+    .venv/bin/python benchmarks/lean_publish.py --batch 100            # batched entries of 100 messages
+
+`--tree NAME=PATH` starts the velamq brokers with PYTHONPATH=PATH, so two builds are measured
+side by side in one invocation (runs alternate between the trees).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import selectors
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from _machine import machine_facts
+from _pyspy import py_spy_path, recording, top_table
+
+from velamq.protocol import build_batch, build_entry, encode_command, encode_payload_command, pb
+from velamq.testing import run_broker
+
+T = pb.BaseCommand
+_HEADER = struct.Struct(">II")
+_U32 = struct.Struct(">I")
+_RECEIPT_PREFIX = bytes((0x08, T.SEND_RECEIPT))  # BaseCommand field 1 (type) = SEND_RECEIPT
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# ---- server CPU --------------------------------------------------------------------------------
+
+
+def _stat_cpu_s(path: str) -> float:
+    return sum(_stat_user_system_s(path))
+
+
+def _stat_user_system_s(path: str) -> tuple[float, float]:
+    with open(path) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) / _CLK_TCK, int(fields[12]) / _CLK_TCK
+
+
+def thread_cpu_s(pid: int) -> dict[int, float]:
+    """CPU seconds of every thread of `pid`, by thread id."""
+    out: dict[int, float] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            out[int(tid)] = _stat_cpu_s(f"/proc/{pid}/task/{tid}/stat")
+    return out
+
+
+# ---- the generic driver ------------------------------------------------------------------------
+
+
+class Stream:
+    """One connection's side of a run: what to write and how to count what comes back."""
+
+    def __init__(self, sock: socket.socket, frames: list[bytes], window: int, chunk: int,
+                 count_replies: Callable[[bytes], int]) -> None:
+        self.sock = sock
+        self.frames = frames
+        self.window = window
+        self.chunk = chunk
+        self.count_replies = count_replies
+        self.next = 0
+        self.in_flight = 0
+        self.acked = 0
+        self.out = memoryview(b"")
+
+    @property
+    def done(self) -> bool:
+        return self.acked >= len(self.frames)
+
+    def refill(self) -> None:
+        if self.out or self.next >= len(self.frames):
+            return
+        room = min(self.window - self.in_flight, self.chunk, len(self.frames) - self.next)
+        if room < max(1, min(self.chunk, self.window) // 4) and self.next + room < len(self.frames):
+            return  # wait for more room: writes stay large
+        if room <= 0:
+            return
+        self.out = memoryview(b"".join(self.frames[self.next:self.next + room]))
+        self.next += room
+        self.in_flight += room
+
+
+def drive(streams: list[Stream], timeout_s: float = 300.0) -> float:
+    """Write and count until every frame of every stream is acknowledged; returns the seconds."""
+    sel = selectors.DefaultSelector()
+    for s in streams:
+        s.sock.setblocking(False)
+        sel.register(s.sock, selectors.EVENT_READ, s)
+    t0 = time.perf_counter()
+    deadline = t0 + timeout_s
+    while not all(s.done for s in streams):
+        for s in streams:
+            s.refill()
+            while s.out:
+                try:
+                    sent = s.sock.send(s.out)
+                except BlockingIOError:
+                    break
+                s.out = s.out[sent:]
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if s.out else 0)
+            sel.modify(s.sock, events, s)
+        for key, mask in sel.select(1.0):
+            s = key.data
+            if mask & selectors.EVENT_READ:
+                try:
+                    data = s.sock.recv(1 << 20)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    raise RuntimeError("the server closed the connection")
+                n = s.count_replies(data)
+                s.in_flight -= n
+                s.acked += n
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"timed out: {[s.acked for s in streams]} of {[len(s.frames) for s in streams]}")
+    elapsed = time.perf_counter() - t0
+    sel.close()
+    return elapsed
+
+
+# ---- velamq ------------------------------------------------------------------------------------
+
+
+def _send_frame(producer_id: int, sequence_id: int, entry: bytes, num_messages: int) -> bytes:
+    command = pb.BaseCommand(type=T.SEND)
+    command.send.producer_id = producer_id
+    command.send.sequence_id = sequence_id
+    if num_messages > 1:
+        command.send.num_messages = num_messages
+    return encode_payload_command(command, entry)
+
+
+def velamq_frames(producer_id: int, count: int, size: int, batch: int, producer_name: str) -> list[bytes]:
+    """`count` SEND frames, sequence ids 0.., each entry one message of `size` bytes (or a batch)."""
+    payload = os.urandom(size)
+    meta = pb.MessageMetadata(producer_name=producer_name, publish_time=int(time.time() * 1000))
+    singles = [(pb.SingleMessageMetadata(), payload) for _ in range(batch)] if batch > 1 else []
+    batch_payload = build_batch(singles) if batch > 1 else payload
+    frames = []
+    for seq in range(count):
+        meta.sequence_id = seq
+        if batch > 1:
+            meta.num_messages_in_batch = batch
+        frames.append(_send_frame(producer_id, seq, build_entry(meta, batch_payload), batch))
+    return frames
+
+
+def _read_command(sock: socket.socket) -> pb.BaseCommand:
+    buf = b""
+    while len(buf) < 4 or len(buf) < 4 + _U32.unpack_from(buf)[0]:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise RuntimeError("the broker closed the connection")
+        buf += chunk
+    _total, size = _HEADER.unpack_from(buf)
+    command = pb.BaseCommand()
+    command.ParseFromString(buf[8:8 + size])
+    return command
+
+
+def velamq_connect(host: str, port: int, topic: str, producer_id: int) -> tuple[socket.socket, str]:
+    sock = socket.create_connection((host, port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    connect = pb.BaseCommand(type=T.CONNECT)
+    connect.connect.client_version = "lean-publish"
+    connect.connect.protocol_version = 21
+    sock.sendall(encode_command(connect))
+    reply = _read_command(sock)
+    if reply.type != T.CONNECTED:
+        raise RuntimeError(f"CONNECT answered {reply}")
+    producer = pb.BaseCommand(type=T.PRODUCER)
+    producer.producer.topic = topic
+    producer.producer.producer_id = producer_id
+    producer.producer.request_id = 1
+    sock.sendall(encode_command(producer))
+    reply = _read_command(sock)
+    if reply.type != T.PRODUCER_SUCCESS:
+        raise RuntimeError(f"PRODUCER answered {reply}")
+    return sock, reply.producer_success.producer_name
+
+
+class ReceiptCounter:
+    """Counts SEND_RECEIPT frames in a byte stream; anything else but a PING is an error. The last
+    receipt of each read is decoded: its sequence id must be above the previous one checked."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._buf = bytearray()
+        self.last_sequence_id = -1
+
+    def __call__(self, data: bytes) -> int:
+        buf = self._buf
+        buf += data
+        offset, end, count, last = 0, len(buf), 0, -1
+        while end - offset >= 4:
+            (total,) = _U32.unpack_from(buf, offset)
+            if end - offset - 4 < total:
+                break
+            if buf[offset + 8:offset + 10] == _RECEIPT_PREFIX:
+                count += 1
+                last = offset
+            else:
+                self._other(bytes(buf[offset + 8:offset + 4 + total]))
+            offset += 4 + total
+        if last >= 0:
+            self._check_order(bytes(buf[last + 8:last + 4 + _U32.unpack_from(buf, last)[0]]))
+        del buf[:offset]
+        return count
+
+    def _check_order(self, body: bytes) -> None:
+        command = pb.BaseCommand()
+        command.ParseFromString(body)
+        sequence_id = command.send_receipt.sequence_id
+        if sequence_id <= self.last_sequence_id:
+            raise RuntimeError(f"receipt {sequence_id} after {self.last_sequence_id}")
+        self.last_sequence_id = sequence_id
+
+    def _other(self, body: bytes) -> None:
+        command = pb.BaseCommand()
+        command.ParseFromString(body)
+        if command.type == T.PING:
+            self._sock.sendall(encode_command(pb.BaseCommand(type=T.PONG, pong=pb.CommandPong())))
+            return
+        raise RuntimeError(f"unexpected reply: {command}")
+
+
+def msg_in_counter(admin_url: str, topic: str) -> int:
+    url = f"{admin_url}/admin/v2/persistent/public/default/{topic}/stats"
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return int(json.load(response)["msgInCounter"])
+
+
+# ---- NATS JetStream ----------------------------------------------------------------------------
+
+
+class NatsAckCounter:
+    """Counts MSG deliveries (JetStream publish acks) in a NATS byte stream; answers PING; an ack
+    with an error, or -ERR, fails the run."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._buf = b""
+
+    def __call__(self, data: bytes) -> int:
+        buf = self._buf + data
+        offset, count = 0, 0
+        while True:
+            eol = buf.find(b"\r\n", offset)
+            if eol < 0:
+                break
+            line = buf[offset:eol]
+            if line.startswith(b"MSG "):
+                size = int(line.rsplit(b" ", 1)[1])
+                if len(buf) < eol + 2 + size + 2:
+                    break
+                if b'"error"' in buf[eol + 2:eol + 2 + size]:
+                    raise RuntimeError(f"JetStream refused: {buf[eol + 2:eol + 2 + size]!r}")
+                count += 1
+                offset = eol + 2 + size + 2
+                continue
+            if line == b"PING":
+                self._sock.sendall(b"PONG\r\n")
+            elif line.startswith(b"-ERR"):
+                raise RuntimeError(f"NATS: {line!r}")
+            offset = eol + 2
+        self._buf = buf[offset:]
+        return count
+
+
+def _nats_request(sock: socket.socket, subject: str, body: bytes) -> dict[str, object]:
+    inbox = f"_INBOX.setup.{uuid.uuid4().hex}"
+    sock.sendall(f"SUB {inbox} 99\r\nPUB {subject} {inbox} {len(body)}\r\n".encode() + body + b"\r\n")
+    buf = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise RuntimeError("nats-server closed the connection")
+        buf += chunk
+        start = buf.find(b"MSG ")
+        if start >= 0:
+            eol = buf.find(b"\r\n", start)
+            if eol > 0:
+                size = int(buf[start:eol].rsplit(b" ", 1)[1])
+                if len(buf) >= eol + 2 + size:
+                    sock.sendall(b"UNSUB 99\r\n")
+                    reply: dict[str, object] = json.loads(buf[eol + 2:eol + 2 + size])
+                    return reply
+        if b"-ERR" in buf:
+            raise RuntimeError(f"NATS: {buf!r}")
+
+
+def nats_connect(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buf = b""
+    while b"\r\n" not in buf:
+        buf += sock.recv(65536)
+    if not buf.startswith(b"INFO "):
+        raise RuntimeError(f"not a NATS server: {buf!r}")
+    sock.sendall(b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"protocol":1}\r\n')
+    return sock
+
+
+@contextlib.contextmanager
+def nats_server(binary: str, sync_always: bool) -> Iterator[tuple[int, int]]:
+    """(port, pid) of a JetStream server with a fresh file store."""
+    tmp = tempfile.mkdtemp(prefix="lean-nats-")
+    port = _free_port()
+    sync = "    sync_interval: always\n" if sync_always else ""
+    conf = os.path.join(tmp, "nats.conf")
+    with open(conf, "w") as f:
+        f.write(f"port: {port}\nhttp_port: {_free_port()}\njetstream {{\n    store_dir: {tmp}/js\n{sync}}}\n")
+    proc = subprocess.Popen([binary, "-c", conf], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            with contextlib.suppress(OSError):
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"nats-server did not start: {proc.stderr.read() if proc.stderr else ''!r}")
+            time.sleep(0.1)
+        yield port, proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def nats_version(binary: str) -> str:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False)
+    return (out.stdout or out.stderr).strip()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ---- runs --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    seconds: float
+    messages: int
+    server_cpu_s: float
+    threads: list[float] = field(default_factory=list)  # loop first, then the others by CPU
+    loop_system_s: float = 0.0  # the loop thread's system time (in threads[0])
+    client_cpu_s: float = 0.0  # this process's (the load generator's)
+
+    @property
+    def rate(self) -> float:
+        return self.messages / self.seconds
+
+    @property
+    def us_per_message(self) -> float:
+        return self.server_cpu_s / self.messages * 1e6
+
+
+def timed(pid: int, streams: list[Stream], messages: int) -> Run:
+    before = thread_cpu_s(pid)
+    loop_before = _stat_user_system_s(f"/proc/{pid}/task/{pid}/stat")
+    client_before = time.process_time()
+    seconds = drive(streams)
+    client_cpu_s = time.process_time() - client_before
+    loop_after = _stat_user_system_s(f"/proc/{pid}/task/{pid}/stat")
+    after = thread_cpu_s(pid)
+    per_thread = {tid: after[tid] - before.get(tid, 0.0) for tid in after}
+    loop = per_thread.pop(pid, 0.0)
+    others = sorted(per_thread.values(), reverse=True)
+    loop_system = loop_after[1] - loop_before[1]
+    return Run(seconds, messages, loop + sum(others), [loop, *others], loop_system, client_cpu_s)
+
+
+def velamq_run(broker_port: int, admin_url: str, pid: int, args: argparse.Namespace, connections: int,
+               profile: str | None = None) -> Run:
+    topic = f"lean-{uuid.uuid4().hex[:10]}"
+    full = f"persistent://public/default/{topic}"
+    entries = args.messages // args.batch // connections
+    streams = []
+    for c in range(connections):
+        sock, name = velamq_connect("127.0.0.1", broker_port, full, c + 1)
+        frames = velamq_frames(c + 1, entries, args.size, args.batch, name)
+        streams.append(Stream(sock, frames, args.window, args.chunk, ReceiptCounter(sock)))
+    spy = py_spy_path()
+    with (recording(spy, pid, profile, gil_only=args.profile == "gil") if profile and spy
+          else contextlib.nullcontext()):
+        run = timed(pid, streams, entries * connections * args.batch)
+    for s in streams:
+        s.sock.close()
+    stored = msg_in_counter(admin_url, topic)
+    if stored != entries * connections * args.batch:
+        raise RuntimeError(f"msgInCounter {stored}, receipts for {entries * connections * args.batch} messages")
+    return run
+
+
+def nats_run(port: int, pid: int, args: argparse.Namespace, connections: int, messages: int) -> Run:
+    stream_name = f"LEAN{uuid.uuid4().hex[:8]}"
+    subject = f"lean.{stream_name}"
+    control = nats_connect(port)
+    created = _nats_request(control, f"$JS.API.STREAM.CREATE.{stream_name}",
+                            json.dumps({"name": stream_name, "subjects": [subject], "storage": "file"}).encode())
+    if "error" in created:
+        raise RuntimeError(f"stream not created: {created}")
+    count = messages // connections
+    payload = os.urandom(args.size)
+    streams = []
+    for c in range(connections):
+        sock = nats_connect(port)
+        inbox = f"_INBOX.lean{c}"
+        sock.sendall(f"SUB {inbox} 1\r\nPING\r\n".encode())
+        while b"PONG" not in sock.recv(65536):
+            pass
+        frame = f"PUB {subject} {inbox} {len(payload)}\r\n".encode() + payload + b"\r\n"
+        streams.append(Stream(sock, [frame] * count, args.window, args.chunk, NatsAckCounter(sock)))
+    run = timed(pid, streams, count * connections)
+    for s in streams:
+        s.sock.close()
+    info = _nats_request(control, f"$JS.API.STREAM.INFO.{stream_name}", b"")
+    state = info.get("state")
+    stored = state.get("messages") if isinstance(state, dict) else None
+    control.close()
+    if stored != count * connections:
+        raise RuntimeError(f"the stream holds {stored} messages, acks for {count * connections}")
+    return run
+
+
+@contextlib.contextmanager
+def velamq_broker(tree: str, sync_policy: str) -> Iterator[tuple[int, str, int]]:
+    """(broker port, admin URL, pid) of a broker of the tree at `tree`."""
+    old, cwd = os.environ.get("PYTHONPATH"), os.getcwd()
+    os.environ["PYTHONPATH"] = os.path.abspath(tree)
+    # `python -m velamq` puts its working directory first on sys.path, before PYTHONPATH: the
+    # broker starts in the tree's directory, or a run from another tree would import that one.
+    os.chdir(tree)
+    try:
+        with run_broker(extra_args=["--sync-policy", sync_policy]) as b:
+            os.chdir(cwd)
+            assert b.pid is not None
+            yield b.broker_port, b.admin_url, b.pid
+    finally:
+        os.chdir(cwd)
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
+def profiled(name: str, path: str, policy: str, connections: int, args: argparse.Namespace) -> str:
+    """A run of its own under py-spy: the top frames as a markdown table."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "profile.txt")
+        with velamq_broker(path, policy) as (port, admin_url, pid):
+            velamq_run(port, admin_url, pid, args, connections, out)
+        with open(out) as f:
+            samples, lines = top_table(f.read(), args.top)
+    what = "samples of the thread holding the GIL" if args.profile == "gil" else "samples, every thread, waits included"
+    return f"#### {name} {policy} {connections} conn: {samples} {what}\n\n" + "\n".join(lines)
+
+
+def median_run(runs: list[Run]) -> Run:
+    return sorted(runs, key=lambda r: r.us_per_message)[len(runs) // 2]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=200_000, help="messages per run (all connections)")
+    ap.add_argument("--size", type=int, default=100, help="payload bytes per message")
+    ap.add_argument("--batch", type=int, default=1, help="messages per entry (1: unbatched)")
+    ap.add_argument("--window", type=int, default=5000, help="sends in flight per connection")
+    ap.add_argument("--chunk", type=int, default=1000, help="frames per write at most")
+    ap.add_argument("--runs", type=int, default=3, help="runs per setting (the median is printed)")
+    ap.add_argument("--connections", default="1,4", help="connection counts")
+    ap.add_argument("--policies", default="fsync,none", help="velamq --sync-policy values")
+    ap.add_argument("--tree", action="append", default=[],
+                    help="NAME=PATH: a velamq source tree to start brokers from (repeatable; default: this one)")
+    ap.add_argument("--profile", choices=("all", "gil"),
+                    help="sample each tree's first velamq run with py-spy --threads (gil: --gil too) and print "
+                         "the top frames (the profiler costs the broker CPU: those runs' figures are not kept)")
+    ap.add_argument("--top", type=int, default=20, help="functions listed per profile")
+    ap.add_argument("--nats-sync-messages", type=int, default=20_000,
+                    help="messages per run with sync_interval: always (a few thousand per second)")
+    ap.add_argument("--nats", default=shutil.which("nats-server") or "", help="nats-server binary ('' to skip)")
+    args = ap.parse_args(argv)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    trees = [t.split("=", 1) for t in args.tree] or [["this", here]]
+    conns = [int(c) for c in args.connections.split(",") if c]
+    policies = [p for p in args.policies.split(",") if p]
+
+    load_before = os.getloadavg()
+    profiles: list[str] = []
+    results: list[tuple[str, str, int, Run]] = []  # (server, setting, connections, median)
+    for policy in policies:
+        for c in conns:
+            per_tree: dict[str, list[Run]] = {name: [] for name, _ in trees}
+            for _ in range(args.runs):  # runs alternate between the trees: they see the same load
+                for name, path in trees:
+                    if args.profile and not per_tree[name] and not any(f"{name} {policy} {c}" in p for p in profiles):
+                        profiles.append(profiled(name, path, policy, c, args))
+                    with velamq_broker(path, policy) as (port, admin_url, pid):
+                        per_tree[name].append(velamq_run(port, admin_url, pid, args, c))
+                    last = per_tree[name][-1]
+                    print(f"  velamq {name} {policy} {c} conn: {last.rate:,.0f} msg/s, "
+                          f"{last.us_per_message:.1f} µs", file=sys.stderr, flush=True)
+            for name, _ in trees:
+                results.append((f"velamq ({name})", f"--sync-policy {policy}", c, median_run(per_tree[name])))
+    if args.nats and args.batch == 1:
+        for sync_always, label in ((False, "default (background sync)"), (True, "sync_interval: always")):
+            for c in conns:
+                runs = []
+                for _ in range(args.runs):
+                    with nats_server(args.nats, sync_always) as (port, pid):
+                        runs.append(nats_run(port, pid, args, c, args.nats_sync_messages if sync_always
+                                             else args.messages))
+                    print(f"  nats {label} {c} conn: {runs[-1].rate:,.0f} msg/s, {runs[-1].us_per_message:.1f} µs",
+                          file=sys.stderr, flush=True)
+                results.append(("NATS JetStream", label, c, median_run(runs)))
+    load_after = os.getloadavg()
+
+    facts = machine_facts(["protobuf", "uvloop"])
+    if args.nats:
+        facts.append(("nats-server", nats_version(args.nats)))
+    print("\n".join(f"- {k}: {v}" for k, v in facts))
+    print(f"- load average (1, 5, 15 min): before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
+          f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
+    print(f"- {args.messages:,} messages of {args.size} bytes per run, {args.batch} per entry, "
+          f"window {args.window} per connection, median of {args.runs} runs by server CPU per message\n")
+    print("| server | setting | conns | msg/s | server CPU µs/msg | main thread µs (system) | other threads µs "
+          "| generator µs/msg |")
+    print("|---|---|---|---|---|---|---|---|")
+    for server, setting, c, run in results:
+        loop_us = run.threads[0] / run.messages * 1e6
+        loop_sys_us = run.loop_system_s / run.messages * 1e6
+        others = " / ".join(f"{t / run.messages * 1e6:.1f}" for t in run.threads[1:4])
+        print(f"| {server} | {setting} | {c} | {run.rate:,.0f} | {run.us_per_message:.2f} "
+              f"| {loop_us:.2f} ({loop_sys_us:.2f}) | {others} | {run.client_cpu_s / run.messages * 1e6:.2f} |")
+    for profile in profiles:
+        print(f"\n{profile}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
