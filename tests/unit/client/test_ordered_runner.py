@@ -297,3 +297,31 @@ def test_thread_lanes_keep_order_per_key_and_retry_in_their_thread(ack_mode: str
         assert source.order[source.acked_upto] == messages[-1].message_id
     else:
         assert source.individually_acked == set(source.order)
+
+
+@pytest.mark.parametrize("parallelism", [1, 4, 16, 64])
+def test_a_hot_key_keeps_the_window_bounded_at_every_parallelism(parallelism: int) -> None:
+    # Nine messages in ten have one key: its worker's queue grows, the others' empty, and the
+    # window (what the partition holds) stays within max_in_flight all the same (OC-3).
+    keys: list[str | None] = ["hot" if i % 10 else f"k{i}" for i in range(400)]
+    messages = make_messages(keys)
+    source = MemorySource(messages, max_in_flight=12, chunk=7)
+    done: list[int] = []
+
+    async def handle(message: Message) -> None:
+        await asyncio.sleep(0)
+        done.append(int(message.value))
+        source.completed.add(message.message_id)
+
+    async def main() -> None:
+        runner = runner_for(source, handle, parallelism, max_in_flight=12)
+        runner.start()
+        await until(lambda: runner.acknowledged == len(messages))
+        await runner.stop(drain=False, timeout_s=5)
+        m = runner.metrics()
+        assert source.violations == [] and m.in_flight_max <= 12 and m.pauses >= 1
+        assert m.hottest_key == "hot" and m.hottest_key_share == pytest.approx(0.9, abs=0.01)
+
+    asyncio.run(main())
+    hot = [i for i in done if i % 10]
+    assert hot == sorted(hot) and sorted(done) == list(range(400))
