@@ -34,6 +34,7 @@ import json
 import os
 import random
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
@@ -235,6 +236,7 @@ async def consume(client: AsyncClient, topic: str, row: Row, max_in_flight: int,
         handler = handle_thread
     else:
         handler = cpu_handler
+        fresh_record_dir()
         if row.processes:
             options = {"handler_mode": "process", "processes": row.processes}
     consumer = OrderedConsumer(client, topic, f"bench-{row.parallelism}-{uuid.uuid4().hex[:6]}", handler,
@@ -262,6 +264,7 @@ async def consume(client: AsyncClient, topic: str, row: Row, max_in_flight: int,
     await consumer.close()
     if row.mode == "process":
         seen, last = read_records(Path(_OUT_DIR))
+        shutil.rmtree(_OUT_DIR, ignore_errors=True)
         elapsed = last - wall0  # the last message's end, not when the (coarse) poll saw it
     processed = sum(len(v) for v in seen.values())
     ordered = all(v == sorted(v) and len(set(v)) == len(v) for v in seen.values())
@@ -278,6 +281,17 @@ async def consume(client: AsyncClient, topic: str, row: Row, max_in_flight: int,
                    load=load_average())
 
 
+def fresh_record_dir() -> None:
+    """A new directory for the process handler's records, for this run's handler processes (they
+    read the environment when they start) and for this process (the same handler in threads)."""
+    global _OUT_DIR
+    _OUT_DIR = os.environ["VELAMQ_BENCH_OUT"] = tempfile.mkdtemp(prefix="ordered-bench-")
+    with _out_lock:
+        for f in _out_file:
+            f.close()  # type: ignore[attr-defined]
+        _out_file.clear()
+
+
 def read_records(out_dir: Path) -> tuple[dict[str, list[int]], float]:
     """What the handler processes recorded, per key (a key is only ever in one process's file),
     and when the last one finished."""
@@ -288,7 +302,6 @@ def read_records(out_dir: Path) -> tuple[dict[str, list[int]], float]:
             key, seq, at = line.split()
             seen[key].append(int(seq))
             last = max(last, float(at))
-        path.unlink()
     return seen, last
 
 
@@ -426,9 +439,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if "process" in args.modes:
         os.environ["VELAMQ_BENCH_SPIN"] = str(calibrate_spin(args.cpu_ms))
-        os.environ["VELAMQ_BENCH_OUT"] = tempfile.mkdtemp(prefix="ordered-bench-")
-        global _SPIN, _OUT_DIR
-        _SPIN, _OUT_DIR = int(os.environ["VELAMQ_BENCH_SPIN"]), os.environ["VELAMQ_BENCH_OUT"]
+        global _SPIN
+        _SPIN = int(os.environ["VELAMQ_BENCH_SPIN"])
     with broker(args.service_url, args.admin_url) as (url, admin_url):
         rows = asyncio.run(run(args, url, admin_url))
     print(f"\nOrderedConsumer: {args.keys} keys, {args.partitions} partitions, max_in_flight {args.max_in_flight} "

@@ -57,7 +57,7 @@ import inspect
 import logging
 import os
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from velamq._clock import Clock
 from velamq._topic_name import TopicName
@@ -69,7 +69,14 @@ from velamq.client.consumer._dead_letter import DeadLetterSender, ProducerFactor
 from velamq.client.ordered._failures import Failures, RetryPolicy
 from velamq.client.ordered._lanes import AsyncLanes, HandlerLanes, ThreadLanes
 from velamq.client.ordered._metrics import OrderedConsumerMetrics
-from velamq.client.ordered._partition import ACK_MODES, UNKEYED_MODES, PartitionRunner, PartitionSettings
+from velamq.client.ordered._official import OfficialClient
+from velamq.client.ordered._partition import (
+    ACK_MODES,
+    UNKEYED_MODES,
+    PartitionRunner,
+    PartitionSettings,
+    PartitionSource,
+)
 from velamq.client.ordered._processes import ProcessLanes, ProcessPool
 from velamq.client.ordered._progress import KeyHashes
 
@@ -82,7 +89,7 @@ class OrderedClient(ProducerFactory, Protocol):
 
     async def partitions_of(self, topic: str) -> int: ...
 
-    async def subscribe(self, topic: str, subscription_name: str, config: ConsumerConfig) -> Consumer: ...
+    async def subscribe(self, topic: str, subscription_name: str, config: ConsumerConfig) -> PartitionSource: ...
 
 log = logging.getLogger("velamq.client")
 
@@ -167,9 +174,17 @@ class OrderedConsumer:
         self._own_executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._dead_letters = DeadLetterSender(client, dead_letter_topic) if dead_letter_topic else None
         self._runners: list[PartitionRunner] = []
-        self._consumers: list[Consumer] = []
+        self._sources: list[PartitionSource] = []
         self._started_s: float | None = None
         self._state = "new"
+
+    @classmethod
+    def over_pulsar_client(cls, client: Any, topic: str, subscription: str, handler: Handler,
+                           **options: Any) -> OrderedConsumer:
+        """The same consumer over the official client's pulsar.Client (ordered/_official.py): one
+        pulsar.Consumer per partition; the handler receives velamq Messages."""
+        # OfficialClient's dead-letter producer has the send() and close() DeadLetterSender uses.
+        return cls(cast(OrderedClient, OfficialClient(client)), topic, subscription, handler, **options)
 
     def __repr__(self) -> str:
         return (f"OrderedConsumer({self.topic!r}, {self.subscription!r}, "
@@ -181,8 +196,9 @@ class OrderedConsumer:
 
     @property
     def consumers(self) -> list[Consumer]:
-        """The per-partition consumers (for inspection; the ordered consumer owns them)."""
-        return list(self._consumers)
+        """The per-partition consumers (for inspection; the ordered consumer owns them). Empty over
+        the official client."""
+        return [s for s in self._sources if isinstance(s, Consumer)]
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -207,7 +223,7 @@ class OrderedConsumer:
         results = await asyncio.gather(*(self.client.subscribe(t, self.subscription, self.consumer_config)
                                          for t, _ in targets), return_exceptions=True)
         failures = [r for r in results if isinstance(r, BaseException)]
-        consumers = [r for r in results if isinstance(r, Consumer)]
+        consumers = [r for r in results if not isinstance(r, BaseException)]
         if failures:
             await asyncio.gather(*(c.close() for c in consumers), return_exceptions=True)
             if self._pool is not None:
@@ -215,7 +231,7 @@ class OrderedConsumer:
             self._shutdown_executor()
             self._state = "closed"
             raise failures[0]
-        self._consumers = consumers
+        self._sources = consumers
         self._runners = [PartitionRunner(t, index, consumer, self._lanes_for(index), self.settings,
                                          self.client.clock, self._failures(t), self._hashes)
                          for (t, index), consumer in zip(targets, consumers, strict=True)]
