@@ -179,7 +179,7 @@ def sleep_handlers(delay_s: float, n: int, done: asyncio.Event, seen: dict[str, 
         handler_time[0] += time.perf_counter() - started
         key, seq = json.loads(message.value)
         seen[key].append(seq)
-        where[key] = message.message_id.partition
+        where[key] = message.partition
         count[0] += 1
         if count[0] >= n:
             loop.call_soon_threadsafe(done.set)
