@@ -42,6 +42,7 @@ _LEN = struct.Struct("<I")
 # The child runs as a script: it needs nothing of velamq (the handler's own module may import it).
 _CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child.py")
 start_timeout_s = 60.0
+respawn_max_backoff_s = 10.0
 
 # One message sent to a process: (sequence number, lanes, lane, ticket, message).
 _Sent = tuple[int, "ProcessLanes", int, int, Message]
@@ -153,8 +154,21 @@ class _Slot:
                 failures.retries += 1
         else:
             log.warning("handler process %d exited (code %s); starting another", self.index, returncode)
-        if not self.pool.stopping:
-            await self.spawn()
+        await self._respawn()
+
+    async def _respawn(self) -> None:
+        """Start the process again; if that fails (the handler's module no longer imports), try
+        again with backoff: what it holds stays unacknowledged meanwhile, never lost."""
+        failures = 0
+        while not self.pool.stopping:
+            try:
+                await self.spawn()
+                return
+            except Exception as exc:
+                failures += 1
+                delay_s = min(respawn_max_backoff_s, 0.1 * (1 << min(failures, 10)))
+                log.error("handler process %d cannot start (%s); trying again in %.1f s", self.index, exc, delay_s)
+                await asyncio.sleep(delay_s)
 
     async def stop(self, timeout_s: float) -> None:
         proc = self.proc
