@@ -107,12 +107,12 @@ class Row:
     def nominal_ideal(self) -> float:
         # Processes: that many handlers at once; the same handler in threads: one (the GIL).
         workers = self.partitions * self.parallelism if self.mode != "process" else max(1, self.processes)
-        return workers / (self.nominal_ms / 1000)
+        return workers / (self.nominal_ms / 1000) if self.nominal_ms > 0 else 0.0
 
     @property
     def lane_bound(self) -> float:
         """What the key distribution allows at the nominal handler time: the busiest lane busy throughout."""
-        if not self.busiest_lane:
+        if not self.busiest_lane or self.nominal_ms <= 0:
             return 0.0
         return self.messages / (self.busiest_lane * self.nominal_ms / 1000)
 
@@ -318,8 +318,10 @@ def table(rows: list[Row]) -> str:
             base[unit] = r.rate
         speedup = f"{r.rate / base[unit]:.2f}x" if unit in base else "-"
         lines.append([r.mode, r.keys, str(r.parallelism), str(r.processes or "-"), f"{r.rate:,.0f}",
-                      " ".join(f"{x:,.0f}" for x in r.rates), speedup, f"{r.nominal_ideal:,.0f}",
-                      f"{r.rate / r.nominal_ideal:.0%}", f"{r.lane_bound:,.0f}" if r.lane_bound else "-",
+                      " ".join(f"{x:,.0f}" for x in r.rates), speedup,
+                      f"{r.nominal_ideal:,.0f}" if r.nominal_ideal else "-",
+                      f"{r.rate / r.nominal_ideal:.0%}" if r.nominal_ideal else "-",
+                      f"{r.lane_bound:,.0f}" if r.lane_bound else "-",
                       f"{r.rate / r.lane_bound:.0%}" if r.lane_bound else "-",
                       f"{r.handler_s * 1000:.2f}" if r.handler_s else "-",
                       f"{r.effective_max:.2f}", f"{r.hot_share:.0%}", f"{r.cpu_us:.1f}",
