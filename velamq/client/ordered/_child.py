@@ -9,10 +9,11 @@ reader thread keeps taking frames so that the parent never blocks on a full pipe
 makes the process exit after the message it runs.
 
 For each message it writes one result frame to its original stdout, as soon as the handler
-returns: (seq, "ok", None), or (seq, "failed", text) for each failed call that is retried here
-(with the parent's backoff, so later messages of the same keys wait), or (seq, "gave_up", text)
-after max_attempts (the parent dead-letters it). Results leave one by one: after a crash, only
-the message that was running is run again. The handler's own prints go to stderr.
+returns: its sequence number alone (8 bytes) for a success; a pickled (seq, "failed", text) for
+each failed call, retried here with the parent's backoff (so later messages of the same keys
+wait); a pickled (seq, "gave_up", text) after max_attempts (the parent dead-letters it).
+Results leave one by one: after a crash, only the message that was running is run again. The
+handler's own prints go to stderr.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import threading
 from typing import Any, BinaryIO
 
 _LEN = struct.Struct("<I")
+_OK = struct.Struct("<q")  # a success is just its sequence number: 8 bytes, no pickle
 
 
 def read_frame(stream: BinaryIO) -> bytes | None:
@@ -61,7 +63,7 @@ def _run(handler: Any, seq: int, message: Any, retry: tuple[int | None, int, int
         attempts += 1
         try:
             handler(message)
-            write_frame(out, pickle.dumps((seq, "ok", None)))
+            write_frame(out, _OK.pack(seq))
             return True
         except Exception as exc:
             text = f"{type(exc).__name__}: {exc}"

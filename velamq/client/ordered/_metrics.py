@@ -85,10 +85,16 @@ class KeyWindow:
 
     def hottest_key(self) -> tuple[RoutingKey, float]:
         """(the most frequent key, its share of the window); (None, 0.0) when empty."""
+        key, share, _ = self.key_figures()
+        return key, share
+
+    def key_figures(self) -> tuple[RoutingKey, float, int]:
+        """(the most frequent key, its share, distinct keys): one count of the window."""
         if not self._keys:
-            return None, 0.0
-        key, count = Counter(self._keys).most_common(1)[0]
-        return key, count / len(self._keys)
+            return None, 0.0, 0
+        counts = Counter(self._keys)
+        key, count = counts.most_common(1)[0]
+        return key, count / len(self._keys), len(counts)
 
     def busiest_worker_share(self) -> float:
         if not self._workers:

@@ -323,7 +323,7 @@ class PartitionRunner:
         paused_seconds = self.paused_seconds
         if self._paused_since is not None:
             paused_seconds += now - self._paused_since
-        hottest, share = self.keys.hottest_key()
+        hottest, share, distinct = self.keys.key_figures()
         f = self.failures
         return OrderedPartitionMetrics(
             topic=self.topic, partition=self.partition, parallelism=self.settings.parallelism,
@@ -337,7 +337,7 @@ class PartitionRunner:
             active_seconds=self.busy.active_seconds, elapsed_seconds=now - self.busy.started_s,
             handler_failures=f.handler_failures, retries=f.retries, dead_lettered=f.dead_lettered,
             hottest_key=key_label(hottest), hottest_key_share=share,
-            busiest_worker_share=self.keys.busiest_worker_share(), distinct_keys_in_window=self.keys.distinct_keys(),
+            busiest_worker_share=self.keys.busiest_worker_share(), distinct_keys_in_window=distinct,
             last_acknowledged=id_label(self.window.acked, self.partition), error=self.error)
 
 

@@ -39,6 +39,7 @@ from velamq.client.ordered._lanes import LaneHost
 log = logging.getLogger("velamq.client")
 
 _LEN = struct.Struct("<I")
+_OK = struct.Struct("<q")  # a success: the sequence number alone (see _child.py)
 # The child runs as a script: it needs nothing of velamq (the handler's own module may import it).
 _CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child.py")
 start_timeout_s = 60.0
@@ -107,7 +108,10 @@ class _Slot:
                 (size,) = _LEN.unpack_from(buffer)
                 if len(buffer) < 4 + size:
                     break
-                self._result(*pickle.loads(buffer[4:4 + size]))
+                if size == _OK.size:
+                    self._result(_OK.unpack_from(buffer, 4)[0], "ok", None)
+                else:
+                    self._result(*pickle.loads(buffer[4:4 + size]))
                 buffer = buffer[4 + size:]
         await proc.wait()
         if not self.pool.stopping:
