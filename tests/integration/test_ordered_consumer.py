@@ -518,3 +518,38 @@ def fail_on_k1_4(message: Message) -> None:
     if json.loads(message.value) == ["k1", 4]:
         raise ValueError("poison")
     record_in_process(message)
+
+
+def crash_on_k2_3(message: Message) -> None:
+    """A process handler that kills its process every time it gets message ["k2", 3]."""
+    if json.loads(message.value) == ["k2", 3]:
+        os._exit(5)
+    record_in_process(message)
+
+
+def test_a_message_that_kills_its_process_every_time_is_dead_lettered_after_max_attempts(
+        broker: BrokerProcess, topic: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    keys = [f"k{i % 4}" for i in range(40)]
+    dlq = f"{topic}-dlq"
+    monkeypatch.setenv("VELAMQ_TEST_RECORDS", str(tmp_path))
+
+    async def body(client: AsyncClient) -> None:
+        await produce(client, topic, keys)
+        dead = await client.subscribe(dlq, "check", initial_position="earliest")
+        async with OrderedConsumer(client, topic, "s", crash_on_k2_3, handler_mode="process", processes=2,
+                                   partition_parallelism=4, initial_position="earliest", max_attempts=3,
+                                   retry_initial_backoff_ms=1, dead_letter_topic=dlq) as consumer:
+            await until(lambda: consumer.metrics().acknowledged == len(keys), "every message acknowledged")
+            m = consumer.metrics().partitions[0]
+        # Three crashes, the first two followed by a new attempt, the third by the dead-letter topic.
+        assert (m.handler_failures, m.retries, m.dead_lettered) == (3, 2, 1)
+        poison = await dead.receive(10_000)
+        assert json.loads(poison.value) == ["k2", 3]
+        await dead.close()
+
+    run(broker, body)
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for key, seq, _ in process_records(tmp_path):
+        by_key[key].append(seq)
+    assert by_key["k0"] == by_key["k1"] == by_key["k3"] == list(range(10))
+    assert by_key["k2"] == [s for s in range(10) if s != 3]  # the rest of k2, once each, in order
