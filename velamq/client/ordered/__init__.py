@@ -10,6 +10,8 @@
     _child      the handler process itself (a standard-library script)
     _failures   retry with backoff, dead letters (RetryPolicy, Failures)
     _metrics    how parallel each partition really is
+    _official   the official client's pulsar.Client as the transport (imports pulsar only when used)
 
-May import: consumer, the client's root leaves. Imported by: blocking, client/__init__.py.
+May import: consumer, the client's root leaves, protocol (_official builds MessageColumns).
+Imported by: blocking, client/__init__.py.
 """
