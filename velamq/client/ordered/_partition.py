@@ -7,7 +7,8 @@
                  received and not yet acknowledged) is full and nothing is taken, the broker stops
                  after one receiver queue's worth: the partition is paused, and memory stays
                  bounded by max_in_flight + receiver_queue_size messages (plus the rest of a batch
-                 entry the broker sent whole). It resumes as soon as the window's prefix moves (OC-3).
+                 entry the broker sent whole). It resumes once a quarter of the window is free
+                 (one fetch for many messages rather than one per completion) (OC-3).
     dispatch     per received range: the keys are read from the batch's columns, hashed (cached),
                  and each message goes to lane hash(routing key) % N as a (ticket, batch, j) item
                  (see _ordered_progress); a message without a key goes to lane 0 ("ordered":
@@ -106,6 +107,9 @@ class PartitionRunner:
         self._handlers: HandlerLanes | None = None
         self._decoder: Any = None  # the consumer's schema decoder, from its Messages
         self._room: asyncio.Future[None] | None = None  # the paused fetch loop waits on it
+        # A paused partition resumes when a quarter of its window is free, not at every completion:
+        # one fetch for many messages instead of a wake-up, a receive and a dispatch per message.
+        self._resume_room = max(1, settings.max_in_flight // 4)
         self._empty: asyncio.Future[None] | None = None  # a draining stop waits on it
         self.stopping = False  # set by stop(): lanes take no more messages
         self._next_unkeyed_lane = 0
@@ -242,7 +246,7 @@ class PartitionRunner:
             return  # completed behind an unfinished message: the prefix did not move
         if self._ack_timer is None:
             self._ack_timer = asyncio.get_running_loop().call_later(ack_coalesce_ms / 1000, self._flush_acks_later)
-        if self._room is not None and not self._room.done():
+        if self._room is not None and self.window.room >= self._resume_room and not self._room.done():
             self._room.set_result(None)
         if self._empty is not None and not len(self.window) and not self._empty.done():
             self._empty.set_result(None)
