@@ -27,10 +27,12 @@ from velamq.client import (
     AsyncClient,
     BlockingOrderedConsumer,
     Client,
+    ConsumerConfig,
     Message,
     MessageId,
     OperationTimeoutError,
     OrderedConsumer,
+    StringSchema,
 )
 from velamq.testing import BrokerProcess
 
@@ -554,3 +556,30 @@ def test_a_message_that_kills_its_process_every_time_is_dead_lettered_after_max_
         by_key[key].append(seq)
     assert by_key["k0"] == by_key["k1"] == by_key["k3"] == list(range(10))
     assert by_key["k2"] == [s for s in range(10) if s != 3]  # the rest of k2, once each, in order
+
+
+def test_handlers_get_values_decoded_by_the_consumers_schema(broker: BrokerProcess, topic: str) -> None:
+    keys = [f"k{i % 5}" for i in range(50)]
+
+    async def body(client: AsyncClient) -> None:
+        done: dict[str, list[int]] = defaultdict(list)
+
+        async def handle(message: Message) -> None:
+            key, number = message.value.split(":")  # a str: decoded, whichever way it was fetched
+            done[key].append(int(number))
+
+        # The consumer starts on an empty topic: its first messages come one by one (receive()),
+        # later ones in bulk; every one reaches the handler decoded.
+        producer = await client.create_producer(topic, schema=StringSchema())
+        async with OrderedConsumer(client, topic, "s", handle, partition_parallelism=3, initial_position="earliest",
+                                   consumer_config=ConsumerConfig(schema=StringSchema())) as consumer:
+            seq: dict[str, int] = defaultdict(int)
+            for key in keys:
+                await producer.send(f"{key}:{seq[key]}", key=key)
+                seq[key] += 1
+            await until(lambda: consumer.metrics().acknowledged == len(keys), "every message acknowledged")
+            assert consumer.metrics().handler_failures == 0
+        await producer.close()
+        assert done == {f"k{k}": list(range(10)) for k in range(5)}
+
+    run(broker, body)

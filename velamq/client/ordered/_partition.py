@@ -147,8 +147,8 @@ class PartitionRunner:
                 continue
             try:
                 messages = await consumer.batch_receive(room, 0)
+                self._decoder = messages.decoder  # the consumer's schema decoder, empty or not
                 if messages:
-                    self._decoder = messages.decoder
                     ranges = messages.ranges
                 else:  # nothing queued: wait for the next message, then take the rest with it
                     one = await consumer.receive()
