@@ -11,6 +11,7 @@ from collections import defaultdict
 from typing import Any
 
 import pulsar
+import pytest
 from interop_helpers import create_partitioned_topic, full_name
 from wait_helpers import until
 
@@ -30,8 +31,9 @@ def produce(client: Any, topic: str, keys: list[str]) -> None:
     producer.close()
 
 
+@pytest.mark.parametrize("ack_mode", ["cumulative", "individual"])
 def test_order_per_key_and_prefix_acks_over_the_official_client(broker: BrokerProcess, client: Any,
-                                                                 topic: str) -> None:
+                                                                 topic: str, ack_mode: str) -> None:
     create_partitioned_topic(broker.admin_url, topic, 2)
     keys = [f"key-{i % 30}" for i in range(600)]
     produce(client, topic, keys)
@@ -51,7 +53,8 @@ def test_order_per_key_and_prefix_acks_over_the_official_client(broker: BrokerPr
 
     async def main() -> Any:
         consumer = OrderedConsumer.over_pulsar_client(client, topic, "s", handle, partition_parallelism=4,
-                                                      max_in_flight=40, initial_position="earliest")
+                                                      max_in_flight=40, initial_position="earliest",
+                                                      ack_mode=ack_mode)
         async with consumer:
             await until(lambda: consumer.metrics().acknowledged == len(keys), "every message acknowledged")
             return consumer.metrics()
