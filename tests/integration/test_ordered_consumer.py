@@ -14,7 +14,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 import urllib.request
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
@@ -28,10 +27,12 @@ from velamq.client import (
     AsyncClient,
     BlockingOrderedConsumer,
     Client,
+    ConsumerConfig,
     Message,
     MessageId,
     OperationTimeoutError,
     OrderedConsumer,
+    StringSchema,
 )
 from velamq.testing import BrokerProcess
 
@@ -90,14 +91,23 @@ def test_keys_stay_in_order_while_workers_run_in_parallel(broker: BrokerProcess,
     async def body(client: AsyncClient) -> None:
         await produce(client, topic, keys)
         done: dict[str, list[int]] = defaultdict(list)
-        running = [0, 0]  # now, most at once
+        running: dict[int, int] = defaultdict(int)  # per partition: handlers running now
+        most = [0]
+        # Per partition, handlers wait until two of them run at once: two workers of one partition
+        # overlap by construction, not because a handler happens to be slow.
+        overlapped = defaultdict(asyncio.Event)
 
         async def handle(message: Message) -> None:
-            running[0] += 1
-            running[1] = max(running[1], running[0])
+            p = message.message_id.partition
+            running[p] += 1
+            most[0] = max(most[0], running[p])
+            if running[p] >= 2:
+                overlapped[p].set()
             key, seq = json.loads(message.value)
-            await asyncio.sleep((seq * 7 % 4) / 1000)  # uneven work: completion order differs from arrival
-            running[0] -= 1
+            for _ in range(seq * 7 % 4):  # uneven work: completion order differs from arrival
+                await asyncio.sleep(0)
+            await overlapped[p].wait()
+            running[p] -= 1
             done[key].append(seq)
 
         async with OrderedConsumer(client, topic, "s", handle, partition_parallelism=4, max_in_flight=100,
@@ -106,7 +116,7 @@ def test_keys_stay_in_order_while_workers_run_in_parallel(broker: BrokerProcess,
             m = consumer.metrics()
         assert_in_order(done)
         assert sum(len(s) for s in done.values()) == len(keys)  # each exactly once
-        assert running[1] >= 2
+        assert most[0] >= 2 and all(e.is_set() for e in overlapped.values())
         assert len(m.partitions) == 4 and m.received == m.completed == len(keys)
         busiest = max(m.partitions, key=lambda p: p.max_busy_workers)
         assert busiest.max_busy_workers >= 2 and busiest.effective_parallelism > 1.0
@@ -127,13 +137,16 @@ def test_thread_pool_handler_through_the_blocking_client(broker: BrokerProcess, 
     lock = threading.Lock()
     running = [0, 0]
     threads: set[str] = set()
+    overlapped = threading.Event()  # set once two handlers run at once
 
     def handle(message: Message) -> None:  # a plain function: runs in the consumer's thread pool
         with lock:
             running[0] += 1
             running[1] = max(running[1], running[0])
             threads.add(threading.current_thread().name)
-        time.sleep(0.002)
+            if running[0] >= 2:
+                overlapped.set()
+        assert overlapped.wait(60), "no second handler ran alongside this one"
         key, seq = json.loads(message.value)
         with lock:
             running[0] -= 1
@@ -146,8 +159,9 @@ def test_thread_pool_handler_through_the_blocking_client(broker: BrokerProcess, 
         wait_until(lambda: consumer.metrics().acknowledged >= len(keys), "every message acknowledged")
         m = consumer.metrics()
         consumer.stop()
-    assert m.acknowledged == len(keys)
+    assert m.acknowledged == len(keys) and m.handler_failures == 0
     assert_in_order(done)
+    assert sum(len(s) for s in done.values()) == len(keys)
     assert running[1] >= 2 and len(threads) >= 2
     assert all(name.startswith("velamq-ordered") for name in threads)
 
@@ -157,23 +171,30 @@ def test_fetching_pauses_when_max_in_flight_is_reached(broker: BrokerProcess, to
 
     async def body(client: AsyncClient) -> None:
         await produce(client, topic, keys, batching=False)
-        samples: list[tuple[int, int]] = []
+        gate = asyncio.Event()
+        first: list[MessageId] = []
 
         async def handle(message: Message) -> None:
-            await asyncio.sleep(0.003)
+            if not first:
+                first.append(message.message_id)
+            if message.message_id == first[0]:
+                await gate.wait()  # the head of the partition is stuck until the test lets it go
 
         consumer = OrderedConsumer(client, topic, "s", handle, partition_parallelism=4, max_in_flight=8,
                                    receiver_queue_size=4, initial_position="earliest")
         await consumer.start()
         queue = consumer.consumers[0].queue
-        while consumer.metrics().acknowledged < len(keys):
-            samples.append((consumer.metrics().in_flight, len(queue)))
-            await asyncio.sleep(0.001)
+        await until(lambda: consumer.metrics().partitions[0].paused, "the partition paused")
+        m = consumer.metrics().partitions[0]
+        # The head holds the prefix: the window is full and the broker stopped after the receiver
+        # queue's worth.
+        assert m.in_flight == 8 and m.acknowledged == 0 and m.pauses >= 1
+        assert len(queue) <= 4
+        gate.set()
+        await until(lambda: consumer.metrics().acknowledged == len(keys), "every message acknowledged")
         m = consumer.metrics().partitions[0]
         await consumer.close()
-        assert max(s[0] for s in samples) <= 8 and m.in_flight_max == 8
-        assert max(s[1] for s in samples) <= 4  # the broker stopped: only the receiver queue's worth waits
-        assert m.pauses >= 1 and m.paused_seconds > 0 and m.acknowledged == len(keys)
+        assert m.in_flight_max == 8 and m.paused_seconds > 0 and not m.paused
 
     run(broker, body)
 
@@ -238,11 +259,16 @@ _CHILD = textwrap.dedent("""
     import asyncio, json, random, sys
     from velamq.client import AsyncClient, ConsumerConfig, OrderedConsumer
 
-    url, topic, out_path = sys.argv[1:4]
+    url, topic, out_path, mode = sys.argv[1:5]
     out = open(out_path, "a", buffering=1)
     rng = random.Random(7)
+    options = {}
+    if mode == "process":
+        sys.path.insert(0, out_path.rsplit("/", 1)[0])
+        from kill_handler import handle  # importable by the handler processes too
+        options = {"handler_mode": "process", "processes": 2}
 
-    async def handle(message):
+    async def handle_async(message):
         await asyncio.sleep(rng.random() * 0.01)  # completion order differs from arrival order
         mid = message.message_id
         key, seq = json.loads(message.value)
@@ -251,13 +277,29 @@ _CHILD = textwrap.dedent("""
     async def main():
         async with AsyncClient(url) as client:
             # Acks leave every 10 ms, so some have reached the broker when the process is killed.
-            consumer = OrderedConsumer(client, topic, "s", handle, partition_parallelism=4, max_in_flight=40,
-                                       initial_position="earliest",
-                                       consumer_config=ConsumerConfig(ack_grouping_time_ms=10))
+            consumer = OrderedConsumer(client, topic, "s", handle if mode == "process" else handle_async,
+                                       partition_parallelism=4, max_in_flight=40, initial_position="earliest",
+                                       consumer_config=ConsumerConfig(ack_grouping_time_ms=10), **options)
             await consumer.start()
             await asyncio.sleep(3600)
 
     asyncio.run(main())
+""")
+
+# The process mode's handler, as a module the handler processes can import: the same lines, each
+# written whole with O_APPEND by whichever process ran the message.
+_KILL_HANDLER = textwrap.dedent("""
+    import json, os, sys, zlib
+
+    def handle(message):
+        mid = message.message_id
+        key, seq = json.loads(message.value)
+        for _ in range(zlib.crc32(message.value) % 20_000):  # uneven work: completions interleave
+            pass
+        line = f"{mid.partition} {mid.ledger_id} {mid.entry_id} {mid.batch_index} {key} {seq}\\n"
+        fd = os.open(os.environ["VELAMQ_TEST_OUT"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        os.write(fd, line.encode())
+        os.close(fd)
 """)
 
 Row = tuple[int, int, int, int]  # partition, ledger, entry, batch index
@@ -275,8 +317,9 @@ def _read_rows(path: Path) -> list[tuple[Row, str, int]]:
     return rows
 
 
+@pytest.mark.parametrize("mode", ["async", "process"])
 def test_a_killed_consumer_loses_nothing_and_redelivers_only_after_the_acked_prefix(
-        broker: BrokerProcess, topic: str, tmp_path: Path) -> None:
+        broker: BrokerProcess, topic: str, tmp_path: Path, mode: str) -> None:
     create_partitioned_topic(broker, topic, 2)
     keys = [f"key-{i % 30}" for i in range(600)]
     ids = run(broker, lambda client: produce(client, topic, keys))
@@ -285,14 +328,16 @@ def test_a_killed_consumer_loses_nothing_and_redelivers_only_after_the_acked_pre
         per_partition[mid.partition].append((mid.partition, mid.ledger_id, mid.entry_id, mid.batch_index))
 
     first = tmp_path / "first.txt"
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, broker.service_url, topic, str(first)],
-                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    (tmp_path / "kill_handler.py").write_text(_KILL_HANDLER)
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, broker.service_url, topic, str(first), mode],
+                             env={**os.environ, "PYTHONUNBUFFERED": "1", "VELAMQ_TEST_OUT": str(first)},
+                             start_new_session=True)
     try:
         wait_until(lambda: len(_read_rows(first)) >= 250 or child.poll() is not None,
                    "250 messages handled by the first consumer")
         assert child.poll() is None, "the first consumer died"
     finally:
-        child.send_signal(signal.SIGKILL)
+        os.killpg(child.pid, signal.SIGKILL)  # the consumer and its handler processes, as a host crash
         child.wait()
     run1 = _read_rows(first)
     ids_all = [r for rows in per_partition.values() for r in rows]
@@ -347,7 +392,7 @@ def test_a_broker_restart_redelivers_in_flight_messages_which_are_not_run_twice(
         gate.set()
 
         async def handle(message: Message) -> None:
-            await gate.wait()  # closed across the restart, so the window is full when the broker returns
+            await gate.wait()  # closed across the restart, so the window holds messages when the broker returns
             await asyncio.sleep(0.002)
             key, seq = json.loads(message.value)
             done[key].append(seq)
@@ -356,7 +401,8 @@ def test_a_broker_restart_redelivers_in_flight_messages_which_are_not_run_twice(
                                    initial_position="earliest") as consumer:
             await until(lambda: consumer.metrics().completed >= 100, "100 messages")
             gate.clear()
-            await until(lambda: consumer.metrics().in_flight == 50, "a full window")
+            # The handlers wait behind the gate, so the window fills until fetching pauses.
+            await until(lambda: consumer.metrics().partitions[0].paused, "fetching paused")
             await asyncio.to_thread(fresh_broker.stop)
             await asyncio.to_thread(fresh_broker.start)
             await until(lambda: consumer.consumers[0].is_connected(), "the consumer reconnected")
@@ -371,3 +417,169 @@ def test_a_broker_restart_redelivers_in_flight_messages_which_are_not_run_twice(
         assert m.redeliveries_skipped > 0 and m.error is None
 
     run(fresh_broker, body)
+
+
+# ---- the process mode: handlers in other processes ---------------------------------------------
+# Handler processes import this module to find the handler; they learn where to write from the
+# environment, which they inherit.
+
+def record_in_process(message: Message) -> None:
+    """A process handler: one line "key seq pid" per handled message, in a file per process. The
+    message named by VELAMQ_TEST_CRASH_AT ("key seq") kills its process the first time it runs."""
+    out_dir = Path(os.environ["VELAMQ_TEST_RECORDS"])
+    key, seq = json.loads(message.value)
+    crash = os.environ.get("VELAMQ_TEST_CRASH_AT")
+    if crash == f"{key} {seq}":
+        marker = out_dir / "crashed"
+        if not marker.exists():
+            marker.write_text(str(os.getpid()))
+            os._exit(3)  # no result, no clean-up: as a segfault would
+    with open(out_dir / f"{os.getpid()}.txt", "a") as f:
+        f.write(f"{key} {seq} {os.getpid()}\n")
+
+
+def process_records(out_dir: Path) -> list[tuple[str, int, int]]:
+    rows = []
+    for path in sorted(out_dir.glob("*.txt")):
+        for line in path.read_text().splitlines():
+            key, seq, pid = line.split()
+            rows.append((key, int(seq), int(pid)))
+    return rows
+
+
+@pytest.mark.parametrize("crash", [False, True], ids=["steady", "a-process-crashes-mid-stream"])
+def test_process_handlers_keep_order_per_key_and_handle_each_message_once(
+        broker: BrokerProcess, topic: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, crash: bool) -> None:
+    create_partitioned_topic(broker, topic, 2)
+    keys = [f"key-{i % 24}" for i in range(480)]
+    monkeypatch.setenv("VELAMQ_TEST_RECORDS", str(tmp_path))
+    if crash:
+        monkeypatch.setenv("VELAMQ_TEST_CRASH_AT", "key-5 7")
+
+    async def body(client: AsyncClient) -> None:
+        await produce(client, topic, keys)
+        async with OrderedConsumer(client, topic, "s", record_in_process, handler_mode="process", processes=2,
+                                   partition_parallelism=4, max_in_flight=50, initial_position="earliest",
+                                   retry_initial_backoff_ms=1) as consumer:
+            await until(lambda: consumer.metrics().acknowledged == len(keys), "every message acknowledged")
+            m = consumer.metrics()
+        assert m.received == m.completed == len(keys)
+        if crash:
+            # The crash counts as one failed attempt of the message it interrupted, which ran again.
+            assert m.handler_failures == 1 and sum(p.retries for p in m.partitions) == 1
+        else:
+            assert m.handler_failures == 0
+
+    run(broker, body)
+    rows = process_records(tmp_path)
+    by_key: dict[str, list[int]] = defaultdict(list)
+    pids: dict[str, set[int]] = defaultdict(set)
+    for key, seq, pid in rows:
+        by_key[key].append(seq)
+        pids[key].add(pid)
+    assert_in_order(by_key)
+    assert sorted((k, s) for k, s, _ in rows) == sorted(
+        (f"key-{k}", s) for k in range(24) for s in range(20))  # every message exactly once
+    assert len({pid for _, _, pid in rows}) >= 2  # two processes did the work
+    if crash:
+        crashed = int((tmp_path / "crashed").read_text())
+        # What the dead process had not reported ran in its successor, after what it had.
+        assert next(pid for k, s, pid in rows if (k, s) == ("key-5", 7)) != crashed
+    else:
+        assert all(len(p) == 1 for p in pids.values())  # a key stays in one process
+
+
+def test_process_handlers_that_fail_are_retried_in_place_then_dead_lettered(
+        broker: BrokerProcess, topic: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    keys = [f"k{i % 3}" for i in range(30)]
+    dlq = f"{topic}-dlq"
+    monkeypatch.setenv("VELAMQ_TEST_RECORDS", str(tmp_path))
+
+    async def body(client: AsyncClient) -> None:
+        await produce(client, topic, keys)
+        dead = await client.subscribe(dlq, "check", initial_position="earliest")
+        async with OrderedConsumer(client, topic, "s", fail_on_k1_4, handler_mode="process", processes=1,
+                                   partition_parallelism=3, initial_position="earliest", max_attempts=2,
+                                   retry_initial_backoff_ms=1, dead_letter_topic=dlq) as consumer:
+            await until(lambda: consumer.metrics().acknowledged == len(keys), "every message acknowledged")
+            m = consumer.metrics().partitions[0]
+        assert (m.handler_failures, m.retries, m.dead_lettered) == (2, 1, 1)
+        poison = await dead.receive(10_000)
+        assert json.loads(poison.value) == ["k1", 4]
+        await dead.close()
+
+    run(broker, body)
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for key, seq, _ in process_records(tmp_path):
+        by_key[key].append(seq)
+    assert by_key["k0"] == by_key["k2"] == list(range(10))
+    assert by_key["k1"] == [s for s in range(10) if s != 4]
+
+
+def fail_on_k1_4(message: Message) -> None:
+    """A process handler for which message ["k1", 4] always fails."""
+    if json.loads(message.value) == ["k1", 4]:
+        raise ValueError("poison")
+    record_in_process(message)
+
+
+def crash_on_k2_3(message: Message) -> None:
+    """A process handler that kills its process every time it gets message ["k2", 3]."""
+    if json.loads(message.value) == ["k2", 3]:
+        os._exit(5)
+    record_in_process(message)
+
+
+def test_a_message_that_kills_its_process_every_time_is_dead_lettered_after_max_attempts(
+        broker: BrokerProcess, topic: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    keys = [f"k{i % 4}" for i in range(40)]
+    dlq = f"{topic}-dlq"
+    monkeypatch.setenv("VELAMQ_TEST_RECORDS", str(tmp_path))
+
+    async def body(client: AsyncClient) -> None:
+        await produce(client, topic, keys)
+        dead = await client.subscribe(dlq, "check", initial_position="earliest")
+        async with OrderedConsumer(client, topic, "s", crash_on_k2_3, handler_mode="process", processes=2,
+                                   partition_parallelism=4, initial_position="earliest", max_attempts=3,
+                                   retry_initial_backoff_ms=1, dead_letter_topic=dlq) as consumer:
+            await until(lambda: consumer.metrics().acknowledged == len(keys), "every message acknowledged")
+            m = consumer.metrics().partitions[0]
+        # Three crashes, the first two followed by a new attempt, the third by the dead-letter topic.
+        assert (m.handler_failures, m.retries, m.dead_lettered) == (3, 2, 1)
+        poison = await dead.receive(10_000)
+        assert json.loads(poison.value) == ["k2", 3]
+        await dead.close()
+
+    run(broker, body)
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for key, seq, _ in process_records(tmp_path):
+        by_key[key].append(seq)
+    assert by_key["k0"] == by_key["k1"] == by_key["k3"] == list(range(10))
+    assert by_key["k2"] == [s for s in range(10) if s != 3]  # the rest of k2, once each, in order
+
+
+def test_handlers_get_values_decoded_by_the_consumers_schema(broker: BrokerProcess, topic: str) -> None:
+    keys = [f"k{i % 5}" for i in range(50)]
+
+    async def body(client: AsyncClient) -> None:
+        done: dict[str, list[int]] = defaultdict(list)
+
+        async def handle(message: Message) -> None:
+            key, number = message.value.split(":")  # a str: decoded, whichever way it was fetched
+            done[key].append(int(number))
+
+        # The consumer starts on an empty topic: its first messages come one by one (receive()),
+        # later ones in bulk; every one reaches the handler decoded.
+        producer = await client.create_producer(topic, schema=StringSchema())
+        async with OrderedConsumer(client, topic, "s", handle, partition_parallelism=3, initial_position="earliest",
+                                   consumer_config=ConsumerConfig(schema=StringSchema())) as consumer:
+            seq: dict[str, int] = defaultdict(int)
+            for key in keys:
+                await producer.send(f"{key}:{seq[key]}", key=key)
+                seq[key] += 1
+            await until(lambda: consumer.metrics().acknowledged == len(keys), "every message acknowledged")
+            assert consumer.metrics().handler_failures == 0
+        await producer.close()
+        assert done == {f"k{k}": list(range(10)) for k in range(5)}
+
+    run(broker, body)

@@ -43,6 +43,10 @@ def test_async_and_plain_handlers_are_told_apart() -> None:
     {"consumer_config": ConsumerConfig(dead_letter_policy=DeadLetterPolicy(3))},
     {"max_attempts": 3},  # giving up needs somewhere to put the message
     {"retry_initial_backoff_ms": 500, "retry_max_backoff_ms": 100},
+    {"handler_mode": "sometimes"},
+    {"handler_mode": "thread"},  # the handler is a coroutine function: it needs the loop
+    {"handler_mode": "process"},
+    {"processes": 0},
 ])
 def test_refused_options(options: dict[str, Any]) -> None:
     async def main() -> None:
@@ -66,6 +70,29 @@ def test_partition_consumers_get_a_small_queue_and_batch_index_acks() -> None:
         assert consumer.topic == "persistent://public/default/t"
         assert consumer.metrics().partitions == ()
         await consumer.close()  # never started: nothing to do
+        await client.close()
+
+    asyncio.run(main())
+
+
+def test_handler_modes_follow_the_handler_unless_named() -> None:
+    async def main() -> None:
+        client = AsyncClient("pulsar://127.0.0.1:1")
+        assert OrderedConsumer(client, "t", "s", handler).handler_mode == "async"
+        assert OrderedConsumer(client, "t", "s", plain).handler_mode == "thread"
+        assert OrderedConsumer(client, "t", "s", plain, handler_mode="process", processes=2).handler_mode == "process"
+        with pytest.raises(InvalidConfigurationError):
+            OrderedConsumer(client, "t", "s", plain, handler_mode="async")
+        await client.close()
+
+    asyncio.run(main())
+
+
+def test_a_process_handler_must_be_picklable() -> None:
+    async def main() -> None:
+        client = AsyncClient("pulsar://127.0.0.1:1")
+        with pytest.raises(InvalidConfigurationError, match="picklable"):
+            OrderedConsumer(client, "t", "s", lambda m: None, handler_mode="process", processes=1)
         await client.close()
 
     asyncio.run(main())

@@ -11,88 +11,133 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from velamq.client import MessageId, boost_hash, java_string_hash, murmur3_32_hash, sign_safe_mod
-from velamq.client.ordered._progress import PartitionWindow, key_hash, routing_key, worker_of
+from velamq.client import boost_hash, java_string_hash, murmur3_32_hash, sign_safe_mod
+from velamq.client._message import ReceivedBatch
+from velamq.client.ordered._progress import KeyHashes, PartitionWindow, key_hash, position, routing_key, worker_of
+from velamq.protocol import MessageColumns
 
 
-def ids(n: int, batch: int = 0) -> list[MessageId]:
-    """n ids of one partition in order; with batch > 0, entries of `batch` messages each."""
-    if batch:
-        return [MessageId(7, i // batch, 0, i % batch, batch) for i in range(n)]
-    return [MessageId(7, i, 0) for i in range(n)]
+def entries(n: int, batch: int = 0) -> list[tuple[ReceivedBatch, int]]:
+    """n messages of one partition in order, as (received batch, index); with batch > 0, entries of
+    `batch` messages each, else one unbatched message per entry."""
+    size = batch or 1
+    batches = []
+    for e in range((n + size - 1) // size):
+        k = min(size, n - e * size)
+        columns = MessageColumns(b"x" * k, list(range(k)), list(range(1, k + 1)), batch)
+        batches.append(ReceivedBatch(columns, "t-partition-0", 0, 7, e, None, 0, None, 0))
+    return [(b, j) for b in batches for j in range(len(b))]
+
+
+def add_all(window: PartitionWindow, messages: list[tuple[ReceivedBatch, int]]) -> list[int]:
+    """Add whole entries as the fetch loop does; the tickets of every message."""
+    tickets: list[int] = []
+    i = 0
+    while i < len(messages):
+        batch = messages[i][0]
+        end = i
+        while end < len(messages) and messages[end][0] is batch:
+            end += 1
+        first = window.add(batch, messages[i][1], messages[end - 1][1] + 1)
+        tickets += range(first, first + end - i)
+        i = end
+    return tickets
+
+
+def flatten(ranges: list[tuple[ReceivedBatch, int, int]]) -> list[tuple[int, int, int]]:
+    return [position(b, j) for b, first, end in ranges for j in range(first, end)]
 
 
 @given(st.data(), st.integers(min_value=1, max_value=60), st.sampled_from([0, 1, 5]))
 def test_only_the_contiguous_completed_prefix_is_acknowledged(data: st.DataObject, n: int, batch: int) -> None:
-    all_ids = ids(n, batch)
+    messages = entries(n, batch)
+    everything = [position(b, j) for b, j in messages]
     window = PartitionWindow(capacity_messages=n)
-    tickets = [window.add(mid) for mid in all_ids]
+    tickets = add_all(window, messages)
     order = data.draw(st.permutations(tickets))
     completed: set[int] = set()
-    acknowledged: list[MessageId] = []
+    acknowledged: list[tuple[int, int, int]] = []
     for ticket in order:
         completed.add(ticket)
-        prefix = window.complete(ticket)
-        acknowledged.extend(prefix)
-        # Everything acknowledged so far is exactly the longest completed prefix.
+        window.complete(ticket)
+        if data.draw(st.booleans()):  # prefix() is called when acks are flushed, not every time
+            acknowledged.extend(flatten(window.prefix()))
+        # The prefix is exactly the longest completed run from the start.
         expected = 0
         while expected in completed:
             expected += 1
-        assert acknowledged == all_ids[:expected]
-        assert window.acked == (all_ids[expected - 1] if expected else None)
+        assert window.prefix_count == expected
         assert len(window) == n - expected
         assert window.completed_behind_head == len(completed) - expected
-    assert acknowledged == all_ids and len(window) == 0
+        assert acknowledged == everything[:len(acknowledged)]
+    acknowledged.extend(flatten(window.prefix()))
+    assert acknowledged == everything and len(window) == 0 and window.acked == everything[-1]
 
 
 @given(st.data(), st.integers(min_value=1, max_value=8), st.integers(min_value=1, max_value=80))
 def test_interleaved_adds_and_completions_never_exceed_capacity(data: st.DataObject, capacity: int,
                                                                 total: int) -> None:
-    all_ids = ids(total)
+    messages = entries(total)
     window = PartitionWindow(capacity)
     in_flight: list[int] = []
-    acknowledged: list[MessageId] = []
+    acknowledged: list[tuple[int, int, int]] = []
     next_index = 0
     while len(acknowledged) < total:
         can_add = next_index < total and not window.full
         if can_add and (not in_flight or data.draw(st.booleans())):
-            in_flight.append(window.add(all_ids[next_index]))
+            batch, j = messages[next_index]
+            in_flight.append(window.add(batch, j, j + 1))
             next_index += 1
         else:
             ticket = in_flight.pop(data.draw(st.integers(0, len(in_flight) - 1)))
-            acknowledged.extend(window.complete(ticket))
-        assert len(window) <= capacity
-    assert acknowledged == all_ids
+            window.complete(ticket)
+            acknowledged.extend(flatten(window.prefix()))
+        assert len(window) <= capacity and window.room == capacity - len(window)
+    assert acknowledged == [position(b, j) for b, j in messages]
 
 
 def test_window_refuses_what_the_fetch_loop_must_not_do() -> None:
     window = PartitionWindow(2)
-    a, b, c = ids(3)
-    t = window.add(a)
+    (a, _), (b, _), (c, _) = entries(3)
+    t = window.add(a, 0, 1)
     with pytest.raises(ValueError):
-        window.add(a)  # not after the highest id: a redelivery
-    window.add(b)
+        window.add(a, 0, 1)  # not after the highest position: a redelivery
+    window.add(b, 0, 1)
     assert window.full
     with pytest.raises(ValueError):
-        window.add(c)
+        window.add(c, 0, 1)
     window.complete(t)
     with pytest.raises(ValueError):
         window.complete(t)
     with pytest.raises(ValueError):
+        window.complete(7)  # never given
+    with pytest.raises(ValueError):
         PartitionWindow(0)
 
 
-def test_redeliveries_are_recognised_by_id() -> None:
+def test_redeliveries_are_recognised_by_position() -> None:
     window = PartitionWindow(10)
-    a, b, c, d = ids(4, batch=2)
-    assert not window.is_redelivery(a)
-    ta, tb = window.add(a), window.add(b)
-    window.add(c)
-    assert window.is_redelivery(a) and window.is_redelivery(c) and not window.is_redelivery(d)
-    window.complete(tb)
-    assert not window.is_acknowledged(a)
+    messages = entries(4, batch=2)  # two entries of two messages
+    first, second = messages[0][0], messages[2][0]
+    assert window.new_from(first, 0, 2) == 0
+    ta = window.add(first, 0, 2)
+    window.add(second, 0, 1)
+    # A redelivered entry: only what follows the highest position taken is new.
+    assert window.new_from(first, 0, 2) == 2 and window.new_from(second, 0, 2) == 1
+    assert window.is_redelivery(position(first, 1)) and not window.is_redelivery(position(second, 1))
+    window.complete(ta + 1)
+    window.prefix()
+    assert not window.is_acknowledged(position(first, 0))
     window.complete(ta)
-    assert window.is_acknowledged(a) and window.is_acknowledged(b) and not window.is_acknowledged(c)
+    window.prefix()
+    assert window.is_acknowledged(position(first, 1)) and not window.is_acknowledged(position(second, 0))
+
+
+def test_key_hashes_cache_is_bounded_and_exact() -> None:
+    hashes = KeyHashes(max_keys=4)
+    for i in range(20):
+        assert hashes(f"k{i % 6}") == key_hash(f"k{i % 6}")
+        assert len(hashes._cache) <= 4
 
 
 @dataclass

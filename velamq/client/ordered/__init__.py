@@ -1,9 +1,17 @@
 """The ordered key-parallel consumer (OC-1..OC-4): order per key, keys in parallel.
 
-    _consumer   OrderedConsumer: one per topic, a runner per partition (over OrderedClient)
-    _partition  PartitionRunner: a partition's fetch loop, its workers, its acknowledgements
-    _progress   what may be acknowledged (the completed prefix) and which worker runs a message
+    _consumer   OrderedConsumer: one per topic, a runner per partition (over OrderedClient), and
+                the handler mode (async, thread, process)
+    _partition  PartitionRunner: a partition's fetch loop (whole received batches), dispatch to
+                its lanes, its acknowledgements
+    _progress   what may be acknowledged (the completed prefix, as ranges) and which lane runs a key
+    _lanes      lanes that run coroutine handlers (tasks) or plain ones (bursts in a thread pool)
+    _processes  lanes run by handler processes: ProcessPool, restarts, results per message
+    _child      the handler process itself (a standard-library script)
+    _failures   retry with backoff, dead letters (RetryPolicy, Failures)
     _metrics    how parallel each partition really is
+    _official   the official client's pulsar.Client as the transport (imports pulsar only when used)
 
-May import: consumer, the client's root leaves. Imported by: blocking, client/__init__.py.
+May import: consumer, the client's root leaves, protocol (_official builds MessageColumns).
+Imported by: blocking, client/__init__.py.
 """

@@ -1,6 +1,6 @@
-"""The ordered key-parallel consumer (ZTO's design, OC-1..OC-4): order per key, keys in parallel.
+"""The ordered key-parallel consumer (ZTO's ordered consumption, OC-1..OC-4): order per key, keys in parallel.
 
-    async def handle(message): ...                  # or a plain function: it runs in a thread pool
+    async def handle(message): ...                  # or a plain function: threads, or processes
     async with AsyncClient(url) as client:
         consumer = OrderedConsumer(client, "orders", "billing", handle,
                                    partition_parallelism=8, max_in_flight=1000)
@@ -13,7 +13,7 @@
         consumer = BlockingOrderedConsumer(client, "orders", "billing", handle_sync, partition_parallelism=8)
         consumer.start(); ...; consumer.stop()
 
-ZTO's model (ZMS on Kafka), on Pulsar: one consumer per partition ("t-partition-i",
+ZTO's model (their ZMS on Kafka), on Pulsar: one consumer per partition ("t-partition-i",
 a Failover subscription by default, so several instances share the partitions and take over from
 each other), and per partition N workers; a message runs on worker hash(key) % N. Messages of one
 key stay in order (one worker, one at a time), keys run in parallel, and partition_parallelism=1
@@ -36,8 +36,14 @@ Options (per partition unless said otherwise):
     max_attempts, retry_initial_backoff_ms, retry_max_backoff_ms, dead_letter_topic
                             the failure policy (RetryPolicy): retry on the same worker with
                             backoff for ever, or max_attempts times and then the dead-letter topic
-    executor                where plain-function handlers run; default a thread pool with one
-                            thread per worker (partitions x N), closed with the consumer
+    handler_mode            "auto" (default): "async" for a coroutine function, else "thread";
+                            "async": awaited on the client's loop (I/O-bound work);
+                            "thread": a plain function in a thread pool (blocking I/O, or C code
+                            that releases the GIL); "process": a plain, picklable function in
+                            `processes` handler processes (CPU-bound Python: _processes.py)
+    executor                where thread-mode handlers run; default a thread pool with one
+                            thread per worker (partitions x N, at most 256), closed with the consumer
+    processes               the process mode's number of processes (default: the CPU count)
 
 The partition list is read once, at start().
 """
@@ -49,8 +55,9 @@ import concurrent.futures
 import functools
 import inspect
 import logging
+import os
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from velamq._clock import Clock
 from velamq._topic_name import TopicName
@@ -59,15 +66,19 @@ from velamq.client._errors import InvalidConfigurationError
 from velamq.client._message import Message
 from velamq.client.consumer._consumer import Consumer
 from velamq.client.consumer._dead_letter import DeadLetterSender, ProducerFactory
+from velamq.client.ordered._failures import Failures, RetryPolicy
+from velamq.client.ordered._lanes import AsyncLanes, HandlerLanes, ThreadLanes
 from velamq.client.ordered._metrics import OrderedConsumerMetrics
+from velamq.client.ordered._official import OfficialClient
 from velamq.client.ordered._partition import (
     ACK_MODES,
     UNKEYED_MODES,
-    HandlerCall,
     PartitionRunner,
     PartitionSettings,
-    RetryPolicy,
+    PartitionSource,
 )
+from velamq.client.ordered._processes import ProcessLanes, ProcessPool
+from velamq.client.ordered._progress import KeyHashes
 
 
 class OrderedClient(ProducerFactory, Protocol):
@@ -78,7 +89,7 @@ class OrderedClient(ProducerFactory, Protocol):
 
     async def partitions_of(self, topic: str) -> int: ...
 
-    async def subscribe(self, topic: str, subscription_name: str, config: ConsumerConfig) -> Consumer: ...
+    async def subscribe(self, topic: str, subscription_name: str, config: ConsumerConfig) -> PartitionSource: ...
 
 log = logging.getLogger("velamq.client")
 
@@ -87,6 +98,7 @@ receiver_queue_size_default = 100
 close_timeout_s_default = 30.0
 # A plain-function handler gets one thread per worker, up to this many threads.
 handler_threads_max = 256
+HANDLER_MODES = ("auto", "async", "thread", "process")
 
 
 def is_async_handler(handler: Callable[..., Any]) -> bool:
@@ -101,7 +113,7 @@ def is_async_handler(handler: Callable[..., Any]) -> bool:
 
 
 class OrderedConsumer:
-    """Consumes a topic with order per key and keys in parallel (ZTO's ordered consumption).
+    """Consumes a topic with order per key and keys in parallel (OC-1..OC-4).
 
     One Failover consumer per partition, each with partition_parallelism workers: a message runs on
     worker hash(key) % N, so messages of one key are handled one at a time in their order while
@@ -118,7 +130,8 @@ class OrderedConsumer:
                  max_attempts: int | None = None, retry_initial_backoff_ms: int = 100,
                  retry_max_backoff_ms: int = 10_000, dead_letter_topic: str | None = None,
                  executor: concurrent.futures.Executor | None = None, key_window_messages: int = 1000,
-                 consumer_config: ConsumerConfig | None = None) -> None:
+                 consumer_config: ConsumerConfig | None = None, handler_mode: str = "auto",
+                 processes: int | None = None) -> None:
         if partition_parallelism < 1:
             raise InvalidConfigurationError("partition_parallelism must be >= 1")
         if max_in_flight < 1:
@@ -127,6 +140,9 @@ class OrderedConsumer:
             raise InvalidConfigurationError(f"ack_mode must be one of {list(ACK_MODES)}, not {ack_mode!r}")
         if unkeyed not in UNKEYED_MODES:
             raise InvalidConfigurationError(f"unkeyed must be one of {list(UNKEYED_MODES)}, not {unkeyed!r}")
+        self.handler_mode = _handler_mode(handler, handler_mode)
+        if processes is not None and processes < 1:
+            raise InvalidConfigurationError("processes must be >= 1")
         queue_size = receiver_queue_size if receiver_queue_size is not None else \
             min(max_in_flight, receiver_queue_size_default)
         options: dict[str, Any] = {"subscription_type": subscription_type, "initial_position": initial_position,
@@ -150,14 +166,25 @@ class OrderedConsumer:
                                         dead_letter_topic)
         self.settings = PartitionSettings(partition_parallelism, max_in_flight, ack_mode, unkeyed, self.retry_policy,
                                           key_window_messages)
-        self._is_async = is_async_handler(handler)
         self._executor = executor
+        # The process mode's pool: the handler is pickled now, so a handler that cannot be is refused here.
+        self._pool = ProcessPool(handler, processes or os.cpu_count() or 1, self.retry_policy) \
+            if self.handler_mode == "process" else None
+        self._hashes = KeyHashes()
         self._own_executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._dead_letters = DeadLetterSender(client, dead_letter_topic) if dead_letter_topic else None
         self._runners: list[PartitionRunner] = []
-        self._consumers: list[Consumer] = []
+        self._sources: list[PartitionSource] = []
         self._started_s: float | None = None
         self._state = "new"
+
+    @classmethod
+    def over_pulsar_client(cls, client: Any, topic: str, subscription: str, handler: Handler,
+                           **options: Any) -> OrderedConsumer:
+        """The same consumer over the official client's pulsar.Client (ordered/_official.py): one
+        pulsar.Consumer per partition; the handler receives velamq Messages."""
+        # OfficialClient's dead-letter producer has the send() and close() DeadLetterSender uses.
+        return cls(cast(OrderedClient, OfficialClient(client)), topic, subscription, handler, **options)
 
     def __repr__(self) -> str:
         return (f"OrderedConsumer({self.topic!r}, {self.subscription!r}, "
@@ -169,8 +196,9 @@ class OrderedConsumer:
 
     @property
     def consumers(self) -> list[Consumer]:
-        """The per-partition consumers (for inspection; the ordered consumer owns them)."""
-        return list(self._consumers)
+        """The per-partition consumers (for inspection; the ordered consumer owns them). Empty over
+        the official client."""
+        return [s for s in self._sources if isinstance(s, Consumer)]
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -182,46 +210,51 @@ class OrderedConsumer:
         partitions = await self.client.partitions_of(self.topic)
         targets = [(str(name.partition(i)), i) for i in range(partitions)] if partitions else \
             [(self.topic, name.partition_index)]
-        if not self._is_async and self._executor is None:
+        if self.handler_mode == "thread" and self._executor is None:
             threads = min(handler_threads_max, len(targets) * self.settings.parallelism)
             self._own_executor = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="velamq-ordered")
             self._executor = self._own_executor
+        if self._pool is not None:
+            try:
+                await self._pool.start()
+            except BaseException:
+                self._state = "closed"
+                raise
         results = await asyncio.gather(*(self.client.subscribe(t, self.subscription, self.consumer_config)
                                          for t, _ in targets), return_exceptions=True)
         failures = [r for r in results if isinstance(r, BaseException)]
-        consumers = [r for r in results if isinstance(r, Consumer)]
+        consumers = [r for r in results if not isinstance(r, BaseException)]
         if failures:
             await asyncio.gather(*(c.close() for c in consumers), return_exceptions=True)
+            if self._pool is not None:
+                await self._pool.close(0.0)
             self._shutdown_executor()
             self._state = "closed"
             raise failures[0]
-        call = self._handler_call()
-        self._consumers = consumers
-        self._runners = [PartitionRunner(t, index, consumer, call, self.settings, self.client.clock,
-                                         self._dead_letters)
+        self._sources = consumers
+        self._runners = [PartitionRunner(t, index, consumer, self._lanes_for(index), self.settings,
+                                         self.client.clock, self._failures(t), self._hashes)
                          for (t, index), consumer in zip(targets, consumers, strict=True)]
         self._started_s = self.client.clock.monotonic_s()
         for runner in self._runners:
             runner.start()
         self._state = "running"
 
-    def _handler_call(self) -> HandlerCall:
+    def _failures(self, topic: str) -> Failures:
+        return Failures(topic, self.retry_policy, self._dead_letters, asyncio.Event())
+
+    def _lanes_for(self, partition: int) -> Callable[[PartitionRunner], HandlerLanes]:
+        """How the partition's lanes run the handler (made once its runner exists)."""
         handler = self.handler
-        if self._is_async:
-            async def call_async(message: Message) -> object:
-                return await handler(message)  # type: ignore[misc]
-
-            return call_async
-        executor = self._executor
-
-        async def call_in_thread(message: Message) -> object:
-            result = await asyncio.get_running_loop().run_in_executor(executor, handler, message)
-            if inspect.isawaitable(result):
-                # A plain function that returned a coroutine: run it here rather than drop it.
-                return await result
-            return result
-
-        return call_in_thread
+        if self.handler_mode == "async":
+            return lambda runner: AsyncLanes(runner, handler, runner.topic)  # type: ignore[arg-type]
+        if self.handler_mode == "thread":
+            executor = self._executor
+            assert executor is not None
+            return lambda runner: ThreadLanes(runner, handler, executor)
+        pool = self._pool
+        assert pool is not None
+        return lambda runner: ProcessLanes(runner, pool, partition)
 
     async def close(self, drain: bool = False, timeout_s: float = close_timeout_s_default) -> None:
         """Stop: no more fetching; running handlers finish (with drain, everything already fetched
@@ -231,6 +264,8 @@ class OrderedConsumer:
             return
         self._state = "closing"
         await asyncio.gather(*(r.stop(drain, timeout_s) for r in self._runners), return_exceptions=True)
+        if self._pool is not None:
+            await self._pool.close(timeout_s)
         await asyncio.gather(*(r.consumer.close() for r in self._runners), return_exceptions=True)
         if self._dead_letters is not None:
             await self._dead_letters.close()
@@ -260,4 +295,16 @@ class OrderedConsumer:
         elapsed = now - self._started_s if self._started_s is not None else 0.0
         return OrderedConsumerMetrics(self.topic, self.subscription, tuple(r.metrics() for r in self._runners),
                                       elapsed)
+
+
+def _handler_mode(handler: Handler, mode: str) -> str:
+    if mode not in HANDLER_MODES:
+        raise InvalidConfigurationError(f"handler_mode must be one of {list(HANDLER_MODES)}, not {mode!r}")
+    is_async = is_async_handler(handler)
+    if mode == "auto":
+        return "async" if is_async else "thread"
+    if is_async != (mode == "async"):
+        raise InvalidConfigurationError(
+            f"handler_mode {mode!r} needs {'a coroutine function' if mode == 'async' else 'a plain function'}")
+    return mode
 

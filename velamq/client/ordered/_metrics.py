@@ -24,8 +24,7 @@ from collections import Counter, deque
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from velamq.client._message import MessageId
-from velamq.client.ordered._progress import RoutingKey
+from velamq.client.ordered._progress import Position, RoutingKey
 
 
 class BusyTracker:
@@ -63,46 +62,47 @@ class BusyTracker:
 
 
 class KeyWindow:
-    """Keys and workers of the last `size_messages` messages, counted exactly (O(1) per message)."""
+    """Keys and workers of the last `size_messages` messages. Adding is per batch and costs no
+    Python work per message (two deque.extend); the counts are made when metrics ask for them."""
 
-    __slots__ = ("_entries", "_keys", "_workers", "size_messages")
+    __slots__ = ("_keys", "_workers", "size_messages")
 
     def __init__(self, size_messages: int) -> None:
         self.size_messages = max(1, size_messages)
-        self._entries: deque[tuple[RoutingKey, int]] = deque()
-        self._keys: Counter[RoutingKey] = Counter()
-        self._workers: Counter[int] = Counter()
+        self._keys: deque[RoutingKey] = deque(maxlen=self.size_messages)
+        self._workers: deque[int] = deque(maxlen=self.size_messages)
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._keys)
 
     def add(self, key: RoutingKey, worker: int) -> None:
-        self._entries.append((key, worker))
-        self._keys[key] += 1
-        self._workers[worker] += 1
-        if len(self._entries) > self.size_messages:
-            old_key, old_worker = self._entries.popleft()
-            self._keys[old_key] -= 1
-            if not self._keys[old_key]:
-                del self._keys[old_key]
-            self._workers[old_worker] -= 1
-            if not self._workers[old_worker]:
-                del self._workers[old_worker]
+        self._keys.append(key)
+        self._workers.append(worker)
+
+    def add_many(self, keys: list[RoutingKey], workers: list[int]) -> None:
+        self._keys.extend(keys)
+        self._workers.extend(workers)
 
     def hottest_key(self) -> tuple[RoutingKey, float]:
         """(the most frequent key, its share of the window); (None, 0.0) when empty."""
-        if not self._entries:
-            return None, 0.0
-        key, count = self._keys.most_common(1)[0]
-        return key, count / len(self._entries)
+        key, share, _ = self.key_figures()
+        return key, share
+
+    def key_figures(self) -> tuple[RoutingKey, float, int]:
+        """(the most frequent key, its share, distinct keys): one count of the window."""
+        if not self._keys:
+            return None, 0.0, 0
+        counts = Counter(self._keys)
+        key, count = counts.most_common(1)[0]
+        return key, count / len(self._keys), len(counts)
 
     def busiest_worker_share(self) -> float:
-        if not self._entries:
+        if not self._workers:
             return 0.0
-        return max(self._workers.values()) / len(self._entries)
+        return max(Counter(self._workers).values()) / len(self._workers)
 
     def distinct_keys(self) -> int:
-        return len(self._keys)
+        return len(set(self._keys))
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,5 +222,6 @@ def key_label(key: RoutingKey) -> str | None:
         return key.hex()
 
 
-def id_label(message_id: MessageId | None) -> str | None:
-    return None if message_id is None else str(message_id)
+def id_label(at: Position | None, partition: int) -> str | None:
+    """A position as a message id prints: (ledger,entry,partition,batch index)."""
+    return None if at is None else f"({at[0]},{at[1]},{partition},{at[2]})"

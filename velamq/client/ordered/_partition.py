@@ -1,59 +1,65 @@
-"""One partition of the ordered consumer: its fetch loop, its N workers, its acknowledgements.
+"""One partition of the ordered consumer: its fetch loop, its N lanes (workers), its acknowledgements.
 
-    fetch loop   receive() from the partition's own Consumer while the window has room
-                 (max_in_flight messages received and not yet acknowledged); when it is full,
-                 stop calling receive(). A Consumer gives FLOW permits back only when receive()
-                 takes a message, so the broker stops after one receiver queue's worth: the
-                 partition is paused, and memory stays bounded by max_in_flight +
-                 receiver_queue_size messages (plus the rest of a batch entry the broker sent
-                 whole). It resumes as soon as workers move the window (OC-3).
-    dispatch     worker = hash(routing key) % N (see _ordered_progress); a message without a key
-                 goes to worker 0 ("ordered": unkeyed messages keep their partition order among
-                 themselves, like one more key) or to the next worker in turn ("round_robin").
-    workers      each takes its messages one at a time, in arrival order, so a key's messages run
-                 in order; different workers run at the same time (OC-1).
-    acks         when a message completes, the window tells which contiguous prefix of the
-                 partition is now done; only that is acknowledged (OC-2): cumulatively up to its
-                 last id, or each id individually (ack_mode). A message that completes before an
-                 earlier one waits, unacknowledged, until the earlier one is done. Prefixes are
-                 handed to the consumer at most every ack_coalesce_ms (and on stop): its ack
-                 tracker sends one ACK per ack_grouping_time_ms anyway and keeps only the highest
-                 cumulative id, so calling it per message would only cost CPU.
+    fetch loop   takes whatever the partition's Consumer has queued, up to the window's room, in
+                 one batch_receive (ranges of received batches, no Message made); when the queue
+                 is empty it waits in receive() for the next message. A Consumer gives FLOW
+                 permits back only for what is taken, so while the window (max_in_flight messages
+                 received and not yet acknowledged) is full and nothing is taken, the broker stops
+                 after one receiver queue's worth: the partition is paused, and memory stays
+                 bounded by max_in_flight + receiver_queue_size messages (plus the rest of a batch
+                 entry the broker sent whole). It resumes once a quarter of the window is free
+                 (one fetch for many messages rather than one per completion) (OC-3).
+    dispatch     per received range: the keys are read from the batch's columns, hashed (cached),
+                 and each message goes to lane hash(routing key) % N as a (ticket, batch, j) item
+                 (see _ordered_progress); a message without a key goes to lane 0 ("ordered":
+                 unkeyed messages keep their partition order among themselves, like one more key)
+                 or to the next lane in turn ("round_robin").
+    lanes        each runs its messages one at a time, in arrival order, so a key's messages run
+                 in order; different lanes run at the same time (OC-1). How: _lanes.py
+                 (coroutines, threads) and _processes.py (processes).
+    acks         completing a ticket moves the window's contiguous completed prefix, or not (OC-2).
+                 At most every ack_coalesce_ms the prefix is handed to the consumer: cumulatively
+                 up to its last message, or every message of it individually (ack_mode, one call
+                 for all of them). A cumulative position inside a batch entry costs the consumer an
+                 ack set as long as the batch, so while the prefix ends inside an entry only the
+                 last whole entry is acknowledged, and the position inside it at most every
+                 partial_ack_interval_ms (and always on stop).
 
-Failures (never a lost message, never a skipped offset): a handler that raises is called again on
-the same worker, after retry_initial_backoff_ms doubling up to retry_max_backoff_ms, so its key's
-later messages wait behind it and the partition's acknowledged prefix does not pass it. With
-max_attempts set, the message goes to the dead-letter topic after that many failed calls (and
-only when the dead-letter topic has it is it counted as done and acknowledged); without it,
-retries go on for ever and the partition pauses once its window is full. Negative
-acknowledgement is deliberately not used: on a Failover or Exclusive subscription it makes the
-broker redeliver everything unacknowledged of the partition, which would hand messages that are
-still running in other workers to the consumer again, out of key order.
+Failures (never a lost message, never a skipped offset) are _failures.py's: retried on the
+same lane, so its key's later messages wait and the prefix does not pass them, or dead-lettered.
+Negative acknowledgement is deliberately not used: on a Failover or Exclusive subscription it makes
+the broker redeliver everything unacknowledged of the partition, which would hand messages that
+are still running in other lanes to the consumer again, out of key order.
 
-Partitions never wait for each other: each has its own Consumer, window, workers and pauses.
+Partitions never wait for each other: each has its own Consumer, window, lanes and pauses.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from velamq._clock import Clock
-from velamq.client._errors import AlreadyClosedError, InvalidConfigurationError
-from velamq.client._message import Message, MessageId
-from velamq.client.consumer._dead_letter import DeadLetterSender
+from velamq.client._errors import AlreadyClosedError
+from velamq.client._message import Message, MessageId, ReceivedBatch, message_at
+from velamq.client._message_batch import Messages
+from velamq.client.ordered._failures import Failures, RetryPolicy
+from velamq.client.ordered._lanes import HandlerLanes, Item
 from velamq.client.ordered._metrics import BusyTracker, KeyWindow, OrderedPartitionMetrics, id_label, key_label
-from velamq.client.ordered._progress import PartitionWindow, routing_key, worker_of
+from velamq.client.ordered._progress import KeyHashes, PartitionWindow, RoutingKey, position
 
 log = logging.getLogger("velamq.client")
 
 ACK_MODES = ("cumulative", "individual")
-ack_coalesce_ms = 10
 UNKEYED_MODES = ("ordered", "round_robin")
-HandlerCall = Callable[[Message], Awaitable[object]]
+ack_coalesce_ms = 10
+partial_ack_interval_ms = 100
+# Lanes are made by the consumer once the runner exists (they need its lanes and failures).
+LanesFactory = Callable[["PartitionRunner"], HandlerLanes]
 
 
 class PartitionSource(Protocol):
@@ -61,36 +67,13 @@ class PartitionSource(Protocol):
 
     async def receive(self, timeout_ms: int | None = None) -> Message: ...
 
-    async def acknowledge(self, target: Message | MessageId) -> None: ...
+    async def batch_receive(self, max_messages: int | None = None, timeout_ms: int | None = None) -> Messages: ...
+
+    async def acknowledge(self, target: Message | MessageId | Messages) -> None: ...
 
     async def acknowledge_cumulative(self, target: Message | MessageId) -> None: ...
 
     async def close(self) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """What happens when the handler raises (see the module docstring)."""
-
-    max_attempts: int | None = None  # None: retry for ever
-    initial_backoff_ms: int = 100
-    max_backoff_ms: int = 10_000
-    dead_letter_topic: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.max_attempts is not None and self.max_attempts < 1:
-            raise InvalidConfigurationError("max_attempts must be >= 1 (or None: retry for ever)")
-        if self.max_attempts is not None and not self.dead_letter_topic:
-            raise InvalidConfigurationError(
-                "max_attempts needs a dead_letter_topic: a message that gives up must go somewhere, "
-                "or it would be lost")
-        if self.initial_backoff_ms < 0 or self.max_backoff_ms < self.initial_backoff_ms:
-            raise InvalidConfigurationError("need 0 <= retry_initial_backoff_ms <= retry_max_backoff_ms")
-
-    def backoff_s(self, failed_attempts: int) -> float:
-        """The wait after the n-th failed call: initial, doubling, capped."""
-        ms: int = self.initial_backoff_ms * (1 << min(max(0, failed_attempts - 1), 30))
-        return min(ms, self.max_backoff_ms) / 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,226 +86,213 @@ class PartitionSettings:
     key_window_messages: int
 
 
-# A worker's queue item: (window ticket, message); None tells the worker to stop.
-_Item = tuple[int, Message] | None
-
-
 class PartitionRunner:
-    def __init__(self, topic: str, partition: int, consumer: PartitionSource, call: HandlerCall,
-                 settings: PartitionSettings, clock: Clock, dead_letters: DeadLetterSender | None) -> None:
+    def __init__(self, topic: str, partition: int, consumer: PartitionSource, lanes: LanesFactory,
+                 settings: PartitionSettings, clock: Clock, failures: Failures, hashes: KeyHashes) -> None:
         self.topic = topic
         self.partition = partition
         self.consumer = consumer
-        self._call = call
         self.settings = settings
         self._clock = clock
-        self._dead_letters = dead_letters
+        self.failures = failures
+        self._hash = hashes
         n = settings.parallelism
         self.window = PartitionWindow(settings.max_in_flight)
         self.busy = BusyTracker(clock.monotonic_s())
         self.keys = KeyWindow(settings.key_window_messages)
-        # Unbounded queues, bounded together by the window: the fetch loop adds only while it has room.
-        self._queues: list[asyncio.Queue[_Item]] = [asyncio.Queue() for _ in range(n)]
-        self._room = asyncio.Event()
-        self._room.set()
-        self._empty = asyncio.Event()
-        self._empty.set()
-        self._stop = asyncio.Event()
-        self._next_unkeyed_worker = 0
+        # Unbounded deques, bounded together by the window: the fetch loop adds only while it has room.
+        self.lanes: list[deque[Item]] = [deque() for _ in range(n)]
+        self._lane_busy = [False] * n
+        self._make_lanes = lanes
+        self._handlers: HandlerLanes | None = None
+        self._decoder: Any = None  # the consumer's schema decoder, from its Messages
+        self._room: asyncio.Future[None] | None = None  # the paused fetch loop waits on it
+        # A paused partition resumes when a quarter of its window is free, not at every completion:
+        # one fetch for many messages instead of a wake-up, a receive and a dispatch per message.
+        self._resume_room = max(1, settings.max_in_flight // 4)
+        self._empty: asyncio.Future[None] | None = None  # a draining stop waits on it
+        self.stopping = False  # set by stop(): lanes take no more messages
+        self._next_unkeyed_lane = 0
         self._fetch_task: asyncio.Task[None] | None = None
         self._ack_timer: asyncio.TimerHandle | None = None
         self._ack_flushing: asyncio.Task[None] | None = None
-        self._acks_due: list[MessageId] = []  # prefix ids not yet handed to the consumer
-        self._workers: list[asyncio.Task[None]] = []
-        self.received = 0
-        self.completed = 0
-        self.acknowledged = 0
-        self.redeliveries_skipped = 0
-        self.in_flight_max = 0
-        self.pauses = 0
+        self._ack_due: list[tuple[ReceivedBatch, int, int]] = []  # prefix ranges not yet handed over
+        self._partial_acked_s = 0.0
+        self.received = self.completed = self.redeliveries_skipped = 0
+        self.in_flight_max = self.pauses = 0
         self.paused_seconds = 0.0
         self._paused_since: float | None = None
-        self.handler_failures = 0
-        self.retries = 0
-        self.dead_lettered = 0
         self.error: str | None = None
 
     def __repr__(self) -> str:
         return f"PartitionRunner({self.topic!r}, in_flight={len(self.window)})"
 
+    @property
+    def acknowledged(self) -> int:
+        """Messages in the completed prefix: acknowledged, or handed to the consumer within ack_coalesce_ms."""
+        return self.window.prefix_count
+
     def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._workers = [loop.create_task(self._work(i), name=f"{self.topic}-worker-{i}")
-                         for i in range(self.settings.parallelism)]
-        self._fetch_task = loop.create_task(self._fetch(), name=f"{self.topic}-fetch")
+        self._handlers = self._make_lanes(self)
+        self._fetch_task = asyncio.get_running_loop().create_task(self._fetch(), name=f"{self.topic}-fetch")
 
     # ---- fetching ------------------------------------------------------------------------------
 
     async def _fetch(self) -> None:
-        while not self._stop.is_set():
-            if self.window.full:
+        consumer, window = self.consumer, self.window
+        while not self.stopping:
+            room = window.room
+            if room <= 0:
                 await self._paused()
                 continue
             try:
-                message = await self.consumer.receive()
+                messages = await consumer.batch_receive(room, 0)
+                self._decoder = messages.decoder  # the consumer's schema decoder, empty or not
+                if messages:
+                    ranges = messages.ranges
+                else:  # nothing queued: wait for the next message, then take the rest with it
+                    one = await consumer.receive()
+                    ranges = [(one._batch, one._j, one._j + 1)]
             except AlreadyClosedError:
                 return
             except Exception as exc:  # the partition's consumer failed for good: only this partition stops
                 self.error = f"{type(exc).__name__}: {exc}"
                 log.error("%s: ordered consumer stops fetching this partition: %s", self.topic, exc)
                 return
-            mid = message.message_id
-            if self.window.is_redelivery(mid):
-                await self._skip_redelivery(message)
-                continue
-            self._dispatch(message)
+            for batch, first, end in ranges:
+                new = window.new_from(batch, first, end)
+                if new > first:
+                    await self._skip_redelivery(batch, first, new)
+                if new < end:
+                    self._dispatch(batch, new, end)
 
     async def _paused(self) -> None:
-        self._room.clear()
         self.pauses += 1
         self._paused_since = self._clock.monotonic_s()
+        self._room = asyncio.get_running_loop().create_future()
         try:
-            await self._room.wait()
+            await self._room
         finally:
+            self._room = None
             self.paused_seconds += self._clock.monotonic_s() - self._paused_since
             self._paused_since = None
 
-    async def _skip_redelivery(self, message: Message) -> None:
-        """A message the window already took: it is in flight (acknowledged with the prefix) or was
-        acknowledged already, and the broker lost that ack (restart): acknowledge it once more."""
-        self.redeliveries_skipped += 1
-        if self.window.is_acknowledged(message.message_id):
+    async def _skip_redelivery(self, batch: ReceivedBatch, first: int, end: int) -> None:
+        """Messages the window already took: in flight (acknowledged with the prefix) or
+        acknowledged already, and the broker lost that ack (restart): acknowledge those again."""
+        self.redeliveries_skipped += end - first
+        acked = [j for j in range(first, end) if self.window.is_acknowledged(position(batch, j))]
+        if acked:
             try:
-                await self.consumer.acknowledge(message)
+                await self.consumer.acknowledge(Messages([(batch, acked[0], acked[-1] + 1)]))
             except AlreadyClosedError:
                 pass
 
-    def _dispatch(self, message: Message) -> None:
-        key = routing_key(message)
-        n = self.settings.parallelism
-        if key is not None:
-            worker = worker_of(key, n)
-        elif self.settings.unkeyed == "ordered":
-            worker = 0
-        else:
-            worker = self._next_unkeyed_worker
-            self._next_unkeyed_worker = (worker + 1) % n
-        ticket = self.window.add(message.message_id)
-        self._empty.clear()
-        self.received += 1
+    def _dispatch(self, batch: ReceivedBatch, first: int, end: int) -> None:
+        ticket = self.window.add(batch, first, end)
+        self.received += end - first
         self.in_flight_max = max(self.in_flight_max, len(self.window))
-        self.keys.add(key, worker)
-        self._queues[worker].put_nowait((ticket, message))
-
-    # ---- working -------------------------------------------------------------------------------
-
-    async def _work(self, index: int) -> None:
-        queue = self._queues[index]
-        while True:
-            item = await queue.get()
-            if item is None or self._stop.is_set():
-                return  # what is left is not acknowledged: the broker delivers it again
-            ticket, message = item
-            self.busy.start(self._clock.monotonic_s())
-            try:
-                done = await self._handle(message)
-            finally:
-                self.busy.stop(self._clock.monotonic_s())
-            if not done:
-                return
-            self.completed += 1
-            prefix = self.window.complete(ticket)
-            if prefix:
-                self._acknowledge(prefix)
-            if not self.window.full:
-                self._room.set()
-            if not len(self.window):
-                self._empty.set()
-
-    async def _handle(self, message: Message) -> bool:
-        """Run the handler until it succeeds (True) or the message is dead-lettered (True);
-        False when the consumer stops first (the message stays unacknowledged)."""
-        policy = self.settings.retry
-        attempts = 0
-        while True:
-            attempts += 1
-            try:
-                await self._call(message)
-                return True
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                error = exc
-            self.handler_failures += 1
-            if policy.max_attempts is not None and attempts >= policy.max_attempts:
-                log.warning("%s: handler failed %d times on %s (%r); dead-lettering it", self.topic, attempts,
-                            message.message_id, error)
-                return await self._dead_letter(message)
-            delay_s = policy.backoff_s(attempts)
-            log.warning("%s: handler failed on %s (attempt %d: %r); retrying in %.3f s", self.topic,
-                        message.message_id, attempts, error, delay_s)
-            if not await self._backoff(delay_s):
-                return False
-            self.retries += 1
-
-    async def _backoff(self, delay_s: float) -> bool:
-        """Wait, unless the consumer stops first (False)."""
-        if self._stop.is_set():
-            return False
-        try:
-            await asyncio.wait_for(self._stop.wait(), delay_s)
-        except TimeoutError:
-            return True
-        return False
-
-    async def _dead_letter(self, message: Message) -> bool:
-        assert self._dead_letters is not None  # RetryPolicy insists on a topic with max_attempts
-        failures = 0
-        while True:
-            try:
-                await self._dead_letters.send(message)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                failures += 1
-                delay_s = self.settings.retry.backoff_s(failures)
-                log.warning("%s: cannot dead-letter %s (%s); retrying in %.3f s", self.topic, message.message_id,
-                            exc, delay_s)
-                if not await self._backoff(delay_s):
-                    return False
-                continue
-            self.dead_lettered += 1
-            return True
-
-    def _acknowledge(self, prefix: list[MessageId]) -> None:
-        self.acknowledged += len(prefix)
-        if self.settings.ack_mode == "cumulative":
-            self._acks_due[:] = prefix[-1:]  # only the end of the prefix matters
+        columns = batch.columns
+        keys = _routing_keys(columns.ordering_keys, columns.keys, first, end)
+        n = self.settings.parallelism
+        lanes = self.lanes
+        if n == 1:
+            workers = [0] * (end - first)
+            lanes[0].extend([(ticket + i, batch, j) for i, j in enumerate(range(first, end))])
+            self._wake(0)
         else:
-            self._acks_due.extend(prefix)
+            workers = self._spread(keys, n)
+            for i, lane in enumerate(workers):
+                lanes[lane].append((ticket + i, batch, first + i))
+            for lane in set(workers):
+                self._wake(lane)
+        self.keys.add_many(keys, workers)
+
+    def _spread(self, keys: list[RoutingKey], n: int) -> list[int]:
+        h = self._hash
+        if self.settings.unkeyed == "ordered":
+            return [h(k) % n if k is not None else 0 for k in keys]
+        out = []
+        for k in keys:
+            if k is not None:
+                out.append(h(k) % n)
+            else:
+                out.append(self._next_unkeyed_lane)
+                self._next_unkeyed_lane = (self._next_unkeyed_lane + 1) % n
+        return out
+
+    def _wake(self, lane: int) -> None:
+        if not self._lane_busy[lane]:
+            self._lane_busy[lane] = True
+            self.busy.start(self._clock.monotonic_s())
+        assert self._handlers is not None
+        self._handlers.wake(lane)
+
+    # ---- what lanes call -----------------------------------------------------------------------
+
+    def message(self, batch: ReceivedBatch, j: int) -> Message:
+        if self._decoder is None:
+            return message_at(batch, j)
+        return self._decoder.decode_now(message_at(batch, j))  # type: ignore[no-any-return]
+
+    def lane_idle(self, lane: int) -> None:
+        if self._lane_busy[lane]:
+            self._lane_busy[lane] = False
+            self.busy.stop(self._clock.monotonic_s())
+
+    def complete(self, ticket: int) -> None:
+        self.completed += 1
+        if not self.window.complete(ticket):
+            return  # completed behind an unfinished message: the prefix did not move
         if self._ack_timer is None:
-            loop = asyncio.get_running_loop()
-            self._ack_timer = loop.call_later(ack_coalesce_ms / 1000, self._flush_acks_later)
+            self._ack_timer = asyncio.get_running_loop().call_later(ack_coalesce_ms / 1000, self._flush_acks_later)
+        if self._room is not None and self.window.room >= self._resume_room and not self._room.done():
+            self._room.set_result(None)
+        if self._empty is not None and not len(self.window) and not self._empty.done():
+            self._empty.set_result(None)
+
+    # ---- acknowledging -------------------------------------------------------------------------
 
     def _flush_acks_later(self) -> None:
         self._ack_timer = None
         if self._ack_flushing is None or self._ack_flushing.done():
-            self._ack_flushing = asyncio.get_running_loop().create_task(self._flush_acks())
+            self._ack_flushing = asyncio.get_running_loop().create_task(self._flush_acks(final=False))
         else:
             self._ack_timer = asyncio.get_running_loop().call_later(ack_coalesce_ms / 1000, self._flush_acks_later)
 
-    async def _flush_acks(self) -> None:
-        due, self._acks_due = self._acks_due, []
+    async def _flush_acks(self, final: bool) -> None:
+        prefix = self.window.prefix()
+        due = self._ack_due
+        due.extend(prefix)
         if not due:
             return
         try:
-            if self.settings.ack_mode == "cumulative":
-                await self.consumer.acknowledge_cumulative(due[-1])
-            else:
-                for message_id in due:
-                    await self.consumer.acknowledge(message_id)
+            if self.settings.ack_mode == "individual":
+                self._ack_due = []
+                await self.consumer.acknowledge(Messages(due))
+                return
+            await self._ack_cumulative(due, final)
         except AlreadyClosedError:
             pass  # closing: not acknowledged means delivered again, never lost
+
+    async def _ack_cumulative(self, due: list[tuple[ReceivedBatch, int, int]], final: bool) -> None:
+        batch, _, end = due[-1]
+        whole = end >= len(batch)
+        now = self._clock.monotonic_s()
+        if whole or final or now - self._partial_acked_s >= partial_ack_interval_ms / 1000:
+            self._ack_due = []
+            if not whole:
+                self._partial_acked_s = now
+            await self.consumer.acknowledge_cumulative(batch.message_id(end - 1))
+            return
+        # The prefix ends inside an entry: acknowledge the last entry it passed whole, if any.
+        for k in range(len(due) - 2, -1, -1):
+            b, _, e = due[k]
+            if e >= len(b):
+                self._ack_due = due[k + 1:]
+                await self.consumer.acknowledge_cumulative(b.message_id(e - 1))
+                return
+        self._ack_due = due[-1:]
 
     # ---- stopping and metrics ------------------------------------------------------------------
 
@@ -335,24 +305,21 @@ class PartitionRunner:
             self._fetch_task.cancel()
             await asyncio.gather(self._fetch_task, return_exceptions=True)
         if drain and len(self.window):
+            self._empty = loop.create_future()
             try:
-                await asyncio.wait_for(self._empty.wait(), max(0.0, deadline - loop.time()))
+                await asyncio.wait_for(self._empty, max(0.0, deadline - loop.time()))
             except TimeoutError:
                 log.warning("%s: %d messages not drained within %.1f s", self.topic, len(self.window), timeout_s)
-        self._stop.set()
-        for queue in self._queues:
-            queue.put_nowait(None)
-        if self._workers:
-            _, pending = await asyncio.wait(self._workers, timeout=max(0.0, deadline - loop.time()))
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*self._workers, return_exceptions=True)
+        self.stopping = True
+        self.failures.stopped.set()
+        if self._handlers is not None:
+            await self._handlers.stop(max(0.0, deadline - loop.time()))
         if self._ack_timer is not None:
             self._ack_timer.cancel()
             self._ack_timer = None
         if self._ack_flushing is not None:
             await asyncio.gather(self._ack_flushing, return_exceptions=True)
-        await self._flush_acks()  # the consumer's close() then sends them
+        await self._flush_acks(final=True)  # the consumer's close() then sends them
 
     def metrics(self) -> OrderedPartitionMetrics:
         now = self._clock.monotonic_s()
@@ -360,17 +327,28 @@ class PartitionRunner:
         paused_seconds = self.paused_seconds
         if self._paused_since is not None:
             paused_seconds += now - self._paused_since
-        hottest, share = self.keys.hottest_key()
+        hottest, share, distinct = self.keys.key_figures()
+        f = self.failures
         return OrderedPartitionMetrics(
             topic=self.topic, partition=self.partition, parallelism=self.settings.parallelism,
             max_in_flight=self.settings.max_in_flight, received=self.received, completed=self.completed,
-            acknowledged=self.acknowledged, redeliveries_skipped=self.redeliveries_skipped,
+            acknowledged=self.acknowledged,
+            redeliveries_skipped=self.redeliveries_skipped,
             in_flight=len(self.window), in_flight_max=self.in_flight_max,
             completed_behind_head=self.window.completed_behind_head, paused=self._paused_since is not None,
             pauses=self.pauses, paused_seconds=paused_seconds, busy_workers=self.busy.busy,
             max_busy_workers=self.busy.max_busy, busy_worker_seconds=self.busy.busy_worker_seconds,
             active_seconds=self.busy.active_seconds, elapsed_seconds=now - self.busy.started_s,
-            handler_failures=self.handler_failures, retries=self.retries, dead_lettered=self.dead_lettered,
+            handler_failures=f.handler_failures, retries=f.retries, dead_lettered=f.dead_lettered,
             hottest_key=key_label(hottest), hottest_key_share=share,
-            busiest_worker_share=self.keys.busiest_worker_share(), distinct_keys_in_window=self.keys.distinct_keys(),
-            last_acknowledged=id_label(self.window.acked), error=self.error)
+            busiest_worker_share=self.keys.busiest_worker_share(), distinct_keys_in_window=distinct,
+            last_acknowledged=id_label(self.window.acked, self.partition), error=self.error)
+
+
+def _routing_keys(ordering_keys: list[bytes | None] | None, keys: list[str | None] | None, first: int,
+                  end: int) -> list[RoutingKey]:
+    """The routing key of messages first..end-1 of a batch: ordering key, else key, else None."""
+    plain: list[RoutingKey] = [k or None for k in keys[first:end]] if keys is not None else [None] * (end - first)
+    if ordering_keys is None:
+        return plain
+    return [o or k for o, k in zip(ordering_keys[first:end], plain, strict=True)]

@@ -6,29 +6,37 @@ Sans-IO: no asyncio here, so the rules can be tested with any completion order.
                         partitions with: with the same hash, every key of partition p would have
                         hash % partitions == p, and hash % n would use only n / gcd(n, partitions)
                         of the n workers (8 partitions, 16 workers: 2 workers busy, 14 idle).
+    KeyHashes           the same hash with a bounded cache, so a key seen again costs one dict
+                        lookup instead of a BLAKE2b call (keys repeat: that is why order per key
+                        matters).
     routing_key(msg)    the ordering key if the message has one (as Key_Shared uses it), else its
                         key, else None.
     PartitionWindow     the messages of one partition between receipt and acknowledgement, in
-                        partition order. Workers complete them in any order; the window says
-                        which contiguous prefix became acknowledgeable. Its length is what the
-                        consumer holds for the partition, so the fetch loop pauses while it is at
-                        capacity: a stuck message keeps the window from moving and pauses its
-                        partition instead of letting memory (and redeliveries after a crash) grow.
+                        partition order, held as ranges of received batches (not one object per
+                        message). Each message gets a ticket (its place in receipt order);
+                        workers complete tickets in any order, and the window keeps the end of
+                        the contiguous completed prefix. Its length is what the consumer holds for
+                        the partition, so the fetch loop pauses while it is at capacity: a stuck
+                        message keeps the window from moving and pauses its partition instead of
+                        letting memory (and redeliveries after a crash) grow.
 
-Ids only grow inside a partition, so a message whose id is not above the highest id the window
-ever took is a redelivery (a reconnect, a broker restart or a failover switch sends everything
-unacknowledged again): it is either still in the window, and will be acknowledged with the prefix,
-or already acknowledged.
+Ids only grow inside a partition, so a message whose position is not above the highest position the
+window ever took is a redelivery (a reconnect, a broker restart or a failover switch sends
+everything unacknowledged again): it is either still in the window, and will be acknowledged with
+the prefix, or already acknowledged.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import deque
 from typing import Protocol
 
-from velamq.client._message import MessageId
+from velamq.client._message import ReceivedBatch
 
 RoutingKey = str | bytes | None
+Position = tuple[int, int, int]  # (ledger, entry, batch index or -1): the order of a partition
+Range = tuple[ReceivedBatch, int, int]  # messages first..end-1 of a received batch
 
 
 class _Keyed(Protocol):
@@ -59,65 +67,140 @@ def worker_of(key: str | bytes, parallelism: int) -> int:
     return key_hash(key) % parallelism
 
 
-class PartitionWindow:
-    """Received-but-unacknowledged messages of one partition, and the acknowledgeable prefix.
+class KeyHashes:
+    """key_hash with a cache of at most max_keys keys (cleared whole when full: a key set larger
+    than the cache costs what it cost without one, never more memory)."""
 
-        ticket = window.add(message_id)       in receipt (= partition) order
-        done = window.complete(ticket)        ids that just became the acknowledged prefix, in
-                                              order; empty while an earlier message is unfinished
+    __slots__ = ("_cache", "max_keys")
+
+    def __init__(self, max_keys: int = 65_536) -> None:
+        self._cache: dict[str | bytes, int] = {}
+        self.max_keys = max_keys
+
+    def __call__(self, key: str | bytes) -> int:
+        h = self._cache.get(key)
+        if h is None:
+            if len(self._cache) >= self.max_keys:
+                self._cache.clear()
+            h = self._cache[key] = key_hash(key)
+        return h
+
+
+def position(batch: ReceivedBatch, j: int) -> Position:
+    return (batch.ledger_id, batch.entry_id, batch.columns.index(j) if batch.batch_size else -1)
+
+
+class PartitionWindow:
+    """Received-but-unacknowledged messages of one partition, and the completed prefix.
+
+        ticket = window.add(batch, first, end)   messages first..end-1 get tickets ticket.. in
+                                                 receipt (= partition) order
+        moved = window.complete(ticket)          True when the completed prefix grew
+        window.prefix()                          the ranges that joined the prefix since the last
+                                                 call (what to acknowledge now), in order
     """
 
-    __slots__ = ("_done", "_head_ticket", "_ids", "_next_ticket", "acked", "capacity_messages", "highest")
+    __slots__ = ("_chunks", "_done", "_head", "_next", "_settled", "acked", "capacity_messages", "highest")
 
     def __init__(self, capacity_messages: int) -> None:
         if capacity_messages < 1:
             raise ValueError("a window holds at least one message")
         self.capacity_messages = capacity_messages
-        self._ids: dict[int, MessageId] = {}  # ticket -> id, in partition order
-        self._done: set[int] = set()  # completed tickets not yet in the prefix
-        self._head_ticket = 0  # the oldest unacknowledged ticket
-        self._next_ticket = 0
-        self.highest: MessageId | None = None  # the highest id ever added
-        self.acked: MessageId | None = None  # the end of the acknowledged prefix
+        # [first ticket, batch, first, end] per received range, oldest first, until acknowledged.
+        self._chunks: deque[tuple[int, ReceivedBatch, int, int]] = deque()
+        self._done: set[int] = set()  # completed tickets after the prefix
+        self._head = 0  # the first ticket not in the completed prefix
+        self._next = 0  # the next ticket to give
+        self._settled = 0  # tickets below this were returned by prefix()
+        self.highest: Position | None = None  # the highest position ever added
+        self.acked: Position | None = None  # the end of the prefix prefix() last returned
 
     def __len__(self) -> int:
-        return len(self._ids)
+        return self._next - self._head
+
+    @property
+    def prefix_count(self) -> int:
+        """Messages ever in the completed prefix."""
+        return self._head
 
     @property
     def full(self) -> bool:
-        return len(self._ids) >= self.capacity_messages
+        return self._next - self._head >= self.capacity_messages
+
+    @property
+    def room(self) -> int:
+        return self.capacity_messages - (self._next - self._head)
 
     @property
     def completed_behind_head(self) -> int:
         """Completed messages that wait for an earlier one before they can be acknowledged."""
         return len(self._done)
 
-    def is_redelivery(self, message_id: MessageId) -> bool:
-        return self.highest is not None and message_id <= self.highest
+    def is_redelivery(self, at: Position) -> bool:
+        return self.highest is not None and at <= self.highest
 
-    def is_acknowledged(self, message_id: MessageId) -> bool:
-        return self.acked is not None and message_id <= self.acked
+    def is_acknowledged(self, at: Position) -> bool:
+        return self.acked is not None and at <= self.acked
 
-    def add(self, message_id: MessageId) -> int:
-        if self.is_redelivery(message_id):
-            raise ValueError(f"{message_id} is not after {self.highest}: a redelivery")
-        if self.full:
+    def new_from(self, batch: ReceivedBatch, first: int, end: int) -> int:
+        """The first j in first..end whose message is not a redelivery (end: none is new)."""
+        highest = self.highest
+        if highest is None or position(batch, first) > highest:
+            return first
+        j = first
+        while j < end and position(batch, j) <= highest:
+            j += 1
+        return j
+
+    def add(self, batch: ReceivedBatch, first: int, end: int) -> int:
+        """Take messages first..end-1 (new, in order, within capacity); returns the first's ticket."""
+        count = end - first
+        if count <= 0:
+            raise ValueError("an empty range")
+        last = position(batch, end - 1)
+        if self.highest is not None and position(batch, first) <= self.highest:
+            raise ValueError(f"{position(batch, first)} is not after {self.highest}: a redelivery")
+        if count > self.room:
             raise ValueError("the window is full: fetching should have paused")
-        ticket = self._next_ticket
-        self._next_ticket += 1
-        self._ids[ticket] = message_id
-        self.highest = message_id
+        ticket = self._next
+        self._chunks.append((ticket, batch, first, end))
+        self._next = ticket + count
+        self.highest = last
         return ticket
 
-    def complete(self, ticket: int) -> list[MessageId]:
-        if ticket not in self._ids or ticket in self._done:
+    def complete(self, ticket: int) -> bool:
+        head = self._head
+        if ticket >= self._next:
             raise ValueError(f"ticket {ticket} is not in flight")
-        self._done.add(ticket)
-        prefix: list[MessageId] = []
-        while self._head_ticket in self._done:
-            self._done.discard(self._head_ticket)
-            prefix.append(self._ids.pop(self._head_ticket))
-            self._head_ticket += 1
-        if prefix:
-            self.acked = prefix[-1]
-        return prefix
+        if ticket != head:
+            if not head < ticket < self._next or ticket in self._done:
+                raise ValueError(f"ticket {ticket} is not in flight")
+            self._done.add(ticket)
+            return False
+        head += 1
+        done = self._done
+        if done:
+            while head in done:
+                done.remove(head)
+                head += 1
+        self._head = head
+        return True
+
+    def prefix(self) -> list[Range]:
+        """The ranges that became the completed prefix since the last call, oldest first; their
+        last message is the new acknowledged position (`acked`)."""
+        out: list[Range] = []
+        head, settled, chunks = self._head, self._settled, self._chunks
+        while chunks and settled < head:
+            ticket, batch, first, end = chunks[0]
+            start = first + settled - ticket
+            stop = min(end, first + head - ticket)
+            out.append((batch, start, stop))
+            settled += stop - start
+            if stop == end:
+                chunks.popleft()
+        self._settled = settled
+        if out:
+            batch, _, stop = out[-1]
+            self.acked = position(batch, stop - 1)
+        return out
