@@ -21,6 +21,8 @@ from velamq.storage._range_set import RangeSet
 from velamq.storage._storage import Storage
 from velamq.storage.ledger._cursor import CursorOwner, ManagedCursor
 from velamq.storage.ledger._managed_ledger import ManagedLedger
+from velamq.storage.offload._config import OffloadConfig
+from velamq.storage.offload._status import OffloadStatus
 from velamq.storage.write._publish_buffer import PublishBuffer
 
 __all__ = [
@@ -30,6 +32,8 @@ __all__ = [
     "ManagedCursor",
     "ManagedLedger",
     "MemoryBudget",
+    "OffloadConfig",
+    "OffloadStatus",
     "Position",
     "PublishBuffer",
     "RangeSet",

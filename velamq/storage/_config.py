@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 from velamq import _limits
+from velamq.storage.offload._config import OffloadConfig
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -155,6 +156,8 @@ class StorageConfig:
     # the write cache's size, at most 64 MiB and 1/64 of the filesystem (the broker's setting,
     # velamq/server.py); 0, the library's default: no ballast (tests and tools make many stores).
     ballast_bytes: int | None = 0
+    # Tiered storage (velamq/storage/offload, docs/offload.md): None, no offloading.
+    offload: OffloadConfig | None = None
 
     def __post_init__(self) -> None:
         if self.sync_policy not in SYNC_POLICIES:

@@ -350,6 +350,8 @@ def test_public_api_is_pinned() -> None:
         "ManagedCursor",
         "ManagedLedger",
         "MemoryBudget",
+        "OffloadConfig",
+        "OffloadStatus",
         "Position",
         "PublishBuffer",
         "RangeSet",

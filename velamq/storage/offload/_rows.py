@@ -1,0 +1,173 @@
+"""Stored entries as Parquet rows, one per message, and back to the exact stored bytes.
+
+The one module of storage that reads the Pulsar entry format (through velamq.protocol, which is
+sans-IO): everything else in storage treats entries as opaque bytes. An offloaded ledger must give
+consumers back what the broker would have sent from the local copy (the broker sends stored
+entries as they are and never unpacks a batch), so the rows keep, beside the columns a query
+engine reads, what rebuilds each entry byte for byte:
+
+    entry_metadata    the entry's MessageMetadata bytes, on the first row of each entry (null on
+                      the others)
+    message_metadata  a batched message's SingleMessageMetadata bytes (null when unbatched)
+    value             the message's payload, decompressed (a batch is undone into its messages);
+                      an encrypted entry is one row whose value is the payload as stored
+    entry_payload     null, unless rebuilding the payload from the rows did not give the stored
+                      bytes back (a compressor that is not this one's, trailing bytes): then the
+                      stored payload itself, so a rebuild is exact in every case
+
+A rebuild compresses the re-joined batch with the entry's codec and compares: `to_rows` checks every
+entry this way when it offloads it, and keeps `entry_payload` where the check fails.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from google.protobuf.message import DecodeError
+
+from velamq._errors import ProtocolError, StorageError, VelamqError
+from velamq.protocol import compress, decompress, pb, with_checksum
+
+_U32 = struct.Struct(">I")
+_MAGIC = struct.Struct(">H")
+_CHECKSUM_MAGIC = 0x0E01
+_HEAD = 10  # [u16 magic][u32 crc][u32 metadata size]
+
+# The columns, in file order, with what a query engine reads them as (_parquet.SCHEMA types them).
+COLUMNS = (
+    "ledger_id", "entry_id", "batch_index", "batch_size", "partition", "key", "value", "properties",
+    "event_time", "publish_time", "producer_name", "sequence_id", "ordering_key", "schema_version",
+    "encrypted", "encryption_keys", "chunk_uuid", "chunk_id", "num_chunks", "entry_metadata",
+    "message_metadata", "entry_payload",
+)
+
+
+@dataclass(slots=True)
+class RowColumns:
+    """Rows under construction, one Python list per column (pyarrow makes arrays of them)."""
+
+    partition: int
+    data: dict[str, list[object]] = field(default_factory=lambda: {name: [] for name in COLUMNS})
+    rows: int = 0
+
+    def add(self, **values: object) -> None:
+        for name in COLUMNS:
+            self.data[name].append(values.get(name))
+        self.rows += 1
+
+
+def _metadata(entry: bytes) -> tuple[pb.MessageMetadata, bytes, bytes]:
+    if len(entry) < _HEAD:
+        raise StorageError("an entry too short to be a message: cannot offload it")
+    magic, size = _MAGIC.unpack_from(entry, 0)[0], _U32.unpack_from(entry, 6)[0]
+    if magic != _CHECKSUM_MAGIC or size > len(entry) - _HEAD:
+        raise StorageError("an entry that is not a checksummed message: cannot offload it")
+    raw = entry[_HEAD : _HEAD + size]
+    metadata = pb.MessageMetadata()
+    try:
+        metadata.ParseFromString(raw)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise StorageError(f"an entry whose metadata does not decode ({exc}): cannot offload it") from None
+    if not metadata.IsInitialized():
+        raise StorageError("an entry whose metadata lacks required fields: cannot offload it")
+    return metadata, raw, entry[_HEAD + size :]
+
+
+def _split_batch(payload: bytes, count: int) -> list[tuple[bytes, pb.SingleMessageMetadata, bytes]]:
+    """(single metadata bytes, parsed, value) of each message of an uncompressed batch."""
+    out = []
+    o = 0
+    for _ in range(count):
+        (size,) = _U32.unpack_from(payload, o)
+        raw = payload[o + 4 : o + 4 + size]
+        single = pb.SingleMessageMetadata()
+        single.ParseFromString(raw)
+        o += 4 + size
+        value = payload[o : o + single.payload_size]
+        if len(value) != single.payload_size:
+            raise ProtocolError("truncated batch")
+        o += single.payload_size
+        out.append((raw, single, value))
+    return out
+
+
+def _entry_columns(metadata: pb.MessageMetadata) -> dict[str, object]:
+    """The columns every row of an entry shares."""
+    chunked = metadata.HasField("num_chunks_from_msg") and metadata.num_chunks_from_msg > 1
+    return {
+        "publish_time": metadata.publish_time,
+        "producer_name": metadata.producer_name,
+        "schema_version": metadata.schema_version if metadata.HasField("schema_version") else None,
+        "encrypted": bool(metadata.encryption_keys),
+        "encryption_keys": [{"key": k.key, "value": k.value} for k in metadata.encryption_keys] or None,
+        "chunk_uuid": metadata.uuid if chunked else None,
+        "chunk_id": metadata.chunk_id if chunked else None,
+        "num_chunks": metadata.num_chunks_from_msg if chunked else None,
+    }
+
+
+def _properties(kvs: object) -> list[tuple[str, str]] | None:
+    out = [(kv.key, kv.value) for kv in kvs]  # type: ignore[attr-defined]
+    return out or None
+
+
+def _opaque(metadata: pb.MessageMetadata) -> bool:
+    """An encrypted payload, or a chunk (a piece of a larger, compressed message), is kept as stored."""
+    return bool(metadata.encryption_keys) or metadata.num_chunks_from_msg > 1
+
+
+def _join_batch(messages: list[tuple[bytes, bytes]]) -> bytes:
+    parts: list[bytes] = []
+    for raw, value in messages:
+        parts += (_U32.pack(len(raw)), raw, value)
+    return b"".join(parts)
+
+
+def add_entry(rows: RowColumns, ledger_id: int, entry_id: int, entry: bytes) -> None:
+    """Append the rows of one stored entry (a checksummed Pulsar entry)."""
+    metadata, meta_raw, payload = _metadata(entry)
+    base = {"ledger_id": ledger_id, "entry_id": entry_id, "partition": rows.partition, **_entry_columns(metadata)}
+    batched = metadata.HasField("num_messages_in_batch")
+    codec, size = metadata.compression, metadata.uncompressed_size
+    try:
+        if _opaque(metadata) or not batched:
+            value = payload if _opaque(metadata) else decompress(codec, payload, size)
+            exact = _opaque(metadata) or compress(codec, value) == payload
+            rows.add(**base, batch_index=-1, batch_size=metadata.num_messages_in_batch if batched else 0,
+                     key=metadata.partition_key if metadata.HasField("partition_key") else None, value=value,
+                     properties=_properties(metadata.properties), event_time=metadata.event_time or None,
+                     sequence_id=metadata.sequence_id,
+                     ordering_key=metadata.ordering_key if metadata.HasField("ordering_key") else None,
+                     entry_metadata=meta_raw, entry_payload=None if exact else payload)
+            return
+        messages = _split_batch(decompress(codec, payload, size), metadata.num_messages_in_batch)
+    except (DecodeError, RuntimeError, ValueError, struct.error, VelamqError) as exc:
+        raise StorageError(f"entry {ledger_id}:{entry_id} does not decode ({exc}): cannot offload it") from None
+    exact = compress(codec, _join_batch([(raw, value) for raw, _, value in messages])) == payload
+    count = len(messages)
+    for index, (raw, single, value) in enumerate(messages):
+        first = index == 0
+        rows.add(**base, batch_index=index, batch_size=count,
+                 key=single.partition_key if single.HasField("partition_key") else None, value=value,
+                 properties=_properties(single.properties), event_time=single.event_time or None,
+                 sequence_id=single.sequence_id if single.HasField("sequence_id") else metadata.sequence_id + index,
+                 ordering_key=single.ordering_key if single.HasField("ordering_key") else None,
+                 entry_metadata=meta_raw if first else None, message_metadata=raw,
+                 entry_payload=payload if first and not exact else None)
+
+
+def rebuild_entry(entry_metadata: bytes, entry_payload: bytes | None, message_metadata: list[bytes | None],
+                  values: list[bytes]) -> bytes:
+    """The stored entry from its rows' reconstruction columns (in batch order)."""
+    if entry_payload is None:
+        metadata = pb.MessageMetadata()
+        metadata.ParseFromString(entry_metadata)
+        if _opaque(metadata):
+            entry_payload = values[0]
+        elif message_metadata[0] is None:
+            entry_payload = compress(metadata.compression, values[0])
+        else:
+            batch = _join_batch([(raw or b"", value) for raw, value in zip(message_metadata, values, strict=True)])
+            entry_payload = compress(metadata.compression, batch)
+    return with_checksum(_U32.pack(len(entry_metadata)) + entry_metadata + entry_payload)
