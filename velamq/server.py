@@ -76,6 +76,7 @@ def storage_config(config: BrokerConfig) -> StorageConfig:
         gc_major_threshold=config.gc_major_threshold,
         gc_major_interval_s=config.gc_major_interval_s,
         gc_bytes_per_s=config.gc_bytes_per_s,
+        offload=config.offload,
         ballast_bytes=None,  # the derived emergency ballast: a restart on a full disk can recover
     )
 

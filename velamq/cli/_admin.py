@@ -16,14 +16,16 @@ client.conf (--client-conf or $PULSAR_CLIENT_CONF) whose webServiceUrl is the de
                 partitioned-stats | internal-stats (stats-internal) | partitioned-stats-internal |
                 unload | compact | compaction-status | trim-topic | last-message-id | subscriptions |
                 create-subscription | unsubscribe | skip | skip-all | clear-backlog | expire-messages |
-                expire-messages-all-subscriptions | reset-cursor | <message verbs> |
+                expire-messages-all-subscriptions | reset-cursor | offload | offload-status |
+                <message verbs> |
                 <property verbs> | <permission verbs> | <policy verbs>
     schemas     get | upload | delete | extract | compatibility      (_admin_schemas.py)
     storage     check [--data-dir D] [--delete]
 
 Policy verbs (set-X, get-X, remove-X) are in _admin_policies.py, the verbs that read messages
 (peek-messages, get-message-by-id, examine-messages, get-message-id) in _admin_messages.py,
-property verbs in _admin_properties.py, the grants (permissions, grant-permission, ...) in
+the tiered storage verbs (offload, offload-status) in _admin_offload.py, property verbs in
+_admin_properties.py, the grants (permissions, grant-permission, ...) in
 _admin_permissions.py, the schema verbs and settings in _admin_schemas.py;
 docs/admin.md has the table against pulsar-admin's verbs.
 Times take pulsar-admin's units (s, m, h, d, w, y; a bare number is seconds), sizes K, M, G, T.
@@ -43,6 +45,7 @@ from velamq._errors import InvalidTopicNameError
 from velamq._topic_name import TopicName
 from velamq.cli import _admin_policies, _admin_schemas
 from velamq.cli._admin_messages import add_message_verbs
+from velamq.cli._admin_offload import add_offload_verbs
 from velamq.cli._admin_output import parse_time_s, render, render_json
 from velamq.cli._admin_permissions import add_namespace_permission_verbs, add_topic_permission_verbs
 from velamq.cli._admin_policies import namespace_path, topic_path, verb
@@ -303,6 +306,7 @@ def _topics(groups: Any) -> None:
     verb(group, "reset-cursor", "move a subscription to a time or a message id", _reset_cursor, reset_args)
 
     add_message_verbs(group)
+    add_offload_verbs(group)
     add_topic_property_verbs(group)
     add_topic_permission_verbs(group)
     _admin_policies.add_policy_verbs(group, topic_level=True)
