@@ -20,7 +20,7 @@ client.conf (--client-conf or $PULSAR_CLIENT_CONF) whose webServiceUrl is the de
                 <message verbs> |
                 <property verbs> | <permission verbs> | <policy verbs>
     schemas     get | upload | delete | extract | compatibility      (_admin_schemas.py)
-    storage     check [--data-dir D] [--delete]
+    storage     check [--data-dir D] [--delete] [--config BROKER_CONF]
 
 Policy verbs (set-X, get-X, remove-X) are in _admin_policies.py, the verbs that read messages
 (peek-messages, get-message-by-id, examine-messages, get-message-id) in _admin_messages.py,
@@ -336,6 +336,7 @@ def _storage(groups: Any) -> None:
     check = group.add_parser("check", help="report (and with --delete remove) orphaned ledgers and metadata")
     check.add_argument("--data-dir", help="the broker's data directory (default ./data)")
     check.add_argument("--delete", action="store_true", help="remove what is orphaned")
+    check.add_argument("--config", help="the broker's config file (where ledgers are offloaded)")
     check.set_defaults(local=_check_storage)
 
 
@@ -344,6 +345,7 @@ def _check_storage(a: argparse.Namespace) -> int:
     from velamq.cli import _storage_check
 
     argv = (["--data-dir", a.data_dir] if a.data_dir else []) + (["--delete"] if a.delete else [])
+    argv += ["--config", a.config] if a.config else []
     return int(_storage_check.main(argv))
 
 

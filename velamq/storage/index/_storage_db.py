@@ -200,6 +200,11 @@ class StorageDb:
     def ledger_ids_of(self, ml_id: int) -> list[int]:
         return [int(r[0]) for r in self._conn.execute("SELECT id FROM ledgers WHERE ml = ? ORDER BY id", (ml_id,))]
 
+    def offload_flags(self) -> dict[int, tuple[bool, bool]]:
+        """(offloaded, local copy kept) of every ledger (the checker's offloaded files)."""
+        query = "SELECT id, offloaded_ms IS NOT NULL, local_deleted_ms IS NULL FROM ledgers"
+        return {int(i): (bool(o), bool(k)) for i, o, k in self._conn.execute(query)}
+
     def ledger_entries(self, ledger_id: int) -> int | None:
         """Entries of the ledger in the index, or None if the ledger is unknown (or deleted)."""
         row = self._conn.execute("SELECT entries FROM ledgers WHERE id = ?", (ledger_id,)).fetchone()

@@ -1,4 +1,5 @@
-"""A topic's offload as the admin API shows it (Pulsar's OffloadProcessStatus)."""
+"""What the offload reports: a topic's offload as the admin API shows it (Pulsar's
+OffloadProcessStatus), and the storage checker's findings among offloaded files (_check)."""
 
 from __future__ import annotations
 
@@ -17,3 +18,12 @@ class OffloadStatus:
     status: OffloadState = "NOT_RUN"
     last_error: str = ""
     first_unoffloaded: tuple[int, int] = (-1, -1)
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadFinding:
+    kind: str
+    path: str  # in the store
+    detail: str
+    bytes: int = 0
+    deletable: bool = True
