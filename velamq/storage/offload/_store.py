@@ -32,6 +32,8 @@ from velamq.storage.offload._parquet import LedgerFileWriter, RowGroup, WriteLim
 
 _PREFIX = "ledger-"
 MANIFESTS = "_manifests"
+s3_connect_timeout_s = 5.0
+s3_request_timeout_s = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +83,11 @@ def make_filesystem(config: OffloadConfig, data_dir: Path) -> tuple[pafs.FileSys
             if config.endpoint.startswith("http://"):
                 options["scheme"] = "http"
         retries = pafs.AwsStandardS3RetryStrategy(max_attempts=3)
-        return pafs.S3FileSystem(**options, retry_strategy=retries), config.bucket
+        # Bounded waits: a store that is down fails an offload (retried at the next check) instead
+        # of holding the offload's thread.
+        fs = pafs.S3FileSystem(**options, retry_strategy=retries, connect_timeout=s3_connect_timeout_s,
+                               request_timeout=s3_request_timeout_s)
+        return fs, config.bucket
     root = config.root_dir(data_dir)
     return pafs.LocalFileSystem(), root
 
