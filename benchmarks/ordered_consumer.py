@@ -1,6 +1,6 @@
 """How much does key-hash parallelism inside a partition speed up ordered consumption? (OC-1..OC-4)
 
-Article 004's scenario: a backlog on a partitioned topic, a handler that takes a fixed time per
+ZTO's ordered-consumption scenario: a backlog on a partitioned topic, a handler that takes a fixed time per
 message, and strict order per key. The script produces --messages messages over --keys keys to an
 8-partition topic (uniform keys, and a second topic with Zipf-skewed keys), then consumes the
 backlog with velamq's OrderedConsumer for partition_parallelism 1, 2, 4, 8, 16 (a fresh

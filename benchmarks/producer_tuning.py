@@ -1,4 +1,4 @@
-"""Article 000's headline (PR-13): at the same write rate, what does the tuned template save the broker?
+"""vivo's producer-tuning headline (PR-13): at the same write rate, what does the tuned template save the broker?
 
 vivo reports that, with compression on before and after, the template (PR-12) cut the broker's
 network traffic by about half and its CPU by about 90 %. This script sends the same stream, 1 KiB
@@ -6,7 +6,7 @@ JSON documents round-robin over an 8-partition topic at a fixed rate with LZ4, t
 
     unbatched          the producer defaults of velamq and of the official Python client: no batching
     java-defaults      batching as the Java client does it by default: 1000 messages or 128 KiB or
-                       1 ms per batch, partition switch every 10 publish delays (the article's
+                       1 ms per batch, partition switch every 10 publish delays (vivo's
                        "before": its users ran Java producers)
     batching-defaults  batching_enabled=True, every other setting at the Python clients' defaults
                        (as java-defaults, but 10 ms per batch)
@@ -31,7 +31,7 @@ and prints them per client, with the change the tuned template makes against eac
     .venv/bin/python benchmarks/producer_tuning.py                    # ~1.5 min
     .venv/bin/python benchmarks/producer_tuning.py --rate 20000 --seconds 20
 
-The article's rate is 20 000 msg/s; the default here is 10 000 because on a 2-core machine the
+vivo's rate is 20 000 msg/s; the default here is 10 000 because on a 2-core machine the
 unbatched configuration cannot sustain 20 000 msg/s of 1 KiB with the broker on the same cores
 (it reaches about 9 000-10 000). Every row prints the rate it reached, and rows more than 5 %
 below the target are listed: compare rows only when they reached the same rate.
@@ -349,7 +349,7 @@ def started_broker() -> Iterator[BrokerProcess]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--rate", type=float, default=10_000, help="messages per second (the article: 20000)")
+    ap.add_argument("--rate", type=float, default=10_000, help="messages per second (vivo's tuning used 20000)")
     ap.add_argument("--seconds", type=float, default=8, help="seconds of sending per run")
     ap.add_argument("--size", type=int, default=1024, help="bytes per JSON message")
     ap.add_argument("--partitions", type=int, default=8)
@@ -387,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     slow = [f"{r.client} {r.config} ({r.rate:,.0f})" for r in runs if r.rate < 0.95 * args.rate]
     if slow:
         print(f"\nBELOW THE TARGET RATE (compare these rows with care): {', '.join(slow)}")
-    print("\nChange with the tuned template (the article: broker network about -50 %, broker CPU about -90 %):\n")
+    print("\nChange with the tuned template (vivo's figures: broker network about -50 %, broker CPU about -90 %):\n")
     print(ratio_table(runs))
     print()
     for k, v in machine():

@@ -3,9 +3,9 @@
     a) group commit: 1, 100 and 1000 topics appending at once, with fsync. One shared journal
        (one write and one fsync per group) against a per-topic-fsync baseline (each topic its own
        log file; a group fsyncs every file it touched, which is what storage v1 did).
-    b) article 003's experiment: a tail read (the consumer keeps up: every entry from the tail
+    b) the memory-model experiment: a tail read (the consumer keeps up: every entry from the tail
        cache, none from a ledger file) against a catch-up read (the consumer starts a backlog
-       behind, files cold in the page cache: served through read-ahead). The article's backlog is
+       behind, files cold in the page cache: served through read-ahead). The experiment's backlog is
        10 minutes of production; here it is `--backlog-s` seconds of it (default 10, i.e. 1/60).
     c) burst: producers push as fast as they can for `--burst-s` seconds (default 30) with a
        256 MiB budget, in a child process: its peak RSS against budget + 150 MiB, the only error
@@ -226,7 +226,7 @@ def part_a(base: Path, seconds: float) -> str:
     )
 
 
-# -- b) tail read vs catch-up read (article 003) -----------------------------------------------
+# -- b) tail read vs catch-up read (Pulsar's memory model) --------------------------------------
 
 
 @dataclass(slots=True)
@@ -351,9 +351,9 @@ def part_b(base: Path, seconds: float, backlog_s: float) -> str:
     catch_up = asyncio.run(catch_up_read(base, size, backlog, produced_per_s / 5))
     rows = [tail.row("tail read", produced_per_s), catch_up.row("catch-up read", produced_per_s / 5)]
     return (
-        f"b) article 003: tail read vs catch-up read, {size} B entries. Tail: {seconds:.0f} s of producing "
+        f"b) memory-model experiment: tail read vs catch-up read, {size} B entries. Tail: {seconds:.0f} s of producing "
         f"while one consumer keeps up. Catch-up: a backlog of {backlog:,} entries ({backlog_s:.0f} s of "
-        f"production, the article's 10 minutes scaled by {backlog_s / 600:.3f}), flushed and evicted from the "
+        f"production, the original 10 minutes scaled by {backlog_s / 600:.3f}), flushed and evicted from the "
         f"page cache, read from the start while the producer goes on at a fifth of its rate\n\n"
         + table(
             [

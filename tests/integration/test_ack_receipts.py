@@ -1,4 +1,4 @@
-"""Ack receipts (article 001, CO-2): with ack_receipt_enabled, velamq's consumer returns from
+"""Ack receipts (Tencent's 600 k topics, CO-2): with ack_receipt_enabled, velamq's consumer returns from
 acknowledge only once the broker applied the ack, and raises when it cannot confirm it (the
 broker is gone, or refuses); an unconfirmed ack is kept and applied after the reconnect."""
 

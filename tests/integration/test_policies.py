@@ -1,5 +1,5 @@
 """Namespace policies enforced by the broker, driven through the admin REST API and the official
-client (issue 5: BR-3..BR-6, BR-4, CO-3, CO-6; article 001).
+client (issue 5: BR-3..BR-6, BR-4, CO-3, CO-6; Tencent's 600 k topics).
 
 One broker for the module, with a fast policy check and small ledgers; each test gets its own
 namespace so policies do not leak between tests.
@@ -280,7 +280,7 @@ def test_compaction_keeps_the_latest_value_per_key(policy_broker: BrokerProcess,
 def test_ack_holes_active_redelivery_keeps_mark_delete_moving(
     policy_broker: BrokerProcess, namespace: str, pclient: Any
 ) -> None:
-    """Article 001: one message in 1000 is never acknowledged by its first consumer. Without active
+    """Tencent's 600 k topics: one message in 1000 is never acknowledged by its first consumer. Without active
     redelivery the mark-delete position stays behind the first hole and the entries after it pile
     up; with it, the hole is redelivered after the threshold and acknowledged then."""
     results = {}

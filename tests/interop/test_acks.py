@@ -80,7 +80,7 @@ def test_acks_survive_kill_9(fresh_broker: BrokerProcess, make_client: Any, topi
     client = make_client(fresh_broker.service_url)
     ack_scenario(client, topic)
     client.close()
-    # DESIGN.md §2: cursors are persisted "at a bounded rate and on close"; a crash may redeliver,
+    # Cursors are persisted "at a bounded rate and on close" (docs/storage.md); a crash may redeliver,
     # never lose. Unloading the topic closes it, and answers once its cursors are written: from
     # then on a kill -9 must not bring an acknowledged message back.
     status, text = http("PUT", f"{fresh_broker.admin_url}/admin/v2/persistent/public/default/{topic}/unload")

@@ -1,4 +1,4 @@
-"""ME-6, DESIGN §5.4: a receipt means durable. Produce with the official client, SIGKILL the broker, start
+"""ME-6: a receipt means durable. Produce with the official client, SIGKILL the broker, start
 it again on the same data dir: every acknowledged message is there exactly once, in order."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every exception class under velamq derives from velamq.VelamqError (DESIGN §4: one exception tree).
+"""Every exception class under velamq derives from velamq.VelamqError (one exception tree, docs/architecture.md).
 
 The test imports every module of the package (private ones included) and checks each exception
 class defined there, so a new `class SomethingError(Exception)` anywhere fails here. The tree is
@@ -47,3 +47,21 @@ def test_every_exception_class_derives_from_velamq_error() -> None:
     strays = sorted(f"{cls.__module__}.{cls.__qualname__}" for cls in _exception_classes()
                     if not issubclass(cls, VelamqError))
     assert strays == []
+
+
+def test_no_two_exception_classes_share_a_name() -> None:
+    by_name: dict[str, list[str]] = {}
+    for cls in _exception_classes():
+        by_name.setdefault(cls.__name__, []).append(cls.__module__)
+    assert {name: modules for name, modules in by_name.items() if len(modules) > 1} == {}
+
+
+def test_the_tree_in_errors_docstring_names_every_class() -> None:
+    import velamq._errors
+
+    drawn = velamq._errors.__doc__ or ""
+    # The client's BrokerError subclasses are one line per code in client/_errors.py, summed up there.
+    summed_up = {"velamq.client._errors"}
+    missing = sorted(f"{cls.__module__}.{cls.__qualname__}" for cls in _exception_classes()
+                     if cls.__module__ not in summed_up and cls.__name__ not in drawn)
+    assert missing == []

@@ -1,4 +1,4 @@
-"""The public API of every package is pinned: changing it is a decision, not an accident (DESIGN §4).
+"""The public API of every package is pinned: changing it is a decision, not an accident.
 
 Each package's `__all__` is written out here; a name added, removed or renamed fails this test
 until the list below is changed with it. Every name in `__all__` must exist, and every package
@@ -49,12 +49,12 @@ PUBLIC_API: dict[str, list[str]] = {
         "check_workers", "register", "source_schema",
     ],
     "velamq.storage": [
-        "CursorOwner", "Entry", "LedgerInfo", "ManagedCursor", "ManagedLedger", "MemoryBudget", "OffloadConfig",
-        "OffloadStatus", "Position",
-        "PublishBuffer", "RangeSet", "Storage", "StorageConfig",
+        "CursorOwner", "Entry", "EntryRows", "LedgerInfo", "ManagedCursor", "ManagedLedger", "MemoryBudget",
+        "OffloadConfig", "OffloadStatus", "Position", "PublishBuffer", "RangeSet", "RowColumns", "Storage",
+        "StorageConfig",
     ],
     "velamq.metadata": [
-        "BacklogQuota", "DEFAULT_CLUSTER", "DEFAULT_NAMESPACE", "DEFAULT_TENANT", "IncompatibleSchemaError",
+        "BacklogQuota", "DEFAULT_CLUSTER", "DEFAULT_NAMESPACE", "DEFAULT_TENANT", "SchemaCompatibilityError",
         "InvalidSchemaDataError", "MetadataStore", "Policies", "SchemaData", "SchemaRegistry", "SchemaType",
         "StoredSchema", "Strategy", "TopicOpen", "allow_auto_update", "decode_version", "effective_strategy",
         "encode_version", "get_schema_response", "partitions_max", "resolve_policies", "schema_from_payload",
@@ -62,8 +62,9 @@ PUBLIC_API: dict[str, list[str]] = {
     ],
     "velamq.security": [
         "ALGORITHMS", "family_of", "key_family",
-        "AuthAction", "AuthResult", "AuthenticationError", "AuthenticationProvider", "AuthenticationProviderBasic",
-        "AuthenticationProviderTls", "AuthenticationProviderToken", "AuthenticationService", "AuthorizationError",
+        "AccessDeniedError", "AuthAction", "AuthResult", "AuthenticationFailedError", "AuthenticationProvider",
+        "AuthenticationProviderBasic", "AuthenticationProviderTls", "AuthenticationProviderToken",
+        "AuthenticationService",
         "AuthorizationModel", "BASIC_PROVIDER", "HTTP_METHOD_HEADER", "HtpasswdFile", "InvalidGrantError",
         "KeyPairDer", "NamespaceAuth", "NamespaceOperation", "REFRESH_CHALLENGE", "ReloadingServerContext",
         "SECURITY_KEYS", "SecurityConfigError", "SecurityError", "SecuritySettings", "TLS_PROVIDER",

@@ -13,7 +13,7 @@ Rules (docs/security.md, "What differs from Pulsar"):
   - credentials no provider accepts: 401 (never demoted to the anonymous role).
 
 Refusals never repeat the credential: the reason names the method and what failed, as
-AuthenticationError's messages do.
+AuthenticationFailedError's messages do.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Final
 from velamq.admin._http import HttpError, Request
 from velamq.security import (
     HTTP_METHOD_HEADER,
-    AuthenticationError,
+    AuthenticationFailedError,
     AuthenticationService,
     AuthorizationModel,
     SecuritySettings,
@@ -101,7 +101,7 @@ class AdminSecurity:
             result = self.authentication.authenticate_http(
                 request.header("authorization"), request.header(HTTP_METHOD_HEADER), peer_cert_der
             )
-        except AuthenticationError as exc:
+        except AuthenticationFailedError as exc:
             raise HttpError(401, str(exc), headers=self._challenge(console)) from None
         return Caller(result.role, self.authorization, enforce)
 

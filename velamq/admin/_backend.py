@@ -4,7 +4,7 @@ The broker's admin facade (velamq.broker.BrokerAdmin) implements it; the composi
 (velamq/server.py) hands one to the AdminServer. Reads and plain metadata changes go straight to
 `metadata`; anything that must also act on live topics (closing producers and consumers,
 deleting ledgers, moving cursors) goes through the other methods, so that each topic's state
-keeps one owner (DESIGN §3). Stats come back as the broker's typed records; _stats_json.py
+keeps one owner (docs/architecture.md, "Who owns what"). Stats come back as the broker's typed records; _stats_json.py
 renders them as Pulsar's JSON.
 
 Names are full topic names ("persistent://t/ns/x"); the routes hand a partitioned topic's

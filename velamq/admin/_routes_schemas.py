@@ -47,8 +47,8 @@ from velamq.admin._params import (
 )
 from velamq.admin._router import Call, Handler, Router
 from velamq.metadata import (
-    IncompatibleSchemaError,
     InvalidSchemaDataError,
+    SchemaCompatibilityError,
     SchemaData,
     Strategy,
     allow_auto_update,
@@ -90,8 +90,8 @@ def _payload(call: Call) -> SchemaData:
         raise HttpError(422, str(exc)) from None
 
 
-def _refused(exc: IncompatibleSchemaError | InvalidSchemaDataError) -> HttpError:
-    return HttpError(409 if isinstance(exc, IncompatibleSchemaError) else 422, str(exc))
+def _refused(exc: SchemaCompatibilityError | InvalidSchemaDataError) -> HttpError:
+    return HttpError(409 if isinstance(exc, SchemaCompatibilityError) else 422, str(exc))
 
 
 # ---------------------------------------------------------------------------- the schemas
@@ -128,7 +128,7 @@ async def post_schema(call: Call) -> Response:
     try:
         # The admin may always add a version: isAllowAutoUpdateSchema limits producers only.
         version, _ = await call.backend.metadata.schemas.register(topic, schema, await _strategy(call, topic))
-    except (IncompatibleSchemaError, InvalidSchemaDataError) as exc:
+    except (SchemaCompatibilityError, InvalidSchemaDataError) as exc:
         raise _refused(exc) from None
     return Response.json({"version": {"version": version}})
 
@@ -151,7 +151,7 @@ async def check_compatibility(call: Call) -> Response:
     strategy = await _strategy(call, topic)
     try:
         await call.backend.metadata.schemas.check_compatible(topic, schema, strategy)
-    except (IncompatibleSchemaError, InvalidSchemaDataError) as exc:
+    except (SchemaCompatibilityError, InvalidSchemaDataError) as exc:
         raise _refused(exc) from None
     return Response.json({"compatibility": True, "schemaCompatibilityStrategy": strategy.value}, status=202)
 

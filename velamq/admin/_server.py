@@ -57,9 +57,9 @@ from velamq.admin._backend import BrokerBackend
 from velamq.admin._http import HttpError, Request, Response, read_request, stream_limit_bytes, write_response
 from velamq.admin._router import Call, Router
 from velamq.security import (
-    AuthenticationError,
+    AccessDeniedError,
+    AuthenticationFailedError,
     AuthenticationService,
-    AuthorizationError,
     AuthorizationModel,
     InvalidGrantError,
     ReloadingServerContext,
@@ -97,7 +97,7 @@ def error_response(exc: BaseException) -> Response:
         return Response.error(409, str(exc))
     if isinstance(exc, PreconditionFailedError | InvalidTopicNameError):
         return Response.error(412, str(exc))
-    if isinstance(exc, InvalidGrantError | AuthenticationError | AuthorizationError):
+    if isinstance(exc, InvalidGrantError | AuthenticationFailedError | AccessDeniedError):
         return Response.error(exc.http_status, str(exc))
     if isinstance(exc, VelamqError):
         return Response.error(500, str(exc))

@@ -2,7 +2,7 @@
 
 BrokerAdmin implements velamq.admin's BrokerBackend protocol (the composition root hands it to
 the AdminServer; the broker never imports the admin tier). It answers with the typed records of
-_stats.py, which the admin tier renders as Pulsar's JSON. Names are full topic names; message
+stats/_records.py, which the admin tier renders as Pulsar's JSON. Names are full topic names; message
 ids are (ledger_id, entry_id). Everything runs on the broker loop; nothing here blocks. The
 cursor operations on one subscription (skip, expire, reset, peek) are the functions after the
 class, over a loaded Topic.

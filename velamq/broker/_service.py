@@ -8,7 +8,7 @@ threads and the metadata thread.
 Its parts live in their own modules: the ports, their listeners and connection caps
 (_listener.py), the table of loaded topics with loading, unloading and deleting (_loaded_topics.py),
 the network's share of the memory budget (_net_budget.py), the disk guard that turns the broker
-read-only (_disk_guard.py), and crash-safe topic deletes (_topic_deletion.py), whose interrupted
+read-only (guards/_disk.py), and crash-safe topic deletes (_topic_deletion.py), whose interrupted
 ones `start` finishes before it listens.
 
 Topic lifecycle (docs/architecture.md, _loaded_topics.py): a topic loads on first use, stays
@@ -38,6 +38,7 @@ from velamq.broker.service._policy_tasks import PolicyTasks
 from velamq.broker.service._topic_deletion import finish_interrupted_deletions
 from velamq.broker.session._auth import AuthCounters, AuthRefresher
 from velamq.broker.session._connection import ServerConnection
+from velamq.broker.session._context import OpenConnection
 from velamq.broker.session._listener import BrokerPorts, ConnectionLimits
 from velamq.broker.stats._metrics_snapshot import collect
 from velamq.broker.stats._rate_history import RateHistory
@@ -97,7 +98,7 @@ class BrokerService:
         self.schemas = BrokerSchemas(metadata.schemas, self._schema_policies)
         self.policy_tasks = PolicyTasks(clock, config.policy_check_interval_s, lambda: self.topics.values())
         self.rate_history = RateHistory(clock, lambda: self.topics.values(), config.rate_history_interval_s)
-        self._connections: set[ServerConnection] = set()
+        self._connections: set[OpenConnection] = set()
         self.auth_refresher = AuthRefresher(
             clock, config.security.authentication_refresh_check_s, lambda: self._connections
         )
@@ -259,11 +260,11 @@ class BrokerService:
     def new_tls_connection(self, release: Callable[[], None]) -> ServerConnection:
         return ServerConnection(self, release, tls=True)
 
-    def connection_opened(self, connection: ServerConnection) -> None:
+    def connection_opened(self, connection: OpenConnection) -> None:
         self._connections.add(connection)
         self._connections_opened += 1
 
-    def connection_closed(self, connection: ServerConnection) -> None:
+    def connection_closed(self, connection: OpenConnection) -> None:
         self._connections.discard(connection)
 
     def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> None:

@@ -27,7 +27,7 @@ from typing import Any, BinaryIO, Final
 
 from velamq.security import (
     ALGORITHMS,
-    AuthenticationError,
+    AuthenticationFailedError,
     SecurityConfigError,
     TokenValidator,
     create_key_pair,
@@ -100,7 +100,7 @@ def run_tokens(args: argparse.Namespace, stdout: BinaryIO | None = None) -> int:
     out = stdout if stdout is not None else sys.stdout.buffer
     try:
         return _COMMANDS[args.tokens_command](args, out)
-    except (SecurityConfigError, AuthenticationError, ValueError, OSError) as exc:
+    except (SecurityConfigError, AuthenticationFailedError, ValueError, OSError) as exc:
         print(f"velamq tokens {args.tokens_command}: {exc}", file=sys.stderr)
         return 1
 

@@ -1,4 +1,4 @@
-"""`velamq tune`: print the producer settings of article 000's template (PR-12).
+"""`velamq tune`: print the producer settings of the producer tuning template (PR-12).
 
     velamq tune --message-bytes 1024 --partitions 8 --memory 512M --max-delay-ms 10 [--json]
 
@@ -78,7 +78,8 @@ def human_bytes(n: int) -> str:
 
 
 def add_tune_parser(commands: Any) -> None:
-    tune = commands.add_parser("tune", help="derive producer settings from article 000's template (PR-12)")
+    tune = commands.add_parser(
+        "tune", help="derive producer settings from message size, partitions and a memory budget (PR-12)")
     tune.add_argument("--message-bytes", type=int, required=True, help="typical message size in bytes")
     tune.add_argument("--partitions", type=int, required=True, help="partitions of the topic")
     tune.add_argument("--memory", required=True, help="memory budget for pending messages, e.g. 512M")
@@ -113,7 +114,7 @@ def render_table(result: dict[str, Any]) -> str:
     lines = [
         f"velamq tune: {inputs['message_bytes']}-byte messages, {inputs['partitions']} partitions, "
         f"{human_bytes(inputs['memory_budget_bytes'])} memory budget, {inputs['max_delay_ms']} ms max delay "
-        "(article 000's template, PR-12)",
+        "(producer tuning template, PR-12)",
         "",
     ]
     rows = [("velamq keyword", "Java config key", "value", "formula")]
@@ -137,7 +138,7 @@ def render_table(result: dict[str, Any]) -> str:
     lines.append(f"memory: the template uses {human_bytes(memory_limit)} of the "
                  f"{human_bytes(inputs['memory_budget_bytes'])} budget ({note}).")
     if pending < 1000:
-        lines.append(f"warning: only {pending} pending messages per partition fit the budget; the article "
+        lines.append(f"warning: only {pending} pending messages per partition fit the budget; the template "
                      "recommends 1000..2000 (raise --memory or send smaller messages).")
     args = (f"{inputs['message_bytes']}, {inputs['partitions']}, {inputs['memory_budget_bytes']}, "
             f"{inputs['max_delay_ms']}")

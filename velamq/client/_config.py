@@ -3,7 +3,7 @@
 Defaults follow the official Python client (pulsar-client 3.x, C++ based), so code moved from it
 behaves the same; the one addition is blocking_aware_routing (PR-11), on by default.
 
-ProducerConfig.tuned() is the article's parameter template (PR-12): from the message size, the
+ProducerConfig.tuned() is vivo's producer tuning template (PR-12): from the message size, the
 partition count, a memory budget and the acceptable delay it derives every related setting, so the
 batch container can always build full batches while half the pending queue waits for receipts.
 """
@@ -30,7 +30,7 @@ HASHING_SCHEMES = ("boost", "java_string", "murmur3_32")
 COMPRESSION_TYPES = ("none", "lz4", "zlib", "zstd", "snappy")
 REGEX_SUBSCRIPTION_MODES = ("persistent_only", "non_persistent_only", "all_topics")
 
-# The article's template bounds (PR-12).
+# The tuning template's bounds (PR-12).
 tuned_max_pending_messages_min = 1000
 tuned_max_pending_messages_max = 2000
 tuned_batch_bytes_max = 1 * MIB
@@ -150,7 +150,7 @@ class ProducerConfig:
     @classmethod
     def tuned(cls, message_bytes: int, partitions: int, memory_limit_bytes: int, max_delay_ms: int,
               **overrides: Any) -> ProducerConfig:
-        """The article's template (PR-12), within a memory budget.
+        """The producer tuning template (PR-12), within a memory budget.
 
             maxPendingMessages          1000..2000, as many as the budget holds
                                         (fewer than 1000 only when the budget cannot hold 1000)
@@ -252,7 +252,7 @@ class ConsumerConfig:
     ack_grouping_time_ms: int = 100
     ack_grouping_max_size: int = 1000
     # acknowledge() waits for the broker's ACK_RESPONSE and raises if the ack failed (the official
-    # clients' ackReceiptEnabled / article 001); acks then leave at once, not grouped.
+    # clients' ackReceiptEnabled / Tencent's 600 k topics); acks then leave at once, not grouped.
     ack_receipt_enabled: bool = False
     negative_ack_redelivery_delay_ms: int = 60_000
     ack_timeout_ms: int = 0

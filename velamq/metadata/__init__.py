@@ -14,7 +14,7 @@ and InvalidTopicNameError for names that do not parse.
 
 Schemas (docs/schemas.md): `store.schemas`, a `SchemaRegistry`, keeps every topic's versions in the
 same SQLite file and decides, with Pulsar's compatibility strategies, which version a producer or
-consumer schema gets (IncompatibleSchemaError, InvalidSchemaDataError); deleting a topic deletes
+consumer schema gets (SchemaCompatibilityError, InvalidSchemaDataError); deleting a topic deletes
 its schemas.
 
     await store.schemas.register("persistent://public/default/t", schema, Strategy.FULL)  # (0, True)
@@ -23,8 +23,8 @@ its schemas.
 from velamq.metadata._policies import BacklogQuota, Policies, resolve_policies
 from velamq.metadata._schema import DEFAULT_CLUSTER, DEFAULT_NAMESPACE, DEFAULT_TENANT
 from velamq.metadata._schema_info import (
-    IncompatibleSchemaError,
     InvalidSchemaDataError,
+    SchemaCompatibilityError,
     SchemaData,
     SchemaType,
     StoredSchema,
@@ -46,10 +46,10 @@ __all__ = [
     "DEFAULT_NAMESPACE",
     "DEFAULT_TENANT",
     "BacklogQuota",
-    "IncompatibleSchemaError",
     "InvalidSchemaDataError",
     "MetadataStore",
     "Policies",
+    "SchemaCompatibilityError",
     "SchemaData",
     "SchemaRegistry",
     "SchemaType",

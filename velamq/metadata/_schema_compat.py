@@ -6,7 +6,7 @@ count (`live_history`). Three questions are answered here, each as Pulsar's brok
 - `decide_producer`: a producer (or the admin API, or GET_OR_CREATE_SCHEMA) brings a schema. If an
   equal schema is a live version, that version; else, when auto update is allowed and the strategy
   accepts it, a new version (one after the highest ever used, deletions included); else
-  IncompatibleSchemaError. "Equal" is Pulsar's getSchemaVersionBySchemaData: for Avro-based types
+  SchemaCompatibilityError. "Equal" is Pulsar's getSchemaVersionBySchemaData: for Avro-based types
   the parsed definitions are equal (whitespace, doc and aliases do not count), for the others the
   type and the SHA-256 of the data (KEY_VALUE: and the key and value types, which Pulsar leaves out).
 - `decide_consumer`: a consumer brings a schema. On a topic with a schema it must read the latest
@@ -34,8 +34,8 @@ from typing import Any, Final
 
 from velamq.metadata._avro_resolution import ParsedAvro, canonical, parse_avro, resolution_problem
 from velamq.metadata._schema_info import (
-    IncompatibleSchemaError,
     InvalidSchemaDataError,
+    SchemaCompatibilityError,
     SchemaData,
     SchemaType,
     StoredSchema,
@@ -170,16 +170,16 @@ Checker = Callable[[Sequence[StoredSchema], SchemaData, Strategy], None]
 
 
 def check_compatible(live: Sequence[StoredSchema], new: SchemaData, strategy: Strategy) -> None:
-    """IncompatibleSchemaError unless `strategy` accepts `new` after the live versions `live`."""
+    """SchemaCompatibilityError unless `strategy` accepts `new` after the live versions `live`."""
     validate(new)
     if not live or strategy is Strategy.ALWAYS_COMPATIBLE:
         return
     if strategy is Strategy.ALWAYS_INCOMPATIBLE:
-        raise IncompatibleSchemaError("Schema compatibility strategy is ALWAYS_INCOMPATIBLE")
+        raise SchemaCompatibilityError("Schema compatibility strategy is ALWAYS_INCOMPATIBLE")
     previous = list(live) if strategy.transitive else [live[-1]]
     for stored in previous:
         if stored.schema.type is not new.type:
-            raise IncompatibleSchemaError(
+            raise SchemaCompatibilityError(
                 f"Incompatible schema: exists schema type {stored.schema.type.name}, new schema type {new.type.name}"
             )
     if not strategy.transitive and _comparable(previous[0].schema) == _comparable(new):
@@ -199,23 +199,23 @@ def _avro(previous: Sequence[StoredSchema], new: SchemaData, strategy: Strategy)
     try:
         reader_new = _parsed(new.data)
     except InvalidSchemaDataError as exc:
-        raise IncompatibleSchemaError(f"Incompatible schema: {exc}") from None
+        raise SchemaCompatibilityError(f"Incompatible schema: {exc}") from None
     for stored in reversed(previous):
         try:
             old = _parsed(stored.schema.data)
         except InvalidSchemaDataError as exc:
-            raise IncompatibleSchemaError(f"Incompatible schema: version {stored.version}: {exc}") from None
+            raise SchemaCompatibilityError(f"Incompatible schema: version {stored.version}: {exc}") from None
         if strategy.new_reads_old:
             problem = resolution_problem(old, reader_new)
             if problem is not None:
-                raise IncompatibleSchemaError(
+                raise SchemaCompatibilityError(
                     f"Incompatible schema ({strategy.value}): the new schema cannot read data written with "
                     f"version {stored.version}: {problem}"
                 )
         if strategy.old_reads_new:
             problem = resolution_problem(reader_new, old)
             if problem is not None:
-                raise IncompatibleSchemaError(
+                raise SchemaCompatibilityError(
                     f"Incompatible schema ({strategy.value}): version {stored.version} cannot read data written "
                     f"with the new schema: {problem}"
                 )
@@ -231,7 +231,7 @@ def _json(previous: Sequence[StoredSchema], new: SchemaData, strategy: Strategy)
         if old_legacy is None and new_legacy is None:
             avro_previous.append(stored)
         elif old_legacy is not None and new_legacy is not None and old_legacy.get("id") != new_legacy.get("id"):
-            raise IncompatibleSchemaError(
+            raise SchemaCompatibilityError(
                 f"Incompatible schema: JSON schema id {new_legacy.get('id')!r} differs from version "
                 f"{stored.version}'s {old_legacy.get('id')!r}"
             )
@@ -246,7 +246,7 @@ def _key_value(previous: Sequence[StoredSchema], new: SchemaData, strategy: Stra
     for stored in previous:
         key, value = key_value_parts(stored.schema)
         if key.type is not new_key.type or value.type is not new_value.type:
-            raise IncompatibleSchemaError(
+            raise SchemaCompatibilityError(
                 f"Key schemas or Value schemas are different schema type, from key schema type is "
                 f"{key.type.name} and to key schema is {new_key.type.name}, from value schema is "
                 f"{value.type.name} and to value schema is {new_value.type.name}"
@@ -261,7 +261,7 @@ def _protobuf_native(previous: Sequence[StoredSchema], new: SchemaData, strategy
     root = _protobuf_root(new)
     for stored in previous:
         if _protobuf_root(stored.schema) != root:
-            raise IncompatibleSchemaError(
+            raise SchemaCompatibilityError(
                 f"Protobuf root message isn't allow change! (version {stored.version}: "
                 f"{_protobuf_root(stored.schema)}, new: {root})"
             )
@@ -286,14 +286,14 @@ def next_version(history: Sequence[StoredSchema]) -> int:
 def decide_producer(
     history: list[StoredSchema], new: SchemaData, strategy: Strategy, allow_auto_update: bool = True
 ) -> Decision:
-    """The version a producer with schema `new` gets, or IncompatibleSchemaError."""
+    """The version a producer with schema `new` gets, or SchemaCompatibilityError."""
     validate(new)
     live = live_history(history)
     existing = find_version(live, new)
     if existing is not None:
         return ExistingVersion(existing)
     if not allow_auto_update:
-        raise IncompatibleSchemaError("Schema not found and schema auto updating is disabled.")
+        raise SchemaCompatibilityError("Schema not found and schema auto updating is disabled.")
     check_compatible(live, new, strategy)
     return NewVersion(next_version(history), new)
 
@@ -306,13 +306,13 @@ def decide_consumer(
     allow_auto_update: bool = True,
 ) -> Decision | None:
     """What a consumer with schema `new` means: None (accepted, nothing to store), a version to
-    register (the topic had no schema and was idle), or IncompatibleSchemaError. `topic_active`: the
+    register (the topic had no schema and was idle), or SchemaCompatibilityError. `topic_active`: the
     topic has producers, consumers other than AUTO_CONSUME ones, or stored entries."""
     validate(new)
     live = live_history(history)
     if not live:
         if topic_active:
-            raise IncompatibleSchemaError(
+            raise SchemaCompatibilityError(
                 f"Failed to add schema to an active topic with empty(BYTES) schema: new schema type {new.type.name}"
             )
         return decide_producer(history, new, strategy, allow_auto_update)

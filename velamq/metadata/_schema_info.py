@@ -43,7 +43,7 @@ _VERSION: Final = struct.Struct(">q")
 _LENGTH: Final = struct.Struct(">i")
 
 
-class IncompatibleSchemaError(MetadataError):
+class SchemaCompatibilityError(MetadataError):
     """A schema the topic's compatibility strategy does not accept (Pulsar's IncompatibleSchema)."""
 
 

@@ -1,4 +1,4 @@
-"""The one thread that owns the SQLite connection, fed by a queue (DESIGN §3).
+"""The one thread that owns the SQLite connection, fed by a queue (docs/architecture.md, "Who owns what").
 
 The event loop never touches SQLite: `run(fn)` puts `fn` on the queue and awaits a future that the
 thread settles through `loop.call_soon_threadsafe`. The thread drains whatever is queued (up to

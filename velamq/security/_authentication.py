@@ -2,13 +2,13 @@
 
     CONNECT{auth_method_name, auth_data} + the TLS peer certificate
         -> AuthenticationService.authenticate_connect(method, auth_data, peer_cert_der)
-        -> AuthResult(role, method, expires_at_ms)  or  AuthenticationError
+        -> AuthResult(role, method, expires_at_ms)  or  AuthenticationFailedError
 
 Pulsar's ServerCnx rules, which these functions keep:
   - the provider is the one whose method name ("token", "basic", "tls") equals auth_method_name;
   - no such provider (the C++ client's unauthenticated default sends "none"): the role is
-    anonymousUserRole, or AuthenticationError when that is unset;
-  - a provider that refuses: AuthenticationError; the broker answers CommandError(AuthenticationError)
+    anonymousUserRole, or AuthenticationFailedError when that is unset;
+  - a provider that refuses: AuthenticationFailedError; the broker answers CommandError(AuthenticationFailedError)
     and closes the connection;
   - a credential with an expiry (a token's exp) is challenged when it has expired: the broker sends
     AUTH_CHALLENGE with REFRESH_CHALLENGE, the client answers AUTH_RESPONSE, and
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from velamq.security._errors import AuthenticationError, SecurityConfigError
+from velamq.security._errors import AuthenticationFailedError, SecurityConfigError
 from velamq.security._htpasswd import HtpasswdFile
 from velamq.security._tls import certificate_role
 from velamq.security._tokens import TokenValidator
@@ -92,7 +92,9 @@ class AuthenticationProviderToken:
 
     def authenticate_http(self, authorization: str | None, peer_cert_der: bytes | None) -> AuthResult:
         if authorization is None or not authorization.startswith("Bearer "):
-            raise AuthenticationError(self.method, "Invalid HTTP Authorization header (expected 'Bearer <token>')")
+            raise AuthenticationFailedError(
+                self.method, "Invalid HTTP Authorization header (expected 'Bearer <token>')"
+            )
         return self.authenticate(authorization[len("Bearer "):].encode("utf-8", "replace"), peer_cert_der)
 
 
@@ -108,14 +110,14 @@ class AuthenticationProviderBasic:
 
     def authenticate_http(self, authorization: str | None, peer_cert_der: bytes | None) -> AuthResult:
         if authorization is None or not authorization.upper().startswith("BASIC "):
-            raise AuthenticationError(self.method, 'Authentication token has to be started with "Basic "')
+            raise AuthenticationFailedError(self.method, 'Authentication token has to be started with "Basic "')
         parts = authorization.split(" ")
         if len(parts) != 2:
-            raise AuthenticationError(self.method, "Base64 encoded token is not found")
+            raise AuthenticationFailedError(self.method, "Base64 encoded token is not found")
         try:
             decoded = base64.b64decode(parts[1].encode("ascii"), validate=True)
         except (binascii.Error, ValueError, UnicodeEncodeError):
-            raise AuthenticationError(self.method, "Base64 decoding is failure") from None
+            raise AuthenticationFailedError(self.method, "Base64 decoding is failure") from None
         return self.authenticate(decoded, peer_cert_der)
 
 
@@ -155,7 +157,7 @@ class AuthenticationService:
         provider = self._providers.get(method or "none")
         if provider is None:
             if self.anonymous_role is None:
-                raise AuthenticationError("", "No anonymous role, and no authentication provider configured")
+                raise AuthenticationFailedError("", "No anonymous role, and no authentication provider configured")
             return AuthResult(self.anonymous_role, "")
         return _call(provider, bytes(auth_data or b""), peer_cert_der)
 
@@ -164,10 +166,12 @@ class AuthenticationService:
     ) -> AuthResult:
         """An AUTH_RESPONSE to a refresh challenge: same method, valid, and the same role."""
         if (method or previous.method) != previous.method or previous.method not in self._providers:
-            raise AuthenticationError(method or "", "refresh with another authentication method than the connection's")
+            raise AuthenticationFailedError(
+                method or "", "refresh with another authentication method than the connection's"
+            )
         result = _call(self._providers[previous.method], bytes(auth_data or b""), peer_cert_der)
         if result.role != previous.role:
-            raise AuthenticationError(previous.method, "The new role is different from the original role")
+            raise AuthenticationFailedError(previous.method, "The new role is different from the original role")
         return result
 
     def authenticate_http(
@@ -177,37 +181,39 @@ class AuthenticationService:
         if method_header:
             provider = self._providers.get(method_header)
             if provider is None:
-                raise AuthenticationError(method_header, f"Unsupported authentication method: [{method_header}].")
+                raise AuthenticationFailedError(method_header, f"Unsupported authentication method: [{method_header}].")
             return _call_http(provider, authorization, peer_cert_der)
-        first_refusal: AuthenticationError | None = None
+        first_refusal: AuthenticationFailedError | None = None
         for provider in self._providers.values():
             if provider.method == "tls" and not peer_cert_der:
                 continue
             try:
                 return _call_http(provider, authorization, peer_cert_der)
-            except AuthenticationError as exc:
+            except AuthenticationFailedError as exc:
                 first_refusal = first_refusal or exc
         if authorization is None and self.anonymous_role is not None:
             return AuthResult(self.anonymous_role, "")
         if authorization is None or first_refusal is None:
-            raise AuthenticationError("", "Authentication required")
-        raise AuthenticationError("", "no authentication provider accepted the credentials")
+            raise AuthenticationFailedError("", "Authentication required")
+        raise AuthenticationFailedError("", "no authentication provider accepted the credentials")
 
 
 def _call(provider: AuthenticationProvider, auth_data: bytes, peer_cert_der: bytes | None) -> AuthResult:
-    """The one boundary for foreign errors: anything but our AuthenticationError becomes one."""
+    """The one boundary for foreign errors: anything but our AuthenticationFailedError becomes one."""
     try:
         return provider.authenticate(auth_data, peer_cert_der)
-    except AuthenticationError:
+    except AuthenticationFailedError:
         raise
     except Exception as exc:
-        raise AuthenticationError(provider.method, f"credentials could not be checked ({type(exc).__name__})") from None
+        reason = f"credentials could not be checked ({type(exc).__name__})"
+        raise AuthenticationFailedError(provider.method, reason) from None
 
 
 def _call_http(provider: AuthenticationProvider, authorization: str | None, peer_cert_der: bytes | None) -> AuthResult:
     try:
         return provider.authenticate_http(authorization, peer_cert_der)
-    except AuthenticationError:
+    except AuthenticationFailedError:
         raise
     except Exception as exc:
-        raise AuthenticationError(provider.method, f"credentials could not be checked ({type(exc).__name__})") from None
+        reason = f"credentials could not be checked ({type(exc).__name__})"
+        raise AuthenticationFailedError(provider.method, reason) from None

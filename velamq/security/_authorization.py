@@ -34,7 +34,7 @@ from enum import Enum, StrEnum
 from typing import Any, Final
 
 from velamq._topic_name import TopicName
-from velamq.security._errors import AuthorizationError
+from velamq.security._errors import AccessDeniedError
 
 
 class AuthAction(StrEnum):
@@ -221,14 +221,14 @@ class AuthorizationModel:
     def check_topic_operation(
         self, role: str | None, operation: TopicOperation, topic: str, subscription: str | None = None
     ) -> None:
-        """AuthorizationError unless allow_topic_operation."""
+        """AccessDeniedError unless allow_topic_operation."""
         if not self.allow_topic_operation(role, operation, topic, subscription):
             what = f"{topic} (subscription {subscription!r})" if subscription else topic
-            raise AuthorizationError(role, operation.value, what)
+            raise AccessDeniedError(role, operation.value, what)
 
     def check_namespace_operation(self, role: str | None, operation: NamespaceOperation, namespace: str) -> None:
         if not self.allow_namespace_operation(role, operation, namespace):
-            raise AuthorizationError(role, operation.value, namespace)
+            raise AccessDeniedError(role, operation.value, namespace)
 
     # ------------------------------------------------------------------------ internals
 

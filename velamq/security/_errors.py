@@ -5,9 +5,9 @@
         ├── SecurityConfigError     the operator's security settings cannot be used (a key that does
         │                           not decode, an htpasswd line with an unknown hash, TLS files that
         │                           do not load); raised at start or on reload, never per request
-        ├── AuthenticationError     credentials refused: Pulsar's ServerError.AuthenticationError (3)
+        ├── AuthenticationFailedError  credentials refused: Pulsar's ServerError.AuthenticationError (3)
         │                           on the binary protocol, then the connection closes; HTTP 401
-        └── AuthorizationError      an authenticated role lacks the right: ServerError.AuthorizationError
+        └── AccessDeniedError       an authenticated role lacks the right: ServerError.AuthorizationError
                                     (4) for that one request, the connection stays open; HTTP 403
 
 No message ever contains a token, a password or key material: they say which check failed and
@@ -42,7 +42,7 @@ class SecurityConfigError(SecurityError):
         self.reason = reason
 
 
-class AuthenticationError(SecurityError):
+class AuthenticationFailedError(SecurityError):
     """Credentials that do not authenticate (bad token, wrong password, no certificate...)."""
 
     code: Final = authentication_error_code
@@ -54,7 +54,7 @@ class AuthenticationError(SecurityError):
         self.reason = reason
 
 
-class AuthorizationError(SecurityError):
+class AccessDeniedError(SecurityError):
     """A role that may not do what it asked on a resource (topic, namespace, tenant)."""
 
     code: Final = authorization_error_code

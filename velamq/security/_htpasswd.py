@@ -25,7 +25,7 @@ from typing import Final
 
 from passlib.hash import apr_md5_crypt, des_crypt
 
-from velamq.security._errors import AuthenticationError, SecurityConfigError
+from velamq.security._errors import AuthenticationFailedError, SecurityConfigError
 from velamq.security._keys import read_key_bytes
 
 METHOD: Final = "basic"
@@ -95,10 +95,10 @@ class HtpasswdFile:
         return frozenset(self._users)
 
     def verify(self, user: str, password: str) -> str:
-        """`user` if the password matches its hash, else AuthenticationError (same reason for both)."""
+        """`user` if the password matches its hash, else AuthenticationFailedError (same reason for both)."""
         hashed = self._users.get(user)
         if hashed is None or not _matches(password, hashed):
-            raise AuthenticationError(METHOD, UNKNOWN_USER_OR_PASSWORD)
+            raise AuthenticationFailedError(METHOD, UNKNOWN_USER_OR_PASSWORD)
         return user
 
     def verify_credentials(self, credentials: bytes | str) -> str:
@@ -107,11 +107,11 @@ class HtpasswdFile:
             try:
                 credentials = bytes(credentials).decode("utf-8")
             except UnicodeDecodeError:
-                raise AuthenticationError(METHOD, "credentials are not UTF-8 'user:password'") from None
+                raise AuthenticationFailedError(METHOD, "credentials are not UTF-8 'user:password'") from None
         parts = credentials.split(":")
         # Pulsar splits on ':' and wants exactly two non-empty parts (Java drops a trailing empty one).
         if len(parts) != 2 or not parts[0] or not parts[1]:
-            raise AuthenticationError(METHOD, "Base64 decoded params are invalid (expected user:password)")
+            raise AuthenticationFailedError(METHOD, "Base64 decoded params are invalid (expected user:password)")
         return self.verify(parts[0], parts[1])
 
 

@@ -36,7 +36,7 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from velamq._clock import Clock, system_clock
-from velamq.security._errors import AuthenticationError, SecurityConfigError
+from velamq.security._errors import AuthenticationFailedError, SecurityConfigError
 
 log = logging.getLogger(__name__)
 
@@ -216,16 +216,16 @@ class ReloadingServerContext:
 
 def certificate_role(peer_cert_der: bytes | None) -> str:
     """AuthenticationProviderTls's role: the first non-empty CN of the client certificate's subject
-    in RFC 2253 order (the last CN in the certificate's own order). AuthenticationError without one."""
+    in RFC 2253 order (the last CN in the certificate's own order). AuthenticationFailedError without one."""
     if not peer_cert_der:
-        raise AuthenticationError("tls", "Failed to get TLS certificates from client")
+        raise AuthenticationFailedError("tls", "Failed to get TLS certificates from client")
     try:
         cert = x509.load_der_x509_certificate(bytes(peer_cert_der))
         rdns = list(cert.subject.rdns)
     except (ValueError, TypeError):
-        raise AuthenticationError("tls", "client certificate does not parse") from None
+        raise AuthenticationFailedError("tls", "client certificate does not parse") from None
     for rdn in reversed(rdns):
         for attribute in rdn:
             if attribute.oid == NameOID.COMMON_NAME and isinstance(attribute.value, str) and attribute.value:
                 return attribute.value
-    raise AuthenticationError("tls", "Client unable to authenticate with TLS certificate (no CN)")
+    raise AuthenticationFailedError("tls", "Client unable to authenticate with TLS certificate (no CN)")

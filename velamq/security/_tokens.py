@@ -5,7 +5,7 @@ header {"alg": "HS256"} (jjwt) or {"alg": "HS256", "typ": "JWT"} (PyJWT; both ar
 claims {"sub": role} plus, when it expires, {"exp": epoch seconds}. The role is the claim named by
 `tokenAuthClaim` (default "sub"); a list-valued claim yields its first string, as Pulsar does.
 
-Checks, in order, each refusal an AuthenticationError whose reason never contains the token:
+Checks, in order, each refusal an AuthenticationFailedError whose reason never contains the token:
     1. the text is a JWT at all (three base64url segments, JSON header and claims)
     2. its alg is one the configured key verifies: "none" never is, nor an alg of another key
        family (an RS256 token against a secret key, the classic key-confusion attack)
@@ -25,7 +25,7 @@ from typing import Any, Final
 import jwt
 
 from velamq._clock import Clock, system_clock
-from velamq.security._errors import AuthenticationError, SecurityConfigError
+from velamq.security._errors import AuthenticationFailedError, SecurityConfigError
 from velamq.security._keys import (
     ALGORITHMS,
     PrivateKey,
@@ -133,7 +133,7 @@ class TokenValidator:
         return cls(key, auth_claim=auth_claim or "sub", audience_claim=audience_claim, audience=audience, clock=clock)
 
     def validate(self, token: str | bytes) -> TokenIdentity:
-        """The token's identity, or AuthenticationError saying which check failed."""
+        """The token's identity, or AuthenticationFailedError saying which check failed."""
         text = _token_text(token)
         try:
             header = jwt.get_unverified_header(text)
@@ -212,5 +212,5 @@ def _epoch_ms(claims: Mapping[str, Any], name: str) -> int | None:
     return int(value * 1000)
 
 
-def _refused(reason: str) -> AuthenticationError:
-    return AuthenticationError(METHOD, reason)
+def _refused(reason: str) -> AuthenticationFailedError:
+    return AuthenticationFailedError(METHOD, reason)

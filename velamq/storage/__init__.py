@@ -15,19 +15,20 @@ timed behaviour goes through the injected velamq._clock.Clock, so tests can driv
 ManualClock.
 """
 
-from velamq.storage._config import MemoryBudget, StorageConfig
+from velamq.storage._config import MemoryBudget, OffloadConfig, StorageConfig
 from velamq.storage._position import Entry, LedgerInfo, Position
 from velamq.storage._range_set import RangeSet
 from velamq.storage._storage import Storage
 from velamq.storage.ledger._cursor import CursorOwner, ManagedCursor
 from velamq.storage.ledger._managed_ledger import ManagedLedger
-from velamq.storage.offload._config import OffloadConfig
+from velamq.storage.offload._codec import EntryRows, RowColumns
 from velamq.storage.offload._status import OffloadStatus
 from velamq.storage.write._publish_buffer import PublishBuffer
 
 __all__ = [
     "CursorOwner",
     "Entry",
+    "EntryRows",
     "LedgerInfo",
     "ManagedCursor",
     "ManagedLedger",
@@ -37,6 +38,7 @@ __all__ = [
     "Position",
     "PublishBuffer",
     "RangeSet",
+    "RowColumns",
     "Storage",
     "StorageConfig",
 ]

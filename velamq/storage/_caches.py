@@ -6,7 +6,7 @@ ledger id, for the index cache) is a key that cannot collide between topics or a
 
 Eviction takes the least recently used items one at a time until the cache is under its budget
 again: a cache never drops a whole segment at once, which is what caused the latency spikes of the
-article's "cache rollover" (BR-10). An item larger than the whole budget is not cached at all.
+"cache rollover" in Tencent's 600 k topics (BR-10). An item larger than the whole budget is not cached at all.
 
 They live on the event loop and are touched only there (no locks).
 """

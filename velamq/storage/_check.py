@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from velamq.storage import _layout
+from velamq.storage._config import OFFLOADED_DIR
 from velamq.storage.formats._entry_log import LOG_HEADER_BYTES, log_header_ok
 from velamq.storage.formats._journal_file import JOURNAL_DIR, list_segments, parse_segment_name, segment_name
 from velamq.storage.index._storage_db import LogRow, StorageDb
-from velamq.storage.offload._config import OFFLOADED_DIR
 from velamq.storage.startup._migrate_v1 import format_1_paths
 from velamq.storage.write._log_writer import remove_log
 

@@ -39,9 +39,11 @@ from velamq.storage._position import Position
 from velamq.storage._storage_metrics import storage_metrics
 from velamq.storage.formats._entry_log import Run
 from velamq.storage.gc._collector import GcResult
+from velamq.storage.ledger._context import StorageContext
 from velamq.storage.ledger._directory import LedgerDirectory
-from velamq.storage.ledger._managed_ledger import ManagedLedger, StorageContext
+from velamq.storage.ledger._managed_ledger import ManagedLedger
 from velamq.storage.ledger._read_path import run_size
+from velamq.storage.offload._codec import EntryRows
 from velamq.storage.offload._status import OffloadStatus
 from velamq.storage.startup._ballast import Ballast, ballast_size
 from velamq.storage.startup._recovery import JournalRecovery
@@ -73,8 +75,9 @@ class Storage:
     `delete_ledger` removes one with its cursors; `collect_garbage` returns the space of deleted
     entries; `close` closes everything, flushes and stops the storage threads."""
 
-    def __init__(self, config: StorageConfig, clock: Clock = system_clock) -> None:
+    def __init__(self, config: StorageConfig, clock: Clock = system_clock, entry_rows: EntryRows | None = None) -> None:
         self.config = config
+        self._entry_rows = entry_rows  # what makes offloaded rows of entries (docs/offload.md)
         self.clock = clock
         self._data_dir = Path(config.data_dir)
         self._paths = StoragePaths(self._data_dir)
@@ -240,7 +243,9 @@ class Storage:
                 f"offloading is configured (managedLedgerOffloadDriver={config.driver}) but pyarrow cannot be "
                 f"imported ({exc}): install it (pip install 'velamq[offload]') or leave the driver unset"
             ) from None
-        return OffloadService(config, self._data_dir, self.clock, lambda: dict(self._ledgers.open))
+        if self._entry_rows is None:
+            raise StorageError("offloading is configured, but this Storage was given no EntryRows (entries as rows)")
+        return OffloadService(config, self._data_dir, self.clock, self._entry_rows, lambda: dict(self._ledgers.open))
 
     @property
     def offload_enabled(self) -> bool:

@@ -16,8 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from velamq.storage._check import Finding, StorageCheck, check, repair
+from velamq.storage._config import OFFLOADED_DIR, OffloadConfig
 from velamq.storage._layout import lock_data_dir, lock_is_held, unlock_data_dir
-from velamq.storage.offload._config import OFFLOADED_DIR, OffloadConfig
 from velamq.storage.offload._status import OffloadFinding
 
 

@@ -158,7 +158,7 @@ def consumer(
     sticky: list[tuple[int, int]] | None = None,
 ) -> tuple[ServerConsumer, RecordingChannel]:
     channel = channel or RecordingChannel()
-    c = ServerConsumer(channel, consumer_id, name or f"c{consumer_id}", subscription, priority, -1)
+    c = ServerConsumer(channel, consumer_id, name or f"c{consumer_id}", priority, -1)
     subscription.add_consumer(c, sticky)
     if permits:
         subscription.flow(c, permits)

@@ -1,4 +1,4 @@
-"""ACK with a request id (ack receipts, article 001): the broker answers ACK_RESPONSE, with an
+"""ACK with a request id (ack receipts, Tencent's 600 k topics): the broker answers ACK_RESPONSE, with an
 error when no consumer of that id exists, so a receipt never confirms an ack nobody applied."""
 
 from __future__ import annotations

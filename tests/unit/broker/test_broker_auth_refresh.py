@@ -10,7 +10,7 @@ from velamq.broker.session._auth import ConnectionAuth, RefreshStep
 from velamq.protocol import pb
 from velamq.security import (
     REFRESH_CHALLENGE,
-    AuthenticationError,
+    AuthenticationFailedError,
     AuthenticationProviderToken,
     AuthenticationService,
     TokenValidator,
@@ -65,9 +65,9 @@ def test_an_answer_with_fresh_credentials_of_the_same_role_ends_the_challenge() 
     assert not auth.challenge_pending
     clock.advance(60)
     assert auth.refresh_step(clock.now_ms()) is RefreshStep.NOTHING
-    with pytest.raises(AuthenticationError, match="different from the original role"):
+    with pytest.raises(AuthenticationFailedError, match="different from the original role"):
         auth.respond(_response(create_token(KEY, "admin", expires_at_s=now_s + 100)))
-    with pytest.raises(AuthenticationError):
+    with pytest.raises(AuthenticationFailedError):
         auth.respond(_response(create_token(KEY, "app", expires_at_s=now_s + 20)))  # expired already
 
 

@@ -1,4 +1,4 @@
-"""`velamq tune` prints article 000's template (PR-12) as ProducerConfig.tuned derives it."""
+"""`velamq tune` prints vivo's producer tuning template (PR-12) as ProducerConfig.tuned derives it."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from velamq.security import (
     REFRESH_CHALLENGE as BROKER_REFRESH_CHALLENGE,
 )
 from velamq.security import (
-    AuthenticationError,
+    AuthenticationFailedError,
     AuthenticationProviderBasic,
     AuthenticationProviderTls,
     AuthenticationProviderToken,
@@ -129,7 +129,7 @@ def test_basic_arguments_and_params_string() -> None:
         assert _broker_side().authenticate_http(header).role == "admin"
     # An unknown method name makes the connection anonymous on the broker (test_basic_auth_method).
     assert _connect_as(AuthenticationBasic("admin", "correct horse", "unknown")) == "anonymous"
-    with pytest.raises(AuthenticationError):
+    with pytest.raises(AuthenticationFailedError):
         _connect_as(AuthenticationBasic("admin", "wrong"))
 
 
@@ -196,7 +196,7 @@ async def _handshake(server_context: ssl.SSLContext, client_context: ssl.SSLCont
         der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
         try:
             role = certificate_role(der)
-        except AuthenticationError:
+        except AuthenticationFailedError:
             role = "anonymous"
         writer.write(role.encode() + b"\n")
         await writer.drain()

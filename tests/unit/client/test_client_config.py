@@ -40,7 +40,7 @@ def test_invalid_combinations() -> None:
     assert ConsumerConfig(subscription_type="Key_Shared").subscription_type == "key_shared"
 
 
-def test_tuned_matches_the_article_template() -> None:
+def test_tuned_matches_the_vivo_template() -> None:
     # 1 KiB messages, 8 partitions, 32 MiB budget: 2000 pending fit per partition (16 MiB).
     c = ProducerConfig.tuned(message_bytes=1024, partitions=8, memory_limit_bytes=32 * MIB, max_delay_ms=10)
     assert c.max_pending_messages == 2000

@@ -20,8 +20,8 @@ from velamq.metadata._schema_compat import (
     validate,
 )
 from velamq.metadata._schema_info import (
-    IncompatibleSchemaError,
     InvalidSchemaDataError,
+    SchemaCompatibilityError,
     SchemaData,
     SchemaType,
     StoredSchema,
@@ -51,7 +51,7 @@ def hist(*definitions: Any, kind: SchemaType = SchemaType.AVRO) -> list[StoredSc
 def accepted(history: list[StoredSchema], new: SchemaData, strategy: Strategy) -> bool:
     try:
         check_compatible(history, new, strategy)
-    except IncompatibleSchemaError:
+    except SchemaCompatibilityError:
         return False
     return True
 
@@ -122,7 +122,7 @@ def test_transitive_forms_compare_with_every_version(
     assert accepted(history[:1], data(versions[1]), plain)  # the second version was itself accepted
     assert accepted(history, data(third), plain)
     assert not accepted(history, data(third), transitive)
-    with pytest.raises(IncompatibleSchemaError, match="version 0"):
+    with pytest.raises(SchemaCompatibilityError, match="version 0"):
         check_compatible(history, data(third), transitive)
 
 
@@ -145,10 +145,10 @@ def test_a_schema_is_compatible_with_itself(strategy: Strategy, schema: Any, ind
 
 def test_always_incompatible_refuses_even_an_equal_schema_but_a_producer_reuses_its_version() -> None:
     history = hist(rec(fld("a", "int")))
-    with pytest.raises(IncompatibleSchemaError, match="ALWAYS_INCOMPATIBLE"):
+    with pytest.raises(SchemaCompatibilityError, match="ALWAYS_INCOMPATIBLE"):
         check_compatible(history, data(rec(fld("a", "int"))), S.ALWAYS_INCOMPATIBLE)
     assert decide_producer(history, data(rec(fld("a", "int"))), S.ALWAYS_INCOMPATIBLE) == ExistingVersion(0)
-    with pytest.raises(IncompatibleSchemaError):
+    with pytest.raises(SchemaCompatibilityError):
         decide_producer(history, data(rec(fld("a", "int"), fld("b", "int", default=0))), S.ALWAYS_INCOMPATIBLE)
 
 
@@ -158,7 +158,7 @@ def test_always_incompatible_refuses_even_an_equal_schema_but_a_producer_reuses_
 def test_another_type_is_incompatible_except_under_always_compatible() -> None:
     history = hist(rec(fld("a", "int")))
     as_json = data(rec(fld("a", "int")), SchemaType.JSON)
-    with pytest.raises(IncompatibleSchemaError, match="exists schema type AVRO, new schema type JSON"):
+    with pytest.raises(SchemaCompatibilityError, match="exists schema type AVRO, new schema type JSON"):
         decide_producer(history, as_json, S.FULL)
     assert decide_producer(history, as_json, S.ALWAYS_COMPATIBLE) == NewVersion(1, as_json)
 
@@ -168,7 +168,7 @@ def test_primitive_types_need_the_same_type(kind: SchemaType) -> None:
     history = [StoredSchema(0, SchemaData(kind), 0)]
     assert decide_producer(history, SchemaData(kind), S.FULL) == ExistingVersion(0)
     other = SchemaType.INT64 if kind is not SchemaType.INT64 else SchemaType.INT32
-    with pytest.raises(IncompatibleSchemaError):
+    with pytest.raises(SchemaCompatibilityError):
         decide_producer(history, SchemaData(other), S.FULL)
 
 
@@ -193,10 +193,10 @@ def test_key_value_checks_key_and_value_each_with_its_type() -> None:
     compatible = key_value(SchemaData(SchemaType.STRING), data(rec(fld("a", "int"), fld("b", "int", default=1))))
     assert decide_producer(history, compatible, S.FULL) == NewVersion(1, compatible)
     value_broken = key_value(SchemaData(SchemaType.STRING), data(rec(fld("a", "string"))))
-    with pytest.raises(IncompatibleSchemaError, match="cannot read"):
+    with pytest.raises(SchemaCompatibilityError, match="cannot read"):
         decide_producer(history, value_broken, S.FULL)
     key_retyped = key_value(SchemaData(SchemaType.INT64), data(rec(fld("a", "int"))))
-    with pytest.raises(IncompatibleSchemaError, match="different schema type"):
+    with pytest.raises(SchemaCompatibilityError, match="different schema type"):
         decide_producer(history, key_retyped, S.FULL)
     assert decide_producer(history, key_value(SchemaData(SchemaType.STRING), data(rec(fld("a", "int")))),
                            S.FULL) == ExistingVersion(0)
@@ -211,7 +211,7 @@ def test_protobuf_native_keeps_its_root_message() -> None:
     history = [StoredSchema(0, protobuf_native("test.A"), 0)]
     same_root = SchemaData(SchemaType.PROTOBUF_NATIVE, protobuf_native("test.A").data + b" ")
     assert isinstance(decide_producer(history, same_root, S.FULL), NewVersion)
-    with pytest.raises(IncompatibleSchemaError, match="root message"):
+    with pytest.raises(SchemaCompatibilityError, match="root message"):
         decide_producer(history, protobuf_native("test.B"), S.FULL)
 
 
@@ -221,9 +221,9 @@ def test_the_official_suites_json_example_and_bad_example() -> None:
     bad = rec(fld("a", ["null", "string"]), fld("b", ["null", "int"]), name="BadExample")
     history = hist(example, kind=SchemaType.JSON)
     for strategy in (S.FULL, S.BACKWARD, S.FORWARD):
-        with pytest.raises(IncompatibleSchemaError):
+        with pytest.raises(SchemaCompatibilityError):
             decide_consumer(history, data(bad, SchemaType.JSON), strategy, topic_active=True)
-        with pytest.raises(IncompatibleSchemaError, match="type JSON, new schema type AVRO"):
+        with pytest.raises(SchemaCompatibilityError, match="type JSON, new schema type AVRO"):
             decide_consumer(history, data(example, SchemaType.AVRO), strategy, topic_active=True)
         respelled = data(example, SchemaType.JSON, indent=1)
         assert decide_consumer(history, respelled, strategy, topic_active=True) is None
@@ -234,7 +234,7 @@ def test_the_official_suites_schema_evolution_is_forward_compatible() -> None:
     user1 = rec(fld("name", ["null", "string"]), fld("age", ["null", "int"]), name="User1")
     user2 = rec(fld("age", "int"), fld("name", ["null", "string"]), name="User2")
     assert decide_producer(hist(user1), data(user2), S.FORWARD) == NewVersion(1, data(user2))
-    with pytest.raises(IncompatibleSchemaError):
+    with pytest.raises(SchemaCompatibilityError):
         decide_producer(hist(user1), data(user2), S.BACKWARD)  # User2 cannot read a null age
 
 
@@ -252,9 +252,9 @@ def test_producer_with_auto_update_disabled_may_only_use_existing_versions() -> 
     history = hist(rec(fld("a", "int")))
     assert decide_producer(history, data(rec(fld("a", "int"))), S.FULL, allow_auto_update=False) == ExistingVersion(0)
     added = data(rec(fld("a", "int"), fld("b", "int", default=0)))
-    with pytest.raises(IncompatibleSchemaError, match="auto updating is disabled"):
+    with pytest.raises(SchemaCompatibilityError, match="auto updating is disabled"):
         decide_producer(history, added, S.FULL, allow_auto_update=False)
-    with pytest.raises(IncompatibleSchemaError, match="auto updating is disabled"):
+    with pytest.raises(SchemaCompatibilityError, match="auto updating is disabled"):
         decide_producer([], added, S.FULL, allow_auto_update=False)
 
 
@@ -267,7 +267,7 @@ def test_versions_are_never_reused() -> None:
 def test_consumer_on_a_topic_without_schema() -> None:
     schema = data(rec(fld("a", "int")))
     assert decide_consumer([], schema, S.FULL, topic_active=False) == NewVersion(0, schema)
-    with pytest.raises(IncompatibleSchemaError, match="active topic"):
+    with pytest.raises(SchemaCompatibilityError, match="active topic"):
         decide_consumer([], schema, S.FULL, topic_active=True)
 
 
@@ -277,10 +277,10 @@ def test_consumer_reads_the_latest_version_under_full() -> None:
     wider = data(rec(fld("a", "long")))  # reads int data; int readers cannot read it: not FULL
     for strategy in (S.BACKWARD, S.FORWARD, S.FULL, S.FORWARD_TRANSITIVE):
         assert decide_consumer(history, wider, strategy, topic_active=True) is None
-    with pytest.raises(IncompatibleSchemaError):
+    with pytest.raises(SchemaCompatibilityError):
         decide_consumer(history, wider, S.FULL_TRANSITIVE, topic_active=True)
     narrower = data(rec(fld("a", "int"), fld("b", "int")))  # needs b, which the data lacks
-    with pytest.raises(IncompatibleSchemaError):
+    with pytest.raises(SchemaCompatibilityError):
         decide_consumer(history, narrower, S.FULL, topic_active=True)
     assert decide_consumer(history, narrower, S.ALWAYS_COMPATIBLE, topic_active=True) is None
 
@@ -314,7 +314,7 @@ def test_legacy_json_schema_definitions_are_accepted() -> None:
     validate(legacy)
     history = [StoredSchema(0, legacy, 0)]
     other_id = SchemaData(SchemaType.JSON, b'{"type": "object", "id": "urn:jsonschema:Other"}')
-    with pytest.raises(IncompatibleSchemaError, match="id"):
+    with pytest.raises(SchemaCompatibilityError, match="id"):
         decide_producer(history, other_id, S.FULL)
     avro_now = data(rec(fld("a", "int")), SchemaType.JSON)
     assert decide_producer(history, avro_now, S.FULL) == NewVersion(1, avro_now)

@@ -15,8 +15,8 @@ import pytest
 from velamq._errors import InvalidTopicNameError
 from velamq.metadata._schema import connect
 from velamq.metadata._schema_info import (
-    IncompatibleSchemaError,
     InvalidSchemaDataError,
+    SchemaCompatibilityError,
     SchemaData,
     SchemaType,
     Strategy,
@@ -108,11 +108,11 @@ def test_partitions_share_their_partitioned_topics_history(db: Path) -> None:
 def test_incompatible_and_invalid_schemas_store_nothing(db: Path) -> None:
     async def body(r: SchemaRegistry) -> Any:
         await r.register(T, V0, Strategy.FULL)
-        with pytest.raises(IncompatibleSchemaError):
+        with pytest.raises(SchemaCompatibilityError):
             await r.register(T, avro(("id", "string")), Strategy.FULL)
         with pytest.raises(InvalidSchemaDataError):
             await r.register(T, SchemaData(SchemaType.AVRO, b"{"), Strategy.FULL)
-        with pytest.raises(IncompatibleSchemaError, match="auto updating is disabled"):
+        with pytest.raises(SchemaCompatibilityError, match="auto updating is disabled"):
             await r.register(T, V1, Strategy.FULL, allow_auto_update=False)
         return await r.history(T)
 
@@ -164,7 +164,7 @@ def test_consumer_registers_only_on_an_idle_topic_without_schema(db: Path) -> No
         refused_active = None
         try:
             await r.register_for_consumer(T, V0, Strategy.FULL, topic_active=True)
-        except IncompatibleSchemaError as exc:
+        except SchemaCompatibilityError as exc:
             refused_active = str(exc)
         registered = await r.register_for_consumer(T, V0, Strategy.FULL, topic_active=False)
         checked = await r.register_for_consumer(T, V1, Strategy.FULL, topic_active=True)
@@ -179,7 +179,7 @@ def test_compatibility_test_and_find_store_nothing(db: Path) -> None:
     async def body(r: SchemaRegistry) -> Any:
         await r.register(T, V0, Strategy.FULL)
         await r.check_compatible(T, V1, Strategy.FULL)
-        with pytest.raises(IncompatibleSchemaError):
+        with pytest.raises(SchemaCompatibilityError):
             await r.check_compatible(T, avro(("id", "int")), Strategy.FULL)
         return await r.find(T, V0), await r.find(T, V1), await r.versions(T)
 

@@ -1,5 +1,5 @@
 """The authentication service: provider choice by method, anonymous role, refresh, HTTP, settings,
-and garbage auth data that must only ever give our AuthenticationError."""
+and garbage auth data that must only ever give our AuthenticationFailedError."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from velamq.security import (
     BASIC_PROVIDER,
     TLS_PROVIDER,
     TOKEN_PROVIDER,
-    AuthenticationError,
+    AuthenticationFailedError,
     AuthenticationProviderBasic,
     AuthenticationProviderTls,
     AuthenticationProviderToken,
@@ -83,7 +83,7 @@ def test_unknown_method_or_none_is_anonymous_when_configured() -> None:
     service = _service()
     for method in (None, "none", "unknown", ""):
         assert service.authenticate_connect(method, b"admin:correct horse") == AuthResult("anonymous", "")
-    with pytest.raises(AuthenticationError, match="No anonymous role"):
+    with pytest.raises(AuthenticationFailedError, match="No anonymous role"):
         _service(anonymous=None).authenticate_connect("none", None)
     assert _service(anonymous="  ").anonymous_role is None
 
@@ -99,7 +99,7 @@ def test_refusals_per_provider(client_der: bytes) -> None:
         ("tls", b"", None),  # TLS method on a connection without a client certificate
     ]
     for method, data, cert in cases:
-        with pytest.raises(AuthenticationError) as info:
+        with pytest.raises(AuthenticationFailedError) as info:
             service.authenticate_connect(method, data, cert)
         assert info.value.code == 3 and info.value.http_status == 401
         assert other_key_token not in str(info.value) and "wrong" not in str(info.value)
@@ -114,15 +114,15 @@ def test_token_expiry_is_reported_for_refresh_and_refresh_keeps_the_role() -> No
         first, "token", create_token(KEY, "app", expires_at_s=NOW_MS // 1000 + 3600).encode()
     )
     assert renewed.role == "app" and renewed.expires_at_ms == NOW_MS + 3_600_000
-    with pytest.raises(AuthenticationError, match="new role is different"):
+    with pytest.raises(AuthenticationFailedError, match="new role is different"):
         service.authenticate_refresh(first, "token", create_token(KEY, "someone-else").encode())
-    with pytest.raises(AuthenticationError, match="another authentication method"):
+    with pytest.raises(AuthenticationFailedError, match="another authentication method"):
         service.authenticate_refresh(first, "basic", b"admin:correct horse")
-    with pytest.raises(AuthenticationError, match="another authentication method"):
+    with pytest.raises(AuthenticationFailedError, match="another authentication method"):
         service.authenticate_refresh(AuthResult("anonymous", ""), "token", create_token(KEY, "anonymous").encode())
     CLOCK.now = NOW_MS + 60_000
     try:
-        with pytest.raises(AuthenticationError, match="expired"):
+        with pytest.raises(AuthenticationFailedError, match="expired"):
             service.authenticate_refresh(
                 first, "token", create_token(KEY, "app", expires_at_s=NOW_MS // 1000 + 60).encode()
             )
@@ -145,13 +145,13 @@ def test_http_headers(client_der: bytes) -> None:
         "Basic " + "YWRtaW46d3Jvbmc=",
         "Digest x",
     ):
-        with pytest.raises(AuthenticationError):
+        with pytest.raises(AuthenticationFailedError):
             service.authenticate_http(bad)  # presented credentials that fail are refused, never anonymous
-    with pytest.raises(AuthenticationError, match="Unsupported authentication method"):
+    with pytest.raises(AuthenticationFailedError, match="Unsupported authentication method"):
         service.authenticate_http(basic, method_header="kerberos")
-    with pytest.raises(AuthenticationError, match="Authentication required"):
+    with pytest.raises(AuthenticationFailedError, match="Authentication required"):
         _service(anonymous=None).authenticate_http(None)
-    with pytest.raises(AuthenticationError, match="Invalid HTTP Authorization"):
+    with pytest.raises(AuthenticationFailedError, match="Invalid HTTP Authorization"):
         service.authenticate_http(basic, method_header="token")
 
 
@@ -222,7 +222,7 @@ def test_settings_from_a_pulsar_standalone_conf(tmp_path: Path) -> None:
 def test_garbage_auth_data_gives_our_error_or_anonymous(method: str, data: bytes, cert: bytes | None) -> None:
     try:
         result = _service().authenticate_connect(method, data, cert)
-    except AuthenticationError:
+    except AuthenticationFailedError:
         return
     assert result == AuthResult("anonymous", "")
 
@@ -232,12 +232,12 @@ def test_garbage_auth_data_gives_our_error_or_anonymous(method: str, data: bytes
 def test_garbage_http_headers_give_our_error(header: str | None, method: str | None) -> None:
     try:
         _service(anonymous=None).authenticate_http(header, method)
-    except AuthenticationError:
+    except AuthenticationFailedError:
         return
     raise AssertionError("garbage authenticated")
 
 
-# The service turns any foreign exception into AuthenticationError at one boundary; each provider
+# The service turns any foreign exception into AuthenticationFailedError at one boundary; each provider
 # must not need that net, so they are fed garbage directly too.
 _JWT_LIKE = st.builds(
     lambda parts: ".".join(parts),
@@ -277,7 +277,7 @@ _B64_JSON_JWT = st.builds(
 def test_token_validator_only_raises_authentication_error(token: bytes) -> None:
     try:
         TokenValidator(KEY, clock=CLOCK, audience_claim="aud", audience="b").validate(token)
-    except AuthenticationError:
+    except AuthenticationFailedError:
         pass
 
 
@@ -287,7 +287,7 @@ def test_basic_credentials_only_raise_authentication_error(credentials: bytes) -
     passwords = HtpasswdFile.parse(APR1_LINE + "\nbob:vQA7YooX1Xo.Y\n")
     try:
         passwords.verify_credentials(credentials)
-    except AuthenticationError:
+    except AuthenticationFailedError:
         pass
 
 
@@ -298,5 +298,5 @@ def test_certificate_role_only_raises_authentication_error(der: bytes) -> None:
 
     try:
         certificate_role(der)
-    except AuthenticationError:
+    except AuthenticationFailedError:
         pass

@@ -8,8 +8,8 @@ import pytest
 
 from velamq._errors import PreconditionFailedError
 from velamq.security import (
+    AccessDeniedError,
     AuthAction,
-    AuthorizationError,
     AuthorizationModel,
     InvalidGrantError,
     NamespaceOperation,
@@ -88,7 +88,7 @@ def test_topic_operation_decisions(role: str, operation: TopicOperation, topic: 
 def test_check_raises_authorization_error_with_pulsar_code() -> None:
     model = _model()
     model.check_topic_operation("reader", TopicOperation.CONSUME, T, "s")
-    with pytest.raises(AuthorizationError) as info:
+    with pytest.raises(AccessDeniedError) as info:
         model.check_topic_operation("reader", TopicOperation.PRODUCE, T)
     assert info.value.code == 4 and info.value.http_status == 403
     assert "reader" in str(info.value) and T in str(info.value)
@@ -113,7 +113,7 @@ def test_namespace_operations() -> None:
     assert not model.allow_namespace_operation("token-principal", NamespaceOperation.GRANT_PERMISSION, "private/auth")
     assert model.allow_namespace_operation("anonymous", NamespaceOperation.CREATE_TOPIC, "public/default")
     assert not model.allow_namespace_operation("token-principal", NamespaceOperation.PACKAGES, "private/auth")
-    with pytest.raises(AuthorizationError):
+    with pytest.raises(AccessDeniedError):
         model.check_namespace_operation("nobody", NamespaceOperation.GET_TOPICS, "private/auth")
 
 

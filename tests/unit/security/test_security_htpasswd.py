@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from passlib.hash import apr_md5_crypt, des_crypt
 
-from velamq.security import AuthenticationError, HtpasswdFile, SecurityConfigError, basic_auth_conf_location
+from velamq.security import AuthenticationFailedError, HtpasswdFile, SecurityConfigError, basic_auth_conf_location
 
 # Vectors made by independent implementations: `openssl passwd -apr1 -salt velamqXY 'correct horse'`
 # and glibc crypt("pulsar12", "vQ").
@@ -24,7 +24,7 @@ def test_apr1_and_des_crypt_good_and_bad_passwords() -> None:
     # DES crypt only looks at the first 8 bytes, in Pulsar (commons-codec UnixCrypt) as everywhere
     assert passwords.verify("bob", "pulsar12-and-more") == "bob"
     for user, password in [("alice", "wrong"), ("bob", "pulsar1"), ("carol", "anything"), ("alice", "")]:
-        with pytest.raises(AuthenticationError, match="Unknown user or invalid password") as info:
+        with pytest.raises(AuthenticationFailedError, match="Unknown user or invalid password") as info:
             passwords.verify(user, password)
         assert password not in str(info.value) or not password
 
@@ -39,7 +39,7 @@ def test_credentials_as_connect_carries_them() -> None:
     passwords = HtpasswdFile.parse(APR1_LINE)
     assert passwords.verify_credentials(b"alice:correct horse") == "alice"
     for bad in [b"alice", b"alice:", b":correct horse", b"alice:correct:horse", b"\xff\xfe", b""]:
-        with pytest.raises(AuthenticationError):
+        with pytest.raises(AuthenticationFailedError):
             passwords.verify_credentials(bad)
 
 

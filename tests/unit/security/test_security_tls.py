@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from velamq.security import (
-    AuthenticationError,
+    AuthenticationFailedError,
     ReloadingServerContext,
     SecurityConfigError,
     TlsServerSettings,
@@ -67,7 +67,7 @@ async def _serve(server_context: ssl.SSLContext, body: Callable[[Handshake], Awa
         der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
         try:
             role = certificate_role(der)
-        except AuthenticationError:
+        except AuthenticationFailedError:
             role = "anonymous"
         roles.append(role)
         writer.write(role.encode() + b"\n")
@@ -266,9 +266,9 @@ def test_certificate_role(pki: CertificateSet) -> None:
     )
     assert certificate_role(der) == "superUser"
     for missing in (None, b""):
-        with pytest.raises(AuthenticationError, match="Failed to get TLS certificates"):
+        with pytest.raises(AuthenticationFailedError, match="Failed to get TLS certificates"):
             certificate_role(missing)
-    with pytest.raises(AuthenticationError, match="does not parse"):
+    with pytest.raises(AuthenticationFailedError, match="does not parse"):
         certificate_role(b"\x30\x03garbage")
 
 
@@ -302,5 +302,5 @@ def test_certificate_role_follows_rfc2253_order_and_needs_a_cn() -> None:
     der = _der_with_subject((NameOID.COMMON_NAME, "outer"), (NameOID.COMMON_NAME, "inner"))
     assert certificate_role(der) == "inner"
     der = _der_with_subject((NameOID.ORGANIZATION_NAME, "no common name"))
-    with pytest.raises(AuthenticationError, match="no CN"):
+    with pytest.raises(AuthenticationFailedError, match="no CN"):
         certificate_role(der)

@@ -11,7 +11,7 @@ import jwt
 import pytest
 
 from velamq.security import (
-    AuthenticationError,
+    AuthenticationFailedError,
     SecurityConfigError,
     TokenValidator,
     create_key_pair,
@@ -164,7 +164,7 @@ def test_auth_claim_and_list_valued_role() -> None:
     key = create_secret_key()
     token = create_token(key, "ignored", extra_claims={"role": ["first", "second"]})
     assert TokenValidator(key, auth_claim="role").validate(token).role == "first"
-    with pytest.raises(AuthenticationError, match="no role"):
+    with pytest.raises(AuthenticationFailedError, match="no role"):
         TokenValidator(key, auth_claim="missing").validate(token)
 
 
@@ -178,7 +178,7 @@ def test_expired_token_is_refused_on_the_injected_clock() -> None:
     validator = TokenValidator(key, clock=clock)
     assert validator.validate(token).role == "r"
     clock.now = NOW_MS + 10_000
-    with pytest.raises(AuthenticationError, match="expired") as info:
+    with pytest.raises(AuthenticationFailedError, match="expired") as info:
         validator.validate(token)
     assert token not in str(info.value)
     assert info.value.code == 3
@@ -187,13 +187,13 @@ def test_expired_token_is_refused_on_the_injected_clock() -> None:
 def test_not_yet_valid_token_is_refused() -> None:
     key = create_secret_key()
     token = create_token(key, "r", extra_claims={"nbf": NOW_MS // 1000 + 60})
-    with pytest.raises(AuthenticationError, match="not valid yet"):
+    with pytest.raises(AuthenticationFailedError, match="not valid yet"):
         TokenValidator(key, clock=FakeClock(NOW_MS)).validate(token)
 
 
 def test_token_signed_by_another_key_is_refused() -> None:
     token = create_token(create_secret_key(), "r")
-    with pytest.raises(AuthenticationError, match="signature") as info:
+    with pytest.raises(AuthenticationFailedError, match="signature") as info:
         TokenValidator(create_secret_key()).validate(token)
     assert token not in str(info.value)
 
@@ -201,16 +201,16 @@ def test_token_signed_by_another_key_is_refused() -> None:
 def test_token_of_another_key_pair_is_refused() -> None:
     signer = decode_private_key(create_key_pair("RS256").private_key_der)
     other = decode_public_key(create_key_pair("RS256").public_key_der)
-    with pytest.raises(AuthenticationError, match="signature"):
+    with pytest.raises(AuthenticationFailedError, match="signature"):
         TokenValidator(other).validate(create_token(signer, "r"))
 
 
 def test_alg_none_is_refused() -> None:
     unsigned = f"{_b64url({'alg': 'none', 'typ': 'JWT'})}.{_b64url({'sub': 'superUser'})}."
-    with pytest.raises(AuthenticationError, match="alg none"):
+    with pytest.raises(AuthenticationFailedError, match="alg none"):
         TokenValidator(create_secret_key()).validate(unsigned)
     none_upper = f"{_b64url({'alg': 'NONE'})}.{_b64url({'sub': 'superUser'})}."
-    with pytest.raises(AuthenticationError, match="alg none"):
+    with pytest.raises(AuthenticationFailedError, match="alg none"):
         TokenValidator(create_secret_key()).validate(none_upper)
 
 
@@ -218,7 +218,7 @@ def test_key_confusion_rs256_token_against_secret_key_is_refused() -> None:
     key = create_secret_key()
     pair = create_key_pair("RS256")
     token = create_token(decode_private_key(pair.private_key_der), "superUser")
-    with pytest.raises(AuthenticationError, match="RS256"):
+    with pytest.raises(AuthenticationFailedError, match="RS256"):
         TokenValidator(key).validate(token)
 
 
@@ -226,7 +226,7 @@ def test_key_confusion_rs256_token_against_secret_key_is_refused() -> None:
     "garbage", [b"", b"   ", b"garbage", b"a.b.c", b"\xff\xfe\x00", b"x" * 70_000, "ünïcode.tok.en".encode()]
 )
 def test_garbage_is_refused_with_our_error(garbage: bytes) -> None:
-    with pytest.raises(AuthenticationError):
+    with pytest.raises(AuthenticationFailedError):
         TokenValidator(create_secret_key()).validate(garbage)
 
 
@@ -235,9 +235,9 @@ def test_audience_claim() -> None:
     validator = TokenValidator(key, audience_claim="aud", audience="broker-1")
     assert validator.validate(create_token(key, "r", extra_claims={"aud": "broker-1"})).role == "r"
     assert validator.validate(create_token(key, "r", extra_claims={"aud": ["x", "broker-1"]})).role == "r"
-    with pytest.raises(AuthenticationError, match="does not name this broker"):
+    with pytest.raises(AuthenticationFailedError, match="does not name this broker"):
         validator.validate(create_token(key, "r", extra_claims={"aud": "broker-2"}))
-    with pytest.raises(AuthenticationError, match="no 'aud'"):
+    with pytest.raises(AuthenticationFailedError, match="no 'aud'"):
         validator.validate(create_token(key, "r"))
     with pytest.raises(SecurityConfigError, match="tokenAudience"):
         TokenValidator(key, audience_claim="aud")
@@ -251,12 +251,12 @@ def test_an_aud_claim_is_ignored_without_audience_settings() -> None:
 def test_exp_that_is_not_a_number_is_refused() -> None:
     key = create_secret_key()
     token = jwt.encode({"sub": "r", "exp": "tomorrow"}, key, algorithm="HS256")
-    with pytest.raises(AuthenticationError):
+    with pytest.raises(AuthenticationFailedError):
         TokenValidator(key).validate(token)
 
 
 def test_system_clock_is_the_default() -> None:
     key = create_secret_key()
     token = create_token(key, "r", expires_at_s=int(time.time()) - 1)
-    with pytest.raises(AuthenticationError, match="expired"):
+    with pytest.raises(AuthenticationFailedError, match="expired"):
         TokenValidator(key).validate(token)

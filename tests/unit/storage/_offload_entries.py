@@ -1,8 +1,32 @@
-"""Pulsar entries for the offload tests, as producers make them (a unique module name)."""
+"""Pulsar entries for the offload tests, as producers make them, and a Storage that offloads them
+(given the broker's EntryRows, as the broker's composition root gives it) (a unique module name)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from _storage_testing import config
+
+from velamq._clock import Clock, system_clock
+from velamq.broker.log._offload_rows import PulsarEntryRows
 from velamq.protocol import build_batch, build_entry, compress, pb
+from velamq.storage import Storage
+
+ROWS = PulsarEntryRows()
+
+
+@asynccontextmanager
+async def offloading(data_dir: Path, clock: Clock = system_clock, **kwargs: Any) -> AsyncIterator[Storage]:
+    """A started Storage that can offload (kwargs: StorageConfig's, offload= among them)."""
+    storage = Storage(config(data_dir, **kwargs), clock, ROWS)
+    await storage.start()
+    try:
+        yield storage
+    finally:
+        await storage.close()
 
 CODECS = (pb.NONE, pb.LZ4, pb.ZLIB, pb.ZSTD, pb.SNAPPY)
 

@@ -15,7 +15,7 @@ from velamq.storage import MemoryBudget, PublishBuffer, StorageConfig
 MIB = 1024 * 1024
 
 
-def test_the_budget_is_split_by_the_articles_shares() -> None:
+def test_the_budget_is_split_by_the_memory_model_shares() -> None:
     budget = StorageConfig(Path("/x")).budget
     assert budget == MemoryBudget.split(1024 * MIB)
     assert budget.total_bytes == 1024 * MIB

@@ -346,6 +346,7 @@ def test_public_api_is_pinned() -> None:
     assert sorted(velamq.storage.__all__) == [
         "CursorOwner",
         "Entry",
+        "EntryRows",
         "LedgerInfo",
         "ManagedCursor",
         "ManagedLedger",
@@ -355,6 +356,7 @@ def test_public_api_is_pinned() -> None:
         "Position",
         "PublishBuffer",
         "RangeSet",
+        "RowColumns",
         "Storage",
         "StorageConfig",
     ]

@@ -3,7 +3,7 @@
 As in Pulsar's BucketDelayedDeliveryTracker, new delayed entries go to a mutable bucket (three
 int64 columns: deliver-at time, ledger id, entry id; 24 bytes an entry, no Python object each).
 When it holds `bucket_indexes` entries it is sealed: sorted by time and cut into segments of
-`segment_indexes` entries, which the index stores (_delay_store.py). A sealed bucket keeps in
+`segment_indexes` entries, which the index stores (_store.py). A sealed bucket keeps in
 memory only the segment being released and the time range of the others; when its segment is
 used up, the next one is loaded. Segments of one bucket never overlap in time, so a bucket
 releases in time order, and the index merges the buckets by their next time.

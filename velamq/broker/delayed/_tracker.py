@@ -1,9 +1,9 @@
 """Delayed delivery (CO-4): entries whose deliver_at_time is still ahead wait here, not at consumers.
 
-A bucket-based index, after Pulsar's BucketDelayedDeliveryTracker (_delay_buckets.py): new delayed
+A bucket-based index, after Pulsar's BucketDelayedDeliveryTracker (_buckets.py): new delayed
 entries fill a mutable bucket of three int64 columns; a full one is sealed, sorted by time, cut into
-segments and stored (_delay_store.py); of a sealed bucket only the segment being released stays in
-memory. The positions still pending are in a PositionBitmap (_delay_bitmap.py), which dispatch
+segments and stored (_store.py); of a sealed bucket only the segment being released stays in
+memory. The positions still pending are in a PositionBitmap (_bitmap.py), which dispatch
 uses to skip them when it reads the topic, so later messages are never held back and nothing is
 read twice. Memory is a few bytes per pending entry; a restart loads the stored buckets (their
 headers and current segments) instead of rescanning the log.

@@ -1,4 +1,4 @@
-"""Periodic policy work for loaded topics (articles 001 and 002; BR-3..BR-6, BR-4, CO-4).
+"""Periodic policy work for loaded topics (Tencent's 600 k topics; BR-3..BR-6, BR-4, CO-4).
 
 Every `policy_check_interval_s` of the broker's clock, for each loaded topic:
 
@@ -12,7 +12,7 @@ Every `policy_check_interval_s` of the broker's clock, for each loaded topic:
                      acknowledged, once they are older than the retention time or the acknowledged
                      data exceeds the retention size (BR-5)
     ack holes        redelivers entries that are stuck unacknowledged behind acknowledged ones for
-                     longer than `ack_hole_redelivery_ms` (BR-4, the article's "active redelivery")
+                     longer than `ack_hole_redelivery_ms` (BR-4, Tencent's "active redelivery")
     rates            samples the counters behind msgRateIn / msgRateOut
 
 Only loaded topics are visited (an unloaded topic has no producer, no consumer and no pending work;

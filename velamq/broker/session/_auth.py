@@ -30,7 +30,7 @@ from typing import Final, Protocol
 
 from velamq._clock import Clock
 from velamq.protocol import pb
-from velamq.security import REFRESH_CHALLENGE, AuthenticationError, AuthenticationService, AuthResult
+from velamq.security import REFRESH_CHALLENGE, AuthenticationFailedError, AuthenticationService, AuthResult
 
 # What a refused client is told (ServerCnx's message); the reason stays in the log.
 REFUSED_MESSAGE: Final = "Unable to authenticate"
@@ -86,7 +86,7 @@ class ConnectionAuth:
         return None if self.result is None else self.result.role
 
     def connect(self, connect: pb.CommandConnect) -> None:
-        """Authenticate CONNECT; AuthenticationError if refused."""
+        """Authenticate CONNECT; AuthenticationFailedError if refused."""
         if self._service is None:
             return
         self.supports_refresh = connect.feature_flags.supports_auth_refresh
@@ -112,11 +112,11 @@ class ConnectionAuth:
         return command
 
     def respond(self, response: pb.CommandAuthResponse) -> None:
-        """An AUTH_RESPONSE: the refreshed credentials, or AuthenticationError."""
+        """An AUTH_RESPONSE: the refreshed credentials, or AuthenticationFailedError."""
         if self._service is None:
             return
         if self.result is None:
-            raise AuthenticationError("", "AUTH_RESPONSE on a connection that is not authenticated")
+            raise AuthenticationFailedError("", "AUTH_RESPONSE on a connection that is not authenticated")
         data = response.response
         method = data.auth_method_name if data.HasField("auth_method_name") else None
         self.result = self._service.authenticate_refresh(self.result, method, data.auth_data, self.peer_cert_der)

@@ -24,7 +24,7 @@ discovery (PARTITIONED_METADATA, LOOKUP, GET_TOPICS_OF_NAMESPACE, GET_SCHEMA, GE
 in _discovery_commands.py; this module routes each command to its handler and turns a handler's
 refusal (BrokerRequestError) into the reply the client expects.
 
-Authentication (CONNECT, AUTH_CHALLENGE/AUTH_RESPONSE) is _auth_connection.py's; the per-command
+Authentication (CONNECT, AUTH_CHALLENGE/AUTH_RESPONSE) is _auth.py's; the per-command
 authorization table is _command_authz.py's. The handshake deadline and the keep-alive are
 _liveness.py's (Liveness). Writes, water marks and
 read pauses are _transport_flow.py's (TransportFlow): every frame produced
@@ -60,7 +60,7 @@ from velamq.broker.session._producer_commands import ProducerCommands
 from velamq.broker.session._text_fields import non_utf8_command_field, non_utf8_field
 from velamq.broker.session._transport_flow import TransportFlow
 from velamq.protocol import Frame, FrameDecoder, encode_command, pb
-from velamq.security import AuthenticationError
+from velamq.security import AuthenticationFailedError
 from velamq.storage import PublishBuffer
 
 log = logging.getLogger(__name__)
@@ -311,7 +311,7 @@ class ServerConnection(asyncio.Protocol):
         self.protocol_version = min(connect.protocol_version, _limits.protocol_version_max)
         try:
             self.auth.connect(connect)
-        except AuthenticationError as exc:
+        except AuthenticationFailedError as exc:
             self._refuse_credentials(exc)
             return
         self.state = State.CONNECTED
@@ -323,7 +323,7 @@ class ServerConnection(asyncio.Protocol):
         reply.connected.feature_flags.supports_auth_refresh = self.auth.enabled
         self.send_command(reply)
 
-    def _refuse_credentials(self, exc: AuthenticationError) -> None:
+    def _refuse_credentials(self, exc: AuthenticationFailedError) -> None:
         # The reason (never the credentials) goes to the log; the client learns only that it failed.
         self._broker.log_limit.warning(
             "authentication-refused", "refusing connection %s (role %s): %s", self.remote_address, self.auth.role, exc
@@ -335,7 +335,7 @@ class ServerConnection(asyncio.Protocol):
     def _on_auth_response(self, frame: Frame) -> None:
         try:
             self.auth.respond(frame.command.authResponse)
-        except AuthenticationError as exc:
+        except AuthenticationFailedError as exc:
             self._refuse_credentials(exc)
             return
         if self.auth.enabled:

@@ -35,15 +35,35 @@ def _position(message_id: pb.MessageIdData) -> Position:
     return Position(signed64(message_id.ledgerId), signed64(message_id.entryId))
 
 
+class AttachedConsumer(ServerConsumer):
+    """A consumer as its connection knows it: with the subscription its commands go to (the
+    subscription itself only ever sees the ServerConsumer)."""
+
+    __slots__ = ("subscription",)
+
+    def __init__(
+        self,
+        subscription: Subscription,
+        channel: Channel,
+        consumer_id: int,
+        name: str,
+        priority: int,
+        partition_index: int,
+        connected_since_ms: int = 0,
+    ) -> None:
+        super().__init__(channel, consumer_id, name, priority, partition_index, connected_since_ms)
+        self.subscription = subscription
+
+
 class ConsumerCommands:
     """The consumers of one connection, by consumer id, and the handlers of their commands."""
 
     def __init__(self, channel: Channel, broker: TopicRegistry) -> None:
         self._channel = channel
         self._broker = broker
-        self._consumers: dict[int, ServerConsumer] = {}
+        self._consumers: dict[int, AttachedConsumer] = {}
 
-    def _consumer(self, consumer_id: int) -> ServerConsumer:
+    def _consumer(self, consumer_id: int) -> AttachedConsumer:
         consumer = self._consumers.get(consumer_id)
         if consumer is None:
             raise BrokerRequestError(pb.ConsumerNotFound, f"consumer {consumer_id} not found")
@@ -62,11 +82,11 @@ class ConsumerCommands:
         if not subscription.consumers:
             subscription.sub_type = sub_type
             subscription.read_compacted = request.read_compacted
-        consumer = ServerConsumer(
+        consumer = AttachedConsumer(
+            subscription,
             self._channel,
             request.consumer_id,
             request.consumer_name or f"consumer-{request.consumer_id}",
-            subscription,
             request.priority_level,
             topic.partition_index,
             connected_since_ms=self._broker.clock.now_ms(),
@@ -171,7 +191,7 @@ class ConsumerCommands:
             self._detach(consumer)
         self._channel.send_command(success_reply(request.request_id))
 
-    def _detach(self, consumer: ServerConsumer) -> None:
+    def _detach(self, consumer: AttachedConsumer) -> None:
         subscription = consumer.subscription
         subscription.remove_consumer(consumer)
         if not subscription.durable and not subscription.consumers and not subscription.resetting:

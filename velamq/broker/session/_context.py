@@ -15,15 +15,21 @@ from velamq._topic_name import TopicName
 from velamq.broker._config import BrokerConfig
 from velamq.broker.guards._disk import DiskGuard
 from velamq.broker.guards._net_budget import NetworkBudget
-from velamq.broker.session._auth import AuthCounters
+from velamq.broker.session._auth import AuthCounters, Refreshable
 from velamq.broker.topic._schemas import BrokerSchemas
 from velamq.metadata import Policies
 from velamq.security import AuthenticationService, AuthorizationModel
 from velamq.storage import PublishBuffer
 
 if TYPE_CHECKING:
-    from velamq.broker.session._connection import ServerConnection
     from velamq.broker.topic._topic import Topic
+
+
+class OpenConnection(Refreshable, Protocol):
+    """What the broker keeps of an open connection (ServerConnection is one): its credentials are
+    checked again periodically, and the broker closes it at shutdown."""
+
+    def close(self) -> None: ...
 
 
 class TopicRegistry(Protocol):
@@ -124,6 +130,6 @@ class BrokerContext(ProducerBroker, DiscoveryBroker, Protocol):
     @property
     def service_url(self) -> str: ...
 
-    def connection_opened(self, connection: ServerConnection) -> None: ...
+    def connection_opened(self, connection: OpenConnection) -> None: ...
 
-    def connection_closed(self, connection: ServerConnection) -> None: ...
+    def connection_closed(self, connection: OpenConnection) -> None: ...

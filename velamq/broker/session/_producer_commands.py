@@ -14,7 +14,7 @@ SEND is handled inline, not as a task, so appends keep the order in which frames
 producer's receipts follow its sends.
 
 When the broker is read-only (disk usage over diskUsageThreshold, or a storage write failed, see
-_disk_guard.py) producers are closed by the broker and PRODUCER is refused with
+guards/_disk.py) producers are closed by the broker and PRODUCER is refused with
 ProducerBlockedQuotaExceededException: the official client then fails its pending sends at once and
 retries the producer with back-off. A SEND that arrives meanwhile, or for a producer the broker has
 just closed, is dropped without a reply: the client still holds it and either sends it again on
@@ -47,13 +47,21 @@ T = pb.BaseCommand
 closed_ids_max = 10_000
 
 
+class AttachedProducer(ServerProducer):
+    """A producer as its connection knows it: its topic is the whole Topic (the producer itself
+    only needs ProducerTopic of it)."""
+
+    __slots__ = ()
+    topic: Topic
+
+
 class _Receipt(Published):
     """What one SEND waits for: its receipt once the entry is durable, or the failure's answer."""
 
     __slots__ = ("_commands", "_highest", "_producer", "_sequence_id")
 
     def __init__(
-        self, commands: ProducerCommands, producer: ServerProducer, sequence_id: int, highest: int | None
+        self, commands: ProducerCommands, producer: AttachedProducer, sequence_id: int, highest: int | None
     ) -> None:
         # Published.__init__ inlined (one per unbatched entry): appended_to sets the rest.
         self._done = False
@@ -76,7 +84,7 @@ class ProducerCommands:
         self._channel = channel
         self._receipts = SendReceiptEncoder()
         self._broker = broker
-        self._producers: dict[int, ServerProducer] = {}
+        self._producers: dict[int, AttachedProducer] = {}
         self._closed_by_broker: dict[int, None] = {}  # insertion-ordered set
 
     async def on_producer(self, frame: Frame) -> None:
@@ -93,7 +101,7 @@ class ProducerCommands:
         topic = await broker.get_topic(name, create=True)
         schema_version = await broker.schemas.for_producer(name, request.schema if request.HasField("schema") else None)
         producer_name = request.producer_name or broker.new_producer_name()
-        producer = ServerProducer(
+        producer = AttachedProducer(
             channel=self._channel,
             producer_id=request.producer_id,
             name=producer_name,
@@ -135,7 +143,7 @@ class ProducerCommands:
         reply.producer_success.producer_ready = False
         self._channel.send_command(reply)
 
-    def _success_reply(self, request: pb.CommandProducer, producer: ServerProducer) -> pb.BaseCommand:
+    def _success_reply(self, request: pb.CommandProducer, producer: AttachedProducer) -> pb.BaseCommand:
         reply = pb.BaseCommand(type=T.PRODUCER_SUCCESS)
         r = reply.producer_success
         r.request_id = request.request_id
@@ -217,7 +225,9 @@ class ProducerCommands:
         reply.send_error.message = message
         self._channel.send_command(reply)
 
-    def send_receipt(self, producer: ServerProducer, sequence_id: int, highest: int | None, position: Position) -> None:
+    def send_receipt(
+        self, producer: AttachedProducer, sequence_id: int, highest: int | None, position: Position
+    ) -> None:
         """The entry is durable (or a duplicate, at (-1, -1)): SEND_RECEIPT."""
         if self._channel.closed:
             return
@@ -225,7 +235,7 @@ class ProducerCommands:
             self._receipts.encode(producer.producer_id, sequence_id, highest, position.ledger_id, position.entry_id)
         )
 
-    def send_failed(self, producer: ServerProducer, sequence_id: int, error: BaseException) -> None:
+    def send_failed(self, producer: AttachedProducer, sequence_id: int, error: BaseException) -> None:
         """The append failed (run from the loop, not from inside storage's write path)."""
         if self._channel.closed or producer.topic.closed:
             return  # gone, or unloaded or deleted: the producer was closed, the client sends it again
@@ -267,7 +277,7 @@ def _check_writable(broker: ProducerBroker) -> None:
     guard = broker.disk_guard
     if guard.read_only:
         # The one refusal the official client answers by failing its pending sends (not retrying
-        # them forever): see the module docstring and _disk_guard.py.
+        # them forever): see the module docstring and guards/_disk.py.
         raise BrokerRequestError(pb.ProducerBlockedQuotaExceededException, f"broker is read-only: {guard.reason}")
 
 
@@ -285,7 +295,7 @@ def _check_producer_limits(topic: Topic, producer_name: str) -> None:
         raise BrokerRequestError(pb.ProducerBusy, f"Topic reached max producers limit {limit}")
 
 
-def _chunk_received(producer: ServerProducer, metadata: pb.MessageMetadata, size: int) -> bool:
+def _chunk_received(producer: AttachedProducer, metadata: pb.MessageMetadata, size: int) -> bool:
     """Count a chunk of a chunked message; True for its last chunk (only that one is checked for
     duplicates: the message's sequence id is complete only then)."""
     producer.chunks_in.add(1, size)

@@ -1,4 +1,4 @@
-"""Figures of a loaded topic as the records of _stats.py: Prometheus metrics, TopicStats, internal stats.
+"""Figures of a loaded topic as the records of _records.py: Prometheus metrics, TopicStats, internal stats.
 
 Backlog size in bytes is estimated as backlog entries x the topic's average entry size, as Pulsar
 does. Everything here reads state on the loop and copies it; nothing is changed.

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from velamq.broker._channel import NO_REQUEST_ID, Channel
 from velamq.broker._rates import RateCounter
 from velamq.protocol import encode_payload_command, pb, unsigned64
 from velamq.storage import Position
-
-if TYPE_CHECKING:
-    from velamq.broker.subscription._subscription import Subscription
 
 
 class ServerConsumer:
@@ -31,7 +26,6 @@ class ServerConsumer:
         "pending",
         "permits",
         "priority",
-        "subscription",
     )
 
     def __init__(
@@ -39,7 +33,6 @@ class ServerConsumer:
         channel: Channel,
         consumer_id: int,
         name: str,
-        subscription: Subscription,
         priority: int,
         partition_index: int,
         connected_since_ms: int = 0,
@@ -47,7 +40,6 @@ class ServerConsumer:
         self.channel = channel
         self.consumer_id = consumer_id
         self.name = name
-        self.subscription = subscription
         self.priority = priority
         self.partition_index = partition_index  # -1 for a non-partitioned topic
         self.permits = 0

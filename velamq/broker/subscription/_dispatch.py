@@ -2,12 +2,12 @@
 
 One asyncio task per subscription owns dispatch. It wakes when something changes (new entries,
 permits, consumers, redeliveries, acks that free a Key_Shared consumer), reads entries from the
-managed ledger and hands each to the consumer the ConsumerSelector picks (_consumer_selector.py).
+managed ledger and hands each to the consumer the ConsumerSelector picks (_selector.py).
 
 Redeliveries (nack, consumer gone, Key_Shared consumer without permits, delayed entries that are
 due) go to the replay set and are sent before new entries, in position order, so a key never
 overtakes itself. A seek bumps the epoch so a read that was in flight across the seek is thrown
-away. Entries to be delivered later go to the delayed-delivery tracker (_delayed.py), made on the
+away. Entries to be delivered later go to the delayed-delivery tracker (delayed/_tracker.py), made on the
 first one and, for a durable subscription, restored from storage before the first read.
 """
 

@@ -1,6 +1,6 @@
 """A subscription: a cursor over the topic's log plus the consumers that read through it.
 
-The subscription is made of three parts over one state (_subscription_state.py): this module has
+The subscription is made of three parts over one state (_state.py): this module has
 the consumers, the positions (seek, reset) and the figures; _dispatch.py the dispatch task that
 reads entries and sends them to consumers (and the delayed-delivery glue); _acks.py the
 acknowledgements and redeliveries.
@@ -45,7 +45,7 @@ class Subscription(Dispatcher, Acknowledgements):
         clock: Clock,
         storage: Storage | None = None,
     ) -> None:
-        """`storage` keeps the delayed-delivery index of a durable subscription (_delay_store.py);
+        """`storage` keeps the delayed-delivery index of a durable subscription (delayed/_store.py);
         without it the index lives in memory."""
         self.name = name
         self.ledger = ledger

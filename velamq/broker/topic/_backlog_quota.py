@@ -19,14 +19,43 @@ at every policy check (`enforce_backlog_quota`, from _policy_tasks.py).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Protocol
 
 from velamq.broker.log._entry_info import entry_info
 from velamq.broker.log._positions import before
+from velamq.metadata import Policies
 from velamq.storage import ManagedCursor, ManagedLedger, Position
 
-if TYPE_CHECKING:
-    from velamq.broker.topic._topic import Topic
+
+class _ClosableProducer(Protocol):
+    def close_by_broker(self) -> None: ...
+
+
+class _TrimmedSubscription(Protocol):
+    def forget_acked(self) -> None: ...
+
+
+class QuotaTopic(Protocol):
+    """What the backlog quota reads and does to a topic (Topic is one): its log, its policies, the
+    age verdict of the last check, its producers to close and its subscriptions to trim."""
+
+    quota_age_exceeded: bool
+
+    @property
+    def full_name(self) -> str: ...
+
+    @property
+    def ledger(self) -> ManagedLedger: ...
+
+    @property
+    def policies(self) -> Policies: ...
+
+    @property
+    def producers(self) -> Mapping[str, _ClosableProducer]: ...
+
+    @property
+    def subscriptions(self) -> Mapping[str, _TrimmedSubscription]: ...
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +70,7 @@ def backlog_bytes(ledger: ManagedLedger) -> int:
     return int(backlog * ledger.size_bytes / ledger.entries_total)
 
 
-def quota_exceeded(topic: Topic) -> str | None:
+def quota_exceeded(topic: QuotaTopic) -> str | None:
     """The producer policy in force when the quota is exceeded now, else None: the size from the
     backlog as it is (a producer is admitted as soon as the backlog is under the limit), the age as
     the last policy check found it, unless the backlog is gone since."""
@@ -55,7 +84,7 @@ def quota_exceeded(topic: Topic) -> str | None:
     return None
 
 
-def check_quota_on_publish(topic: Topic) -> None:
+def check_quota_on_publish(topic: QuotaTopic) -> None:
     """A size quota is checked at every publish, so producers stop within one entry (or the
     batches already on the wire) of the limit, not at the next periodic check."""
     policy = quota_exceeded(topic)
@@ -65,7 +94,7 @@ def check_quota_on_publish(topic: Topic) -> None:
             producer.close_by_broker()
 
 
-async def enforce_backlog_quota(topic: Topic, now_ms: int) -> None:
+async def enforce_backlog_quota(topic: QuotaTopic, now_ms: int) -> None:
     """The periodic part of the backlog quota: the age of the oldest unacknowledged message (the
     size is checked at every publish and producer creation too), and the eviction."""
     quota = topic.policies.backlog_quota
@@ -84,12 +113,12 @@ async def enforce_backlog_quota(topic: Topic, now_ms: int) -> None:
             producer.close_by_broker()
 
 
-def _slowest(topic: Topic) -> ManagedCursor | None:
+def _slowest(topic: QuotaTopic) -> ManagedCursor | None:
     cursors = list(topic.ledger.cursors.values())
     return max(cursors, key=lambda c: c.backlog) if cursors else None
 
 
-async def _oldest_unacked_ms(topic: Topic, cursor: ManagedCursor) -> int | None:
+async def _oldest_unacked_ms(topic: QuotaTopic, cursor: ManagedCursor) -> int | None:
     position = topic.ledger.next_position(cursor.mark_delete_position)
     last = topic.ledger.last_confirmed
     if last is None or position > last:
@@ -98,7 +127,7 @@ async def _oldest_unacked_ms(topic: Topic, cursor: ManagedCursor) -> int | None:
     return entry_info(entries[0].data).publish_time_ms if entries else None
 
 
-async def _age_exceeded(topic: Topic, now_ms: int) -> bool:
+async def _age_exceeded(topic: QuotaTopic, now_ms: int) -> bool:
     quota = topic.policies.backlog_quota
     cursor = _slowest(topic)
     if quota is None or quota.limit_time_s < 0 or cursor is None or cursor.backlog == 0:
@@ -107,7 +136,7 @@ async def _age_exceeded(topic: Topic, now_ms: int) -> bool:
     return oldest is not None and now_ms - oldest > quota.limit_time_s * 1000
 
 
-async def _evict(topic: Topic, now_ms: int) -> None:
+async def _evict(topic: QuotaTopic, now_ms: int) -> None:
     """Drop the oldest backlog of the slowest cursors until the quota holds."""
     quota = topic.policies.backlog_quota
     assert quota is not None

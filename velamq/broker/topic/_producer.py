@@ -20,15 +20,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from velamq.broker._channel import NO_REQUEST_ID, Channel
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker._rates import RateCounter
 from velamq.protocol import pb
 
-if TYPE_CHECKING:
-    from velamq.broker.topic._topic import Topic
+
+class ProducerTopic(Protocol):
+    """What a producer needs of its topic (Topic is one): its name, and to leave it."""
+
+    @property
+    def full_name(self) -> str: ...
+
+    def remove_producer(self, producer: ServerProducer) -> None: ...
 
 
 @dataclass(eq=False, slots=True)
@@ -39,7 +45,7 @@ class ServerProducer:
     channel: Channel
     producer_id: int
     name: str
-    topic: Topic
+    topic: ProducerTopic
     epoch: int
     access_mode: int  # pb.ProducerAccessMode
     connected_since_ms: int = 0

@@ -17,13 +17,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Protocol
 
 from velamq.broker.topic._dedup import Deduplication
 from velamq.storage import Position
 
-if TYPE_CHECKING:
-    from velamq.broker.topic._topic import Topic
+
+class Wakeable(Protocol):
+    def wake(self) -> None:
+        """New entries are there: a subscription's dispatch looks again."""
+        ...
+
+
+class PublishTarget(Protocol):
+    """What a durable entry sets off in its topic (Topic is one): every subscription woken, then
+    the checks that follow a publish."""
+
+    @property
+    def subscriptions(self) -> Mapping[str, Wakeable]: ...
+
+    def after_durable(self) -> None: ...
 
 log = logging.getLogger(__name__)
 
@@ -34,14 +48,16 @@ class Published:
 
     __slots__ = ("_dedup", "_dedup_name", "_dedup_sequence_id", "_done", "_topic")
 
-    _topic: Topic
+    _topic: PublishTarget
     _dedup: Deduplication | None
 
     def __init__(self) -> None:
         # Only `_done` is read before appended_to: a subclass may set just that (see _Receipt).
         self._done = False
 
-    def appended_to(self, topic: Topic, dedup: Deduplication | None, producer_name: str, sequence_id: int) -> None:
+    def appended_to(
+        self, topic: PublishTarget, dedup: Deduplication | None, producer_name: str, sequence_id: int
+    ) -> None:
         """Called by Topic.publish_with before the append: the topic to wake, and deduplication's
         figure to move (None: not tracked) once the entry is durable."""
         self._topic = topic

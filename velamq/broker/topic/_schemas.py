@@ -18,15 +18,15 @@ next producer or consumer, as in Pulsar.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from velamq._topic_name import TopicName
 from velamq.broker._errors import BrokerRequestError
 from velamq.metadata import (
-    IncompatibleSchemaError,
     InvalidSchemaDataError,
+    SchemaCompatibilityError,
     SchemaData,
     SchemaRegistry,
     SchemaType,
@@ -40,9 +40,36 @@ from velamq.metadata import (
     validation_enforced,
 )
 from velamq.protocol import pb
+from velamq.storage import ManagedLedger
 
-if TYPE_CHECKING:
-    from velamq.broker.topic._topic import Topic
+
+class _SchemaConsumer(Protocol):
+    @property
+    def auto_consume(self) -> bool: ...
+
+
+class _SchemaSubscription(Protocol):
+    @property
+    def consumers(self) -> Collection[_SchemaConsumer]: ...
+
+
+class SchemaTopic(Protocol):
+    """What the schema checks read of a topic (Topic is one): its names, and whether it is in use."""
+
+    @property
+    def name(self) -> TopicName: ...
+
+    @property
+    def full_name(self) -> str: ...
+
+    @property
+    def producers(self) -> Mapping[str, object]: ...
+
+    @property
+    def ledger(self) -> ManagedLedger: ...
+
+    @property
+    def subscriptions(self) -> Mapping[str, _SchemaSubscription]: ...
 
 # (namespace policies, topic policies) of a topic, as the metadata store keeps them.
 PolicyReader = Callable[[TopicName], Awaitable[tuple[dict[str, Any], dict[str, Any]]]]
@@ -75,11 +102,11 @@ def _refusals() -> Iterator[None]:
     """Registry errors become the ServerError the client expects."""
     try:
         yield
-    except (IncompatibleSchemaError, InvalidSchemaDataError) as exc:
+    except (SchemaCompatibilityError, InvalidSchemaDataError) as exc:
         raise BrokerRequestError(pb.IncompatibleSchema, str(exc)) from None
 
 
-def topic_active(topic: Topic) -> bool:
+def topic_active(topic: SchemaTopic) -> bool:
     """Pulsar's test before it lets a consumer's schema become the topic's: producers, consumers
     other than AUTO_CONSUME ones, or stored entries."""
     if topic.producers or topic.ledger.entries_total > 0:
@@ -106,14 +133,14 @@ class BrokerSchemas:
             strategy, auto_update, enforced = await self._settings(name)
             if data is None:
                 if enforced and await self.registry.get(str(name)) is not None:
-                    raise IncompatibleSchemaError(
+                    raise SchemaCompatibilityError(
                         "Producers cannot connect or send message without a schema to topics with a schema"
                     )
                 return None
             version, _ = await self.registry.register(str(name), data, strategy, auto_update)
         return encode_version(version)
 
-    async def for_consumer(self, topic: Topic, schema: pb.Schema | None) -> None:
+    async def for_consumer(self, topic: SchemaTopic, schema: pb.Schema | None) -> None:
         """Check a subscribing consumer's schema (nothing to do without one or for AUTO_CONSUME)."""
         if schema is None or int(schema.type) == SchemaType.AUTO_CONSUME.protocol_number:
             return

@@ -2,7 +2,7 @@
 methods, for code that is not asyncio. The AsyncClient runs on its own event-loop thread; every
 call is submitted to that loop and waited for, except receiving and acknowledging: consumers and
 readers receive from a local prefetch and hand acknowledgements over without waiting
-(_blocking_consumer.py).
+(_consumer.py).
 
     with Client("pulsar://localhost:6650") as client:
         producer = client.create_producer("t")

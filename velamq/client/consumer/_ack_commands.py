@@ -1,7 +1,7 @@
 """The commands of a consumer's acknowledgements: ACK, ACK with a receipt, REDELIVER.
 
 The acknowledgement state of a TopicConsumer (pending grouped acks, ack timeouts, negative acks,
-dead letters) is in ConsumerAcks (_consumer_acks.py); the commands it decides to send leave from
+dead letters) is in ConsumerAcks (_acks.py); the commands it decides to send leave from
 here, over the TopicConsumer's connection, and not at all while it is not subscribed: the tracker
 keeps them and they are flushed after the next SUBSCRIBE.
 """

@@ -7,10 +7,10 @@
 
 Every TopicConsumer puts its messages into the one ReceiverQueue; receive() takes the next one
 and gives its permit back to the TopicConsumer it came from. With a schema, the message is decoded
-on its way out (_schema_decoder.py): receive() waits for the writer's schema if it must be fetched;
+on its way out (schema/_decoder.py): receive() waits for the writer's schema if it must be fetched;
 receive_nowait() then holds the message back (answers None) until it has arrived; batch_receive()
 fetches what its messages need, and they decode on access. Acknowledgements are routed to that
-TopicConsumer too (by the message, or by the message id's topic / partition: _consumer_routing.py).
+TopicConsumer too (by the message, or by the message id's topic / partition: _routing.py).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class Consumer(ConsumerRouting):
     rediscovered periodically), all feeding one receiver queue; receive() takes the next message
     and returns its permit to the TopicConsumer it came from, and acknowledge / negative_acknowledge
     / seek go to the TopicConsumer a message or message id belongs to (ConsumerRouting,
-    _consumer_routing.py). A dead-letter policy sends
+    _routing.py). A dead-letter policy sends
     messages that used up their redeliveries to the dead-letter topic.
     """
 

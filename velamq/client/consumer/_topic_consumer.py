@@ -12,10 +12,10 @@ Generations: each (re)subscription starts a new generation. Messages still queue
 one are dropped when dequeued, because the broker delivers them again (durable) or the reader
 resumes after the last message the application saw (non-durable).
 
-Two helpers hold the rest, each with its own state: MessageIntake (_consumer_intake.py) turns a
+Two helpers hold the rest, each with its own state: MessageIntake (_intake.py) turns a
 MESSAGE into Messages (chunks, batches, decompression, the reader's start filter), and
-ConsumerAcks (_consumer_acks.py) tracks acknowledgements, redeliveries and dead letters, whose
-ACK and REDELIVER commands its base ConsumerAckCommands (_consumer_ack_commands.py) sends. This
+ConsumerAcks (_acks.py) tracks acknowledgements, redeliveries and dead letters, whose
+ACK and REDELIVER commands its base ConsumerAckCommands (_ack_commands.py) sends. This
 module owns the connection: SUBSCRIBE, FLOW, seek and close.
 """
 

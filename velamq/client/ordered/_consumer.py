@@ -1,4 +1,4 @@
-"""The ordered key-parallel consumer (article 004, OC-1..OC-4): order per key, keys in parallel.
+"""The ordered key-parallel consumer (ZTO's design, OC-1..OC-4): order per key, keys in parallel.
 
     async def handle(message): ...                  # or a plain function: it runs in a thread pool
     async with AsyncClient(url) as client:
@@ -13,16 +13,16 @@
         consumer = BlockingOrderedConsumer(client, "orders", "billing", handle_sync, partition_parallelism=8)
         consumer.start(); ...; consumer.stop()
 
-The article's model (ZTO's ZMS on Kafka), on Pulsar: one consumer per partition ("t-partition-i",
+ZTO's model (ZMS on Kafka), on Pulsar: one consumer per partition ("t-partition-i",
 a Failover subscription by default, so several instances share the partitions and take over from
 each other), and per partition N workers; a message runs on worker hash(key) % N. Messages of one
 key stay in order (one worker, one at a time), keys run in parallel, and partition_parallelism=1
 is strict partition order. How each partition fetches, pauses, retries and acknowledges is in
-_ordered_partition.py; what the metrics mean, in _ordered_metrics.py.
+_partition.py; what the metrics mean, in _metrics.py.
 
 Options (per partition unless said otherwise):
 
-    partition_parallelism   N workers; the article's orderlyConsumePartitionParallelism
+    partition_parallelism   N workers; ZTO's orderlyConsumePartitionParallelism
     max_in_flight           M: messages received and not yet acknowledged; at M, fetching pauses
     receiver_queue_size     the partition consumer's queue; small (default min(M, 100)) so that a
                             pause stops the broker quickly and memory stays near M messages
@@ -101,7 +101,7 @@ def is_async_handler(handler: Callable[..., Any]) -> bool:
 
 
 class OrderedConsumer:
-    """Consumes a topic with order per key and keys in parallel (article 004).
+    """Consumes a topic with order per key and keys in parallel (ZTO's ordered consumption).
 
     One Failover consumer per partition, each with partition_parallelism workers: a message runs on
     worker hash(key) % N, so messages of one key are handled one at a time in their order while

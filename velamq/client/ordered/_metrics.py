@@ -1,6 +1,6 @@
 """Metrics of the ordered consumer: how parallel each partition really is (OC-3, OC-4).
 
-The article's warning: key-hash parallelism degrades to one worker when one key dominates a
+ZTO's warning: key-hash parallelism degrades to one worker when one key dominates a
 partition, and nothing says so. These figures say so, per partition:
 
     effective_parallelism   busy-worker-seconds / seconds with at least one busy worker: the

@@ -1,4 +1,4 @@
-"""One partition producer: the send path of article 000, steps 4 to 12 (PR-4..PR-10, CH-1).
+"""One partition producer: vivo's send path, steps 4 to 12 (PR-4..PR-10, CH-1).
 
     send_async(message)
       4  interceptors' before_send may replace the message
@@ -26,7 +26,7 @@ message may bring its own sequence_id; ids only go up.
 
 Steps 6 to 11 (sequence ids, the open batch, SEND ops of single messages and chunks) are in the
 base SendOps (_send_ops.py); 10 to 12 (the pending queue, receipts, the send timeout) are in
-_pending_sends.py.
+_pending.py.
 
 Delayed messages (deliver_at) are never batched. With chunking enabled, a payload whose
 compressed size exceeds the chunk size is split (see velamq/protocol/_chunks.py); every chunk
@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from velamq.client._config import ProducerConfig
 from velamq.client._errors import (
@@ -60,9 +59,6 @@ from velamq.client.producer._send_ops import SendOps, State
 from velamq.client.transport._connection import Connection
 from velamq.client.transport._handler import ClientContext
 from velamq.protocol import codec_from_name, pb, signed64
-
-if TYPE_CHECKING:
-    from velamq.client.producer._producer import Producer
 
 log = logging.getLogger("velamq.client")
 T = pb.BaseCommand
@@ -95,10 +91,10 @@ class PartitionProducer(SendOps):
     partition.
     """
 
-    def __init__(self, client: ClientContext, owner: Producer, topic: str, partition: int, config: ProducerConfig,
+    def __init__(self, client: ClientContext, owner: object, topic: str, partition: int, config: ProducerConfig,
                  permits: Permits, memory: MemoryLimit, producer_id: int) -> None:
         super().__init__(client, topic)
-        self.owner = owner
+        self.owner = owner  # the Producer the application holds: what interceptors are given
         self.partition = partition
         self.config = config
         self.permits = permits

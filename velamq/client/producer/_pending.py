@@ -1,5 +1,5 @@
 """The pending queue of a partition producer: sends written (or to be written) and waiting for their
-receipt, in sequence-id order (article 000 steps 10 to 12, PR-6, PR-9).
+receipt, in sequence-id order (vivo's send path steps 10 to 12, PR-6, PR-9).
 
     SendOp          one SEND frame: a batch, an unbatched message or one chunk, with the pending
                     permits and memory it holds and the futures its receipt completes

@@ -69,7 +69,7 @@ class PartitionChooser:
         self.mode = mode
         self.hash = hash_function(hashing_scheme)
         self.batching_enabled = batching_enabled
-        # At least one publish delay between switches, so a batch can fill (the article's advice).
+        # At least one publish delay between switches, so a batch can fill (vivo's advice).
         self.partition_switch_ms = max(1, batching_max_publish_delay_ms * max(1, partition_switch_frequency))
         self.custom_router = custom_router
         self.blocking_aware = blocking_aware

@@ -1,8 +1,8 @@
-"""A partition producer's SEND ops: steps 6 to 11 of the send path (_partition_producer.py).
+"""A partition producer's SEND ops: steps 6 to 11 of the send path (_partition.py).
 
 An admitted message gets its sequence id here, then joins the open batch (flushed when full or on
 the batching_max_publish_delay_ms timer) or becomes a SEND op of its own, or one per chunk for a
-payload over the chunk size (CH-1). Each op joins the pending queue (_pending_sends.py) and is
+payload over the chunk size (CH-1). Each op joins the pending queue (_pending.py) and is
 written at once if the producer is connected; otherwise the reconnect writes it.
 """
 

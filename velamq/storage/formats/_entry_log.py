@@ -3,7 +3,7 @@
 A flush writes the entries of one write cache half, sorted by (ledger, entry), into the active entry
 log: a ledger's entries of that half lie back to back, as one run. Entry logs roll over at
 entry_log_bytes_max, so the number of files depends on the bytes stored, never on the number of
-topics (BookKeeper's DbLedgerStorage; article 003). A log is never changed once written, except
+topics (BookKeeper's DbLedgerStorage; Pulsar's memory model). A log is never changed once written, except
 that recovery cuts off bytes a crashed flush wrote but never committed to the index; the garbage
 collector (_gc) copies what is still live out of a sparse log and then deletes it.
 

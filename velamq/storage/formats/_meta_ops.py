@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from velamq._errors import StorageError
 from velamq.storage.formats._journal_file import META_ENTRY_BASE
@@ -64,6 +64,21 @@ _U32 = struct.Struct("<I")
 _U16 = struct.Struct("<H")
 
 
+class FencedLedger(Protocol):
+    """A ledger that cannot exist without an operation (the journal's LedgerHandle): failed with it."""
+
+    failed: StorageError | None
+
+
+class MetaOpOwner(Protocol):
+    """Who asked for a metadata operation (a ManagedLedger, on the loop): the write path records
+    the write cache half that holds it, and tells it when the journal write failed."""
+
+    last_generation: int
+
+    def on_op_failed(self, op: MetaOp, error: StorageError) -> None: ...
+
+
 @dataclass(eq=False, slots=True)
 class MetaOp:
     """One metadata operation on its way through the journal, the write cache and the flush."""
@@ -71,14 +86,14 @@ class MetaOp:
     kind: int
     subject: int
     payload: bytes
-    owner: Any = None  # the ManagedLedger that asked (told if the journal write fails), or None
+    owner: MetaOpOwner | None = None  # who asked (told if the journal write fails), or None
     future: asyncio.Future[None] | None = None  # resolves once the operation is durable
     generation: int = 0  # the write cache half it went to (set on the loop)
     # The journal's LedgerHandle of a ledger that cannot exist without this operation (its
     # creation, its managed ledger's creation): if the operation fails, so does every later append
     # to that ledger, and a failed handle fails the operation (no entries of a ledger whose
     # creation is not durable, no creation after a failed managed-ledger creation).
-    fences: Any = None
+    fences: FencedLedger | None = None
 
     @property
     def entry_id(self) -> int:
@@ -119,15 +134,15 @@ class MetaOp:
         return self.payload[2 : 2 + k].decode("utf-8"), self.payload[2 + k :]
 
 
-def ml_create(ml_id: int, name: str, owner: Any = None) -> MetaOp:
+def ml_create(ml_id: int, name: str, owner: MetaOpOwner | None = None) -> MetaOp:
     return MetaOp(ML_CREATE, ml_id, name.encode("utf-8"), owner)
 
 
-def ledger_create(ledger_id: int, ml_id: int, created_ms: int, owner: Any = None) -> MetaOp:
+def ledger_create(ledger_id: int, ml_id: int, created_ms: int, owner: MetaOpOwner | None = None) -> MetaOp:
     return MetaOp(LEDGER_CREATE, ledger_id, _U64X2.pack(ml_id, created_ms), owner)
 
 
-def ledger_seal(ledger_id: int, closed_ms: int, owner: Any = None) -> MetaOp:
+def ledger_seal(ledger_id: int, closed_ms: int, owner: MetaOpOwner | None = None) -> MetaOp:
     return MetaOp(LEDGER_SEAL, ledger_id, _U64.pack(closed_ms), owner)
 
 

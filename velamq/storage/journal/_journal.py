@@ -51,10 +51,22 @@ from velamq._log_limit import RateLimitedLog
 from velamq.storage._layout import crc_of
 from velamq.storage._write_errors import storage_error
 from velamq.storage.formats._journal_file import SEGMENT_HEADER_BYTES, JournalLocation, record_header
-from velamq.storage.formats._meta_ops import MetaOp
+from velamq.storage.formats._meta_ops import MetaOp, MetaOpOwner
 from velamq.storage.journal._segment import JournalStats, SegmentFile
 
 log = logging.getLogger("velamq.storage")
+
+
+class LedgerOwner(MetaOpOwner, Protocol):
+    """The managed ledger a journaled ledger belongs to (loop side): told about durable and failed
+    appends, asked whether a consumer reads at its tail (durable entries then go to the tail cache)."""
+
+    @property
+    def tail_active(self) -> bool: ...
+
+    def on_durable(self, ledger_id: int, last_entry_id: int, entries: int, size_bytes: int) -> None: ...
+
+    def on_append_failed(self, ledger_id: int, error: StorageError) -> None: ...
 
 
 @dataclass(eq=False, slots=True)
@@ -62,7 +74,7 @@ class LedgerHandle:
     """One ledger as the journal and write path see it. `failed` is written by the journal thread only."""
 
     ledger_id: int
-    owner: Any  # the ManagedLedger (loop side), told about durable appends
+    owner: LedgerOwner  # the ManagedLedger (loop side), told about durable appends
     failed: StorageError | None = None
 
 

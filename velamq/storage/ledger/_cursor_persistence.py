@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 from velamq._errors import StorageError
 from velamq.storage.formats import _meta_ops
 from velamq.storage.formats._meta_ops import MetaOp
+from velamq.storage.ledger._context import StorageContext
 from velamq.storage.ledger._cursor import ManagedCursor
-
-if TYPE_CHECKING:
-    from velamq.storage.ledger._managed_ledger import StorageContext
 
 log = logging.getLogger("velamq.storage")
 

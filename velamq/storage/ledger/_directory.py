@@ -23,7 +23,8 @@ from velamq.storage.formats import _meta_ops
 from velamq.storage.formats._meta_ops import MetaOp
 from velamq.storage.index._db_reader import DbReader
 from velamq.storage.index._storage_db import StorageDb, StoredLedger
-from velamq.storage.ledger._managed_ledger import ManagedLedger, StorageContext
+from velamq.storage.ledger._context import ClosedLog, StorageContext
+from velamq.storage.ledger._managed_ledger import ManagedLedger
 
 
 class LedgerDirectory:
@@ -122,7 +123,7 @@ class LedgerDirectory:
             except Exception:
                 pass
 
-    def on_closed(self, ml: ManagedLedger) -> None:
+    def on_closed(self, ml: ClosedLog) -> None:
         """A managed ledger closed: the next open of its name makes a fresh one."""
         if self.open.get(ml.name) is ml:
             del self.open[ml.name]

@@ -28,21 +28,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from concurrent.futures import Executor
-from dataclasses import dataclass
-from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import Literal, TypeVar
 
-from velamq._clock import Clock
 from velamq._errors import LedgerClosedError, StorageError
-from velamq.storage._caches import ByteLRU
-from velamq.storage._config import Counters, StorageConfig, entry_bytes_max
+from velamq.storage._config import entry_bytes_max
 from velamq.storage._position import Entry, LedgerInfo, Position
 from velamq.storage.formats import _meta_ops
-from velamq.storage.formats._entry_log import Run
-from velamq.storage.index._storage_db import StoredLedger, ThreadDbs
-from velamq.storage.journal._journal import AppendOp, AppendWaiter, BarrierOp, Journal
+from velamq.storage.index._storage_db import StoredLedger
+from velamq.storage.journal._journal import AppendOp, AppendWaiter, BarrierOp
+from velamq.storage.ledger._context import StorageContext
 from velamq.storage.ledger._cursor import CursorState, ManagedCursor
 from velamq.storage.ledger._cursor_persistence import CursorPersistence
 from velamq.storage.ledger._list import LedgerList, LedgerState
@@ -50,38 +45,10 @@ from velamq.storage.ledger._offloaded import delete_local, mark_offloaded
 from velamq.storage.ledger._read_path import ReadPath
 from velamq.storage.ledger._rollover import CurrentLedger
 from velamq.storage.ledger._trim import trim_ledgers
-from velamq.storage.write._publish_buffer import PublishBuffer
-from velamq.storage.write._write_cache import WriteCache
-
-if TYPE_CHECKING:
-    from velamq.storage.ledger._offloaded import OffloadedCopies
-    from velamq.storage.write._write_path import WritePath
 
 log = logging.getLogger("velamq.storage")
 
 _T = TypeVar("_T")
-
-
-@dataclass(frozen=True, slots=True)
-class StorageContext:
-    """What every managed ledger of one Storage shares."""
-
-    config: StorageConfig
-    clock: Clock
-    journal: Journal
-    write_path: WritePath
-    write_cache: WriteCache
-    tail_cache: ByteLRU[Position, bytes]
-    read_cache: ByteLRU[Position, bytes]
-    index_cache: ByteLRU[tuple[int, int], Run]
-    publish_buffer: PublishBuffer
-    io: Executor
-    dbs: ThreadDbs
-    logs_dir: Path
-    allocate_ledger_id: Callable[[], int]
-    counters: Counters
-    on_closed: Callable[[ManagedLedger], None]
-    offloaded: OffloadedCopies | None = None  # reads of ledgers whose local copy is gone (offload)
 
 
 class ManagedLedger:

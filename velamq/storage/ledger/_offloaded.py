@@ -1,5 +1,6 @@
 """A managed ledger's side of offloading (velamq/storage/offload): marking a ledger offloaded,
-deleting its local copy, and the interface its reads go through once that copy is gone.
+deleting its local copy (the interface its reads take once that copy is gone, OffloadedCopies, is
+in _context).
 
 Both marks are metadata operations journaled like the others (_meta_ops LEDGER_OFFLOADED and
 LEDGER_LOCAL_DELETE), so they are ordered with the ledger's entries and its deletion, survive a
@@ -13,28 +14,11 @@ keep their positions; only its runs leave the index, and their bytes become garb
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Protocol
 
 from velamq._errors import StorageError
 from velamq.storage.formats import _meta_ops
+from velamq.storage.ledger._context import StorageContext
 from velamq.storage.ledger._list import LedgerList, LedgerState
-
-if TYPE_CHECKING:
-    from velamq.storage.ledger._managed_ledger import StorageContext
-
-
-class OffloadedCopies(Protocol):
-    """The offload's side, as managed ledgers see it: reads of a ledger whose local copy is gone,
-    and the deletion of offloaded copies when retention deletes their ledgers."""
-
-    async def read(self, ml_name: str, ledger_id: int, first: int, last: int) -> list[bytes]:
-        """Entries first.. of the ledger, at least up to `last` or the end of the row group that
-        holds `first` (whichever comes first), exactly as they were stored."""
-        ...
-
-    def ledgers_deleted(self, ml_name: str, ledger_ids: list[int]) -> None:
-        """The ledgers are deleted (durably): delete their offloaded copies, in the background."""
-        ...
 
 
 def _sealed(ledgers: LedgerList, ledger_id: int, what: str) -> LedgerState:

@@ -28,16 +28,13 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from velamq._errors import CorruptEntryError, StorageError
 from velamq.storage import _layout
 from velamq.storage._config import active_cursor_lag_entries, read_ahead_entries_max
 from velamq.storage._position import Entry, Position
 from velamq.storage.formats._entry_log import Run, parse_records, read_span
-
-if TYPE_CHECKING:
-    from velamq.storage.ledger._managed_ledger import ManagedLedger, StorageContext
+from velamq.storage.ledger._context import ReadableLog, StorageContext
 
 
 def run_size(run: Run) -> int:
@@ -69,7 +66,7 @@ class ReadPath:
 
     __slots__ = ("_ctx", "_hint", "_ml", "_read_ordinal")
 
-    def __init__(self, ml: ManagedLedger, ctx: StorageContext) -> None:
+    def __init__(self, ml: ReadableLog, ctx: StorageContext) -> None:
         self._ml = ml
         self._ctx = ctx
         self._read_ordinal = _NEVER_READ  # one past the furthest entry any read returned

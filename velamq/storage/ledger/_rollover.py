@@ -9,22 +9,18 @@ are metadata operations (_meta_ops) journaled in the same queue as the entries, 
 creation always precedes its first entry; a log's own creation (ML_CREATE) goes first, and again
 if its write failed (`create_pending`).
 
-Lives on the event loop, owned by one ManagedLedger (the `owner` passed in, which the journal
+Lives on the event loop, owned by one RollingLog (the `owner` passed in, which the journal
 handle and the operations point back to); ledger ids come from the Storage's one counter.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from velamq._errors import StorageError
 from velamq.storage.formats import _meta_ops
 from velamq.storage.formats._journal_file import RECORD_HEADER_BYTES
 from velamq.storage.journal._journal import LedgerHandle
+from velamq.storage.ledger._context import RollingLog, StorageContext
 from velamq.storage.ledger._list import LedgerList, LedgerState
-
-if TYPE_CHECKING:
-    from velamq.storage.ledger._managed_ledger import ManagedLedger, StorageContext
 
 
 class CurrentLedger:
@@ -45,7 +41,7 @@ class CurrentLedger:
         # seals it at its durable end and starts a new one (no hole, nothing latched).
         self.roll_pending = False
 
-    def resume(self, owner: ManagedLedger) -> None:
+    def resume(self, owner: RollingLog) -> None:
         """Appends go on in the list's newest ledger (not sealed in the storage database)."""
         state = self._list.states[-1]
         self._list.current_id = state.ledger_id
@@ -53,7 +49,7 @@ class CurrentLedger:
         self.bytes = state.size_bytes
         self.handle = LedgerHandle(state.ledger_id, owner)
 
-    def start(self, owner: ManagedLedger, first_ordinal: int) -> None:
+    def start(self, owner: RollingLog, first_ordinal: int) -> None:
         """Make a new, empty current ledger. Synchronous: ids are handed out in call order, and its
         creation is journaled before any of its entries."""
         ctx = self._ctx
@@ -75,7 +71,7 @@ class CurrentLedger:
         self._list.current_id = ledger_id
         self.bytes = 0
 
-    def assign(self, owner: ManagedLedger, size: int, first_ordinal: int) -> tuple[LedgerHandle, int]:
+    def assign(self, owner: RollingLog, size: int, first_ordinal: int) -> tuple[LedgerHandle, int]:
         """The handle and entry id of the next append (`size` data bytes), rolling over first if
         the current ledger is full or must be replaced. `first_ordinal`: the log's entries so far."""
         config = self._ctx.config
@@ -96,7 +92,7 @@ class CurrentLedger:
         self.bytes += RECORD_HEADER_BYTES + size
         return handle, entry_id
 
-    def _roll(self, owner: ManagedLedger, first_ordinal: int) -> None:
+    def _roll(self, owner: RollingLog, first_ordinal: int) -> None:
         old = self.state
         old.closed_ms = self._ctx.clock.now_ms()
         self._ctx.journal.submit(_meta_ops.ledger_seal(old.ledger_id, old.closed_ms, owner=owner))

@@ -12,16 +12,13 @@ present or fully gone, never half. Its bytes stay in the entry logs as garbage u
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 from velamq._errors import StorageError
 from velamq.storage._position import Position
 from velamq.storage.formats import _meta_ops
 from velamq.storage.formats._meta_ops import MetaOp
+from velamq.storage.ledger._context import StorageContext
 from velamq.storage.ledger._list import LedgerList
-
-if TYPE_CHECKING:
-    from velamq.storage.ledger._managed_ledger import StorageContext
 
 
 def trimmable(ledgers: LedgerList, up_to: Position) -> int:

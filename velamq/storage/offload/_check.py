@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from velamq.storage import _layout
+from velamq.storage._config import OffloadConfig
 from velamq.storage.index._storage_db import StorageDb
-from velamq.storage.offload._config import OffloadConfig
 from velamq.storage.offload._parquet import WriteLimits
 from velamq.storage.offload._status import OffloadFinding
 from velamq.storage.offload._store import MANIFESTS, OffloadStore, make_filesystem

@@ -28,9 +28,9 @@ import pyarrow as pa  # type: ignore[import-untyped]
 from velamq._clock import Clock
 from velamq._errors import StorageError
 from velamq._topic_name import TopicName
+from velamq.storage._config import OffloadConfig
 from velamq.storage._position import LedgerInfo, Position
 from velamq.storage.ledger._managed_ledger import ManagedLedger
-from velamq.storage.offload._config import OffloadConfig
 from velamq.storage.offload._status import OffloadStatus
 from velamq.storage.offload._store import OffloadStore
 

@@ -1,6 +1,7 @@
 """Parquet files of offloaded ledgers: the Arrow schema, writing one ledger, reading a row group.
 
-One file per ledger, one row per message (_rows.py has the columns and why each is there). Row
+One file per ledger, one row per message (_codec.py has the columns; the EntryRows given to
+Storage makes the rows of entries and the entries of rows). Row
 groups hold whole entries, at most row_group_rows rows or row_group_bytes of values each (a reader
 fetches and caches a row group at a time, so it is the unit of memory as well as of I/O). The
 file's key-value metadata names the topic and the ledger, so a file found alone still says what
@@ -17,7 +18,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.fs as pafs  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-from velamq.storage.offload._rows import COLUMNS, RowColumns, add_entry, rebuild_entry
+from velamq.storage.offload._codec import COLUMNS, EntryRows, RowColumns
 
 _KV = pa.struct([("key", pa.string()), ("value", pa.binary())])
 _TS = pa.timestamp("ms", tz="UTC")
@@ -82,8 +83,9 @@ class LedgerFileWriter:
     written aside and renamed; an S3 object exists only once its upload completes)."""
 
     def __init__(self, fs: pafs.FileSystem, path: str, *, ledger_id: int, topic: str, partition: int,
-                 limits: WriteLimits) -> None:
+                 limits: WriteLimits, codec: EntryRows) -> None:
         self._fs = fs
+        self._codec = codec
         self._path = path
         self._aside = _aside(fs, path)
         self._ledger_id = ledger_id
@@ -105,7 +107,7 @@ class LedgerFileWriter:
         for entry_id, data in entries:
             if self._first < 0:
                 self._first = entry_id
-            add_entry(self._rows, self._ledger_id, entry_id, data)
+            self._codec.add_entry(self._rows, self._ledger_id, entry_id, data)
             self._last = entry_id
             self._value_bytes += len(data)
             if self._rows.rows >= limits.row_group_rows or self._value_bytes >= limits.row_group_bytes:
@@ -150,14 +152,14 @@ def _aside(fs: pafs.FileSystem, path: str) -> str:
     return path
 
 
-def read_row_group(fs: pafs.FileSystem, path: str, index: int) -> list[tuple[int, bytes]]:
-    """The stored entries (entry id, bytes) of one row group, rebuilt exactly (_rows)."""
+def read_row_group(fs: pafs.FileSystem, path: str, index: int, codec: EntryRows) -> list[tuple[int, bytes]]:
+    """The stored entries (entry id, bytes) of one row group, rebuilt exactly by the codec."""
     with fs.open_input_file(path) as source:
         table = pq.ParquetFile(source).read_row_group(index, columns=REBUILD_COLUMNS)
-    return entries_of(table)
+    return entries_of(table, codec)
 
 
-def entries_of(table: pa.Table) -> list[tuple[int, bytes]]:
+def entries_of(table: pa.Table, codec: EntryRows) -> list[tuple[int, bytes]]:
     entry_ids = table.column("entry_id").to_pylist()
     values = table.column("value").to_pylist()
     metas = table.column("entry_metadata").to_pylist()
@@ -170,7 +172,7 @@ def entries_of(table: pa.Table) -> list[tuple[int, bytes]]:
         j = i + 1
         while j < n and entry_ids[j] == entry_ids[i]:
             j += 1
-        out.append((entry_ids[i], rebuild_entry(metas[i], payloads[i], singles[i:j], values[i:j])))
+        out.append((entry_ids[i], codec.rebuild_entry(metas[i], payloads[i], singles[i:j], values[i:j])))
         i = j
     return out
 

@@ -1,5 +1,5 @@
 """Reads of offloaded ledgers, and deleting offloaded copies: the managed ledgers' side of the
-offload (ledger/_offloaded.OffloadedCopies).
+offload (ledger/_context.OffloadedCopies).
 
 A read fetches the row group holding the first entry asked for, rebuilds its entries exactly
 (_rows) and returns them from that entry to the end of the group; the read path keeps what is past

@@ -11,9 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from velamq._clock import Clock
+from velamq.storage._config import OffloadConfig
 from velamq.storage._position import Position
 from velamq.storage.ledger._managed_ledger import ManagedLedger
-from velamq.storage.offload._config import OffloadConfig
+from velamq.storage.offload._codec import EntryRows
 from velamq.storage.offload._offloader import Offloader
 from velamq.storage.offload._parquet import WriteLimits
 from velamq.storage.offload._reads import OffloadedReader
@@ -24,11 +25,11 @@ read_threads = 2
 
 
 class OffloadService:
-    def __init__(self, config: OffloadConfig, data_dir: Path, clock: Clock,
+    def __init__(self, config: OffloadConfig, data_dir: Path, clock: Clock, codec: EntryRows,
                  open_ledgers: Callable[[], dict[str, ManagedLedger]]) -> None:
         fs, root = make_filesystem(config, data_dir)
         limits = WriteLimits(config.row_group_rows, config.row_group_bytes, config.compression)
-        self.store = OffloadStore(fs, root, limits)
+        self.store = OffloadStore(fs, root, limits, codec)
         self._writes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="velamq-offload-write")
         self._reads = ThreadPoolExecutor(max_workers=read_threads, thread_name_prefix="velamq-offload-read")
         self.reader = OffloadedReader(self.store, self._reads, self._writes)

@@ -27,7 +27,8 @@ from urllib.parse import quote, unquote
 import pyarrow.fs as pafs  # type: ignore[import-untyped]
 
 from velamq._errors import StorageError
-from velamq.storage.offload._config import OffloadConfig
+from velamq.storage._config import OffloadConfig
+from velamq.storage.offload._codec import EntryRows
 from velamq.storage.offload._parquet import LedgerFileWriter, RowGroup, WriteLimits, manifest_bytes, read_row_group
 
 _PREFIX = "ledger-"
@@ -95,8 +96,9 @@ def make_filesystem(config: OffloadConfig, data_dir: Path) -> tuple[pafs.FileSys
 class OffloadStore:
     """The files of offloaded ledgers under one root (blocking: call from the offloader's threads)."""
 
-    def __init__(self, fs: pafs.FileSystem, root: str, limits: WriteLimits) -> None:
+    def __init__(self, fs: pafs.FileSystem, root: str, limits: WriteLimits, codec: EntryRows | None = None) -> None:
         self.fs = fs
+        self.codec = codec  # None: the store is only listed and cleaned (the checker)
         self.root = root.rstrip("/")
         self.limits = limits
 
@@ -113,7 +115,7 @@ class OffloadStore:
         """Start writing the ledger's Parquet file (add entries to it, then `finish`)."""
         self.fs.create_dir(f"{self._dir(ml_name)}/{MANIFESTS}", recursive=True)
         return LedgerFileWriter(self.fs, self.parquet_path(ml_name, ledger_id), ledger_id=ledger_id, topic=ml_name,
-                                partition=partition, limits=self.limits)
+                                partition=partition, limits=self.limits, codec=self._codec())
 
     def finish(self, ml_name: str, ledger_id: int, writer: LedgerFileWriter, *, size_bytes: int,
                created_ms: int) -> Manifest:
@@ -149,7 +151,12 @@ class OffloadStore:
         return Manifest(int(doc["ledger_id"]), int(doc["entries"]), self.parquet_path(ml_name, ledger_id), groups)
 
     def read_group(self, manifest: Manifest, index: int) -> list[tuple[int, bytes]]:
-        return read_row_group(self.fs, manifest.file, index)
+        return read_row_group(self.fs, manifest.file, index, self._codec())
+
+    def _codec(self) -> EntryRows:
+        if self.codec is None:
+            raise StorageError("offloaded ledgers cannot be written or read without an EntryRows")
+        return self.codec
 
     def delete(self, ml_name: str, ledger_id: int) -> None:
         """Delete the ledger's files: the manifest first (the ledger stops being offloaded), then the

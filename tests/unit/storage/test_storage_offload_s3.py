@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _offload_entries import mixed_entries
-from _storage_testing import TOPIC, read_everything, run, started
+from _offload_entries import mixed_entries, offloading
+from _storage_testing import TOPIC, read_everything, run
 from s3_server import CREDENTIALS, REGION, s3_server
 from wait_helpers import until
 
@@ -33,7 +33,7 @@ def test_offload_to_s3_and_read_back(tmp_path: Path) -> None:
     entries = mixed_entries(30)
 
     async def main(endpoint: str) -> list[str]:
-        async with started(tmp_path, ledger_entries_max=10, offload=s3_config(endpoint, deletion_lag_ms=0)) as st:
+        async with offloading(tmp_path, ledger_entries_max=10, offload=s3_config(endpoint, deletion_lag_ms=0)) as st:
             ml = await st.open_ledger(TOPIC)
             positions = [await ml.append(e) for e in entries]
             assert st.request_offload(ml, positions[-1])
@@ -60,7 +60,7 @@ def test_a_store_that_is_down_delays_offload_and_blocks_nothing(tmp_path: Path) 
     entries = mixed_entries(20)
 
     async def main(endpoint: str, stop: object) -> None:
-        async with started(tmp_path, ledger_entries_max=5, offload=s3_config(endpoint)) as st:
+        async with offloading(tmp_path, ledger_entries_max=5, offload=s3_config(endpoint)) as st:
             ml = await st.open_ledger(TOPIC)
             positions = [await ml.append(e) for e in entries]
             stop()  # type: ignore[operator]

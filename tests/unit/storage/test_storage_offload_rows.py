@@ -1,4 +1,5 @@
-"""Stored entries as Parquet rows and back (velamq/storage/offload/_rows, _parquet): byte for byte."""
+"""Stored entries as Parquet rows and back (velamq/broker/log/_offload_rows, storage/offload/_parquet):
+byte for byte (TS-1, TS-4)."""
 
 from __future__ import annotations
 
@@ -7,24 +8,25 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
-from _offload_entries import CODECS, batch_entry, chunk_entries, encrypted_entry, mixed_entries, single_entry
+from _offload_entries import CODECS, ROWS, batch_entry, chunk_entries, encrypted_entry, mixed_entries, single_entry
 
 from velamq._errors import StorageError
+from velamq.broker.log._offload_rows import add_entry
 from velamq.protocol import pb
+from velamq.storage import RowColumns
 from velamq.storage.offload._parquet import LedgerFileWriter, WriteLimits, read_row_group
-from velamq.storage.offload._rows import RowColumns, add_entry
 
 
 def write(path: Path, entries: list[bytes], limits: WriteLimits) -> list[tuple[int, bytes]]:
     fs = pafs.LocalFileSystem()
     writer = LedgerFileWriter(fs, str(path), ledger_id=9, topic="persistent://t/n/x-partition-2", partition=2,
-                              limits=limits)
+                              limits=limits, codec=ROWS)
     writer.add(list(enumerate(entries))[:3])
     writer.add(list(enumerate(entries))[3:])
     writer.close()
     got: list[tuple[int, bytes]] = []
     for index in range(len(writer.groups)):
-        got += read_row_group(fs, str(path), index)
+        got += read_row_group(fs, str(path), index, ROWS)
     return got
 
 

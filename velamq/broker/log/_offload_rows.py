@@ -1,7 +1,6 @@
-"""Stored entries as Parquet rows, one per message, and back to the exact stored bytes.
-
-The one module of storage that reads the Pulsar entry format (through velamq.protocol, which is
-sans-IO): everything else in storage treats entries as opaque bytes. An offloaded ledger must give
+"""Stored entries as offloaded rows, one per message, and back to the exact stored bytes: the
+broker's EntryRows (velamq/storage/offload/_codec.py), handed to Storage by the composition root,
+since storage itself never reads the Pulsar entry format. An offloaded ledger must give
 consumers back what the broker would have sent from the local copy (the broker sends stored
 entries as they are and never unpacks a batch), so the rows keep, beside the columns a query
 engine reads, what rebuilds each entry byte for byte:
@@ -22,40 +21,17 @@ entry this way when it offloads it, and keeps `entry_payload` where the check fa
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 
 from google.protobuf.message import DecodeError
 
 from velamq._errors import ProtocolError, StorageError, VelamqError
 from velamq.protocol import compress, decompress, pb, with_checksum
+from velamq.storage import RowColumns
 
 _U32 = struct.Struct(">I")
 _MAGIC = struct.Struct(">H")
 _CHECKSUM_MAGIC = 0x0E01
 _HEAD = 10  # [u16 magic][u32 crc][u32 metadata size]
-
-# The columns, in file order, with what a query engine reads them as (_parquet.SCHEMA types them).
-COLUMNS = (
-    "ledger_id", "entry_id", "batch_index", "batch_size", "partition", "key", "value", "properties",
-    "event_time", "publish_time", "producer_name", "sequence_id", "ordering_key", "schema_version",
-    "encrypted", "encryption_keys", "chunk_uuid", "chunk_id", "num_chunks", "entry_metadata",
-    "message_metadata", "entry_payload",
-)
-
-
-@dataclass(slots=True)
-class RowColumns:
-    """Rows under construction, one Python list per column (pyarrow makes arrays of them)."""
-
-    partition: int
-    data: dict[str, list[object]] = field(default_factory=lambda: {name: [] for name in COLUMNS})
-    rows: int = 0
-
-    def add(self, **values: object) -> None:
-        for name in COLUMNS:
-            self.data[name].append(values.get(name))
-        self.rows += 1
-
 
 def _metadata(entry: bytes) -> tuple[pb.MessageMetadata, bytes, bytes]:
     if len(entry) < _HEAD:
@@ -171,3 +147,14 @@ def rebuild_entry(entry_metadata: bytes, entry_payload: bytes | None, message_me
             batch = _join_batch([(raw or b"", value) for raw, value in zip(message_metadata, values, strict=True)])
             entry_payload = compress(metadata.compression, batch)
     return with_checksum(_U32.pack(len(entry_metadata)) + entry_metadata + entry_payload)
+
+
+class PulsarEntryRows:
+    """The EntryRows of Pulsar entries (checksummed MessageMetadata + payload, WC-5)."""
+
+    def add_entry(self, rows: RowColumns, ledger_id: int, entry_id: int, entry: bytes) -> None:
+        add_entry(rows, ledger_id, entry_id, entry)
+
+    def rebuild_entry(self, entry_metadata: bytes, entry_payload: bytes | None,
+                      message_metadata: list[bytes | None], values: list[bytes]) -> bytes:
+        return rebuild_entry(entry_metadata, entry_payload, message_metadata, values)

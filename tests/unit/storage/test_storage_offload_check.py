@@ -7,9 +7,9 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from _offload_entries import mixed_entries
-from _storage_testing import TOPIC, run, started
-from test_offload_storage import offload_config, offloaded
+from _offload_entries import mixed_entries, offloading
+from _storage_testing import TOPIC, run
+from test_storage_offload import offload_config, offloaded
 
 from velamq.metadata import MetadataStore
 from velamq.storage.offload._store import topic_dir
@@ -23,7 +23,7 @@ async def build(data_dir: Path) -> list[int]:
     finally:
         await store.close()
     root = data_dir / "offloaded"
-    async with started(data_dir, ledger_entries_max=5, offload=offload_config(root, deletion_lag_ms=0)) as st:
+    async with offloading(data_dir, ledger_entries_max=5, offload=offload_config(root, deletion_lag_ms=0)) as st:
         ml = await st.open_ledger(TOPIC)
         positions = [await ml.append(e) for e in mixed_entries(16)]
         await offloaded(st, ml, positions[-1])

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
-from _offload_entries import mixed_entries
-from _storage_testing import TOPIC, read_everything, run, started
+from _offload_entries import mixed_entries, offloading
+from _storage_testing import TOPIC, read_everything, run
 from wait_helpers import until
 
 from velamq.storage import ManagedLedger, OffloadConfig, Position, Storage
@@ -46,7 +46,7 @@ def test_an_asked_offload_writes_parquet_and_reads_come_back_the_same(tmp_path: 
 
     async def main() -> None:
         offload = offload_config(root, deletion_lag_ms=0)
-        async with started(tmp_path / "d", ledger_entries_max=10, offload=offload) as st:
+        async with offloading(tmp_path / "d", ledger_entries_max=10, offload=offload) as st:
             ml = await st.open_ledger(TOPIC)
             positions = await fill(ml, entries)
             assert st.offload_status(TOPIC).status == "NOT_RUN"
@@ -67,7 +67,7 @@ def test_an_asked_offload_writes_parquet_and_reads_come_back_the_same(tmp_path: 
             got = await ml.read_entries(positions[13], 10)
             assert [(e.position, e.data) for e in got] == list(zip(positions[13:23], entries[13:23], strict=True))
         # After a restart the marks are still there, and the reads too.
-        async with started(tmp_path / "d", ledger_entries_max=10, offload=offload_config(root)) as st:
+        async with offloading(tmp_path / "d", ledger_entries_max=10, offload=offload_config(root)) as st:
             ml = await st.open_ledger(TOPIC)
             assert [i.local for i in ml.ledgers()] == [False, False, True, True]
             assert await read_everything(st, TOPIC) == list(zip(positions, entries, strict=True))
@@ -80,7 +80,7 @@ def test_pyarrow_reads_the_files_with_no_velamq_code(tmp_path: Path) -> None:
     root = tmp_path / "tier"
 
     async def main() -> int:
-        async with started(tmp_path / "d", ledger_entries_max=10, offload=offload_config(root)) as st:
+        async with offloading(tmp_path / "d", ledger_entries_max=10, offload=offload_config(root)) as st:
             ml = await st.open_ledger(TOPIC)
             positions = await fill(ml, entries)
             await offloaded(st, ml, positions[-1])
@@ -103,14 +103,8 @@ def test_the_threshold_offloads_oldest_first_and_the_lag_keeps_local_copies(tmp_
     root = tmp_path / "tier"
 
     async def main() -> None:
-        storage = Storage(
-            __import__("_storage_testing").config(
-                tmp_path / "d", ledger_entries_max=5, offload=offload_config(root, threshold_bytes=0)
-            ),
-            clock,
-        )
-        await storage.start()
-        try:
+        async with offloading(tmp_path / "d", clock, ledger_entries_max=5,
+                              offload=offload_config(root, threshold_bytes=0)) as storage:
             ml = await storage.open_ledger(TOPIC)
             await fill(ml, mixed_entries(17))  # 3 sealed ledgers and the current one
             await storage.check_offload()
@@ -123,8 +117,6 @@ def test_the_threshold_offloads_oldest_first_and_the_lag_keeps_local_copies(tmp_
             await storage.check_offload()
             assert [i.local for i in ml.ledgers()] == [False, False, False, True]
             assert storage.metrics()["velamq_storage_offload_ledgers_total"] == 3
-        finally:
-            await storage.close()
 
     run(main())
 
@@ -133,7 +125,8 @@ def test_retention_and_deletion_remove_the_offloaded_files(tmp_path: Path) -> No
     root = tmp_path / "tier"
 
     async def main() -> None:
-        async with started(tmp_path / "d", ledger_entries_max=5, offload=offload_config(root, deletion_lag_ms=0)) as st:
+        offload = offload_config(root, deletion_lag_ms=0)
+        async with offloading(tmp_path / "d", ledger_entries_max=5, offload=offload) as st:
             ml = await st.open_ledger(TOPIC)
             positions = await fill(ml, mixed_entries(16))
             await offloaded(st, ml, positions[-1])
@@ -155,7 +148,7 @@ def test_an_offload_cut_short_leaves_the_ledger_local_and_is_done_again(tmp_path
     entries = mixed_entries(12)
 
     async def main() -> None:
-        async with started(tmp_path / "d", ledger_entries_max=5, offload=offload_config(root)) as st:
+        async with offloading(tmp_path / "d", ledger_entries_max=5, offload=offload_config(root)) as st:
             ml = await st.open_ledger(TOPIC)
             await fill(ml, entries)
         directory = root / topic_dir(TOPIC)
@@ -163,7 +156,7 @@ def test_an_offload_cut_short_leaves_the_ledger_local_and_is_done_again(tmp_path
         first = (await_ledger_ids(tmp_path / "d"))[0]
         (directory / f"ledger-{first:020d}.parquet").write_bytes(b"PAR1 torn")
         (directory / f".ledger-{first:020d}.parquet.writing").write_bytes(b"PAR1 torn")
-        async with started(tmp_path / "d", ledger_entries_max=5,
+        async with offloading(tmp_path / "d", ledger_entries_max=5,
                            offload=offload_config(root, threshold_bytes=0, deletion_lag_ms=0)) as st:
             ml = await st.open_ledger(TOPIC)
             assert all(i.offloaded_ms is None and i.local for i in ml.ledgers())
@@ -194,7 +187,7 @@ def test_a_store_that_fails_says_so_and_local_reads_go_on(tmp_path: Path) -> Non
     entries = mixed_entries(12)
 
     async def main() -> None:
-        async with started(tmp_path / "d", ledger_entries_max=5, offload=offload_config(blocker)) as st:
+        async with offloading(tmp_path / "d", ledger_entries_max=5, offload=offload_config(blocker)) as st:
             ml = await st.open_ledger(TOPIC)
             positions = await fill(ml, entries)
             assert st.request_offload(ml, positions[-1])
@@ -208,3 +201,24 @@ def test_a_store_that_fails_says_so_and_local_reads_go_on(tmp_path: Path) -> Non
 
     run(main())
     assert os.path.isfile(blocker)
+
+
+def test_offloading_without_pyarrow_is_refused_with_what_to_install(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = f"""
+import asyncio, sys
+sys.modules["pyarrow"] = None  # as if it were not installed
+from velamq._errors import StorageError
+from velamq.broker.log._offload_rows import PulsarEntryRows
+from velamq.storage import OffloadConfig, Storage, StorageConfig
+config = StorageConfig({str(tmp_path)!r}, sync_policy="none", offload=OffloadConfig())
+storage = Storage(config, entry_rows=PulsarEntryRows())
+try:
+    asyncio.run(storage.start())
+except StorageError as exc:
+    print(exc)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "managedLedgerOffloadDriver=filesystem" in out.stdout and "velamq[offload]" in out.stdout, out

@@ -1,0 +1,48 @@
+"""What an offloaded row holds, and the interface of what makes rows of entries and entries of rows.
+
+Storage stores opaque entries; the rows of an offloaded ledger are one per message, so something
+that reads the entry format must make them: an EntryRows, handed to Storage by whoever built it (the
+broker's is velamq/broker/log/_offload_rows.PulsarEntryRows). It must give back, from the rows,
+exactly the entries it was given (the broker sends stored entries as they are): the columns
+entry_metadata, message_metadata and entry_payload are there for that (docs/offload.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+# The columns, in file order (_parquet.SCHEMA types them; docs/offload.md says what each holds).
+COLUMNS = (
+    "ledger_id", "entry_id", "batch_index", "batch_size", "partition", "key", "value", "properties",
+    "event_time", "publish_time", "producer_name", "sequence_id", "ordering_key", "schema_version",
+    "encrypted", "encryption_keys", "chunk_uuid", "chunk_id", "num_chunks", "entry_metadata",
+    "message_metadata", "entry_payload",
+)
+
+
+@dataclass(slots=True)
+class RowColumns:
+    """Rows under construction, one Python list per column (pyarrow makes arrays of them)."""
+
+    partition: int
+    data: dict[str, list[object]] = field(default_factory=lambda: {name: [] for name in COLUMNS})
+    rows: int = 0
+
+    def add(self, **values: object) -> None:
+        for name in COLUMNS:
+            self.data[name].append(values.get(name))
+        self.rows += 1
+
+
+class EntryRows(Protocol):
+    """Rows of stored entries, and the stored entries back from their rows."""
+
+    def add_entry(self, rows: RowColumns, ledger_id: int, entry_id: int, entry: bytes) -> None:
+        """Append the rows of one entry; StorageError if it cannot be offloaded."""
+        ...
+
+    def rebuild_entry(self, entry_metadata: bytes, entry_payload: bytes | None,
+                      message_metadata: list[bytes | None], values: list[bytes]) -> bytes:
+        """The stored entry from the reconstruction columns of its rows (in batch order)."""
+        ...
