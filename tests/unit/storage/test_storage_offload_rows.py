@@ -81,7 +81,7 @@ def test_a_payload_that_does_not_rebuild_exactly_is_kept_as_stored() -> None:
     entry = build_entry(metadata, other)
     rows = RowColumns(-1)
     add_entry(rows, 1, 0, entry)
-    assert rows.data["value"] == [b"x" * 300] and rows.data["entry_payload"] == [other]
+    assert rows.messages["value"] == [b"x" * 300] and rows.messages["entry_payload"] == [other]
 
 
 @pytest.mark.parametrize("codec", CODECS)
@@ -89,7 +89,7 @@ def test_each_codec_rebuilds_without_keeping_the_payload(codec: int) -> None:
     rows = RowColumns(-1)
     add_entry(rows, 1, 0, batch_entry(9, codec=codec))
     add_entry(rows, 1, 1, single_entry(b"v" * 500, codec=codec))
-    assert rows.data["entry_payload"] == [None] * 10
+    assert rows.messages["entry_payload"] == [None] * 10
 
 
 def test_an_entry_that_is_not_a_message_is_refused() -> None:

@@ -103,34 +103,49 @@ def _join_batch(messages: list[tuple[bytes, bytes]]) -> bytes:
 def add_entry(rows: RowColumns, ledger_id: int, entry_id: int, entry: bytes) -> None:
     """Append the rows of one stored entry (a checksummed Pulsar entry)."""
     metadata, meta_raw, payload = _metadata(entry)
-    base = {"ledger_id": ledger_id, "entry_id": entry_id, "partition": rows.partition, **_entry_columns(metadata)}
+    shared = _entry_columns(metadata)
+    shared["entry_id"] = entry_id
     batched = metadata.HasField("num_messages_in_batch")
     codec, size = metadata.compression, metadata.uncompressed_size
     try:
         if _opaque(metadata) or not batched:
             value = payload if _opaque(metadata) else decompress(codec, payload, size)
             exact = _opaque(metadata) or compress(codec, value) == payload
-            rows.add(**base, batch_index=-1, batch_size=metadata.num_messages_in_batch if batched else 0,
-                     key=metadata.partition_key if metadata.HasField("partition_key") else None, value=value,
-                     properties=_properties(metadata.properties), event_time=metadata.event_time or None,
-                     sequence_id=metadata.sequence_id,
-                     ordering_key=metadata.ordering_key if metadata.HasField("ordering_key") else None,
-                     entry_metadata=meta_raw, entry_payload=None if exact else payload)
+            shared["batch_size"] = metadata.num_messages_in_batch if batched else 0
+            rows.add(shared, {
+                "batch_index": [-1], "value": [value], "sequence_id": [metadata.sequence_id],
+                "key": [metadata.partition_key if metadata.HasField("partition_key") else None],
+                "properties": [_properties(metadata.properties)], "event_time": [metadata.event_time or None],
+                "ordering_key": [metadata.ordering_key if metadata.HasField("ordering_key") else None],
+                "entry_metadata": [meta_raw], "entry_payload": [None if exact else payload],
+            }, 1)
             return
         messages = _split_batch(decompress(codec, payload, size), metadata.num_messages_in_batch)
     except (DecodeError, RuntimeError, ValueError, struct.error, VelamqError) as exc:
         raise StorageError(f"entry {ledger_id}:{entry_id} does not decode ({exc}): cannot offload it") from None
     exact = compress(codec, _join_batch([(raw, value) for raw, _, value in messages])) == payload
     count = len(messages)
-    for index, (raw, single, value) in enumerate(messages):
-        first = index == 0
-        rows.add(**base, batch_index=index, batch_size=count,
-                 key=single.partition_key if single.HasField("partition_key") else None, value=value,
-                 properties=_properties(single.properties), event_time=single.event_time or None,
-                 sequence_id=single.sequence_id if single.HasField("sequence_id") else metadata.sequence_id + index,
-                 ordering_key=single.ordering_key if single.HasField("ordering_key") else None,
-                 entry_metadata=meta_raw if first else None, message_metadata=raw,
-                 entry_payload=payload if first and not exact else None)
+    shared["batch_size"] = count
+    singles = [single for _, single, _ in messages]
+    base_sequence = metadata.sequence_id
+    columns: dict[str, list[object]] = {
+        "batch_index": list(range(count)),
+        "value": [value for _, _, value in messages],
+        "message_metadata": [raw for raw, _, _ in messages],
+        "sequence_id": [s.sequence_id if s.HasField("sequence_id") else base_sequence + i
+                        for i, s in enumerate(singles)],
+        "entry_metadata": [meta_raw, *[None] * (count - 1)],
+        "entry_payload": [None if exact else payload, *[None] * (count - 1)],
+    }
+    if any(s.HasField("partition_key") for s in singles):
+        columns["key"] = [s.partition_key if s.HasField("partition_key") else None for s in singles]
+    if any(s.properties for s in singles):
+        columns["properties"] = [_properties(s.properties) for s in singles]
+    if any(s.event_time for s in singles):
+        columns["event_time"] = [s.event_time or None for s in singles]
+    if any(s.HasField("ordering_key") for s in singles):
+        columns["ordering_key"] = [s.ordering_key if s.HasField("ordering_key") else None for s in singles]
+    rows.add(shared, columns, count)
 
 
 def rebuild_entry(entry_metadata: bytes, entry_payload: bytes | None, message_metadata: list[bytes | None],

@@ -21,18 +21,44 @@ COLUMNS = (
 )
 
 
+# Columns with one value per entry (repeated on each of its rows when the table is built), and
+# columns with one value per message. ledger_id and partition are the file's.
+ENTRY_COLUMNS = (
+    "entry_id", "batch_size", "publish_time", "producer_name", "schema_version", "encrypted", "encryption_keys",
+    "chunk_uuid", "chunk_id", "num_chunks",
+)
+MESSAGE_COLUMNS = (
+    "batch_index", "key", "value", "properties", "event_time", "sequence_id", "ordering_key", "entry_metadata",
+    "message_metadata", "entry_payload",
+)
+
+
 @dataclass(slots=True)
 class RowColumns:
-    """Rows under construction, one Python list per column (pyarrow makes arrays of them)."""
+    """Rows under construction: per entry, its entry columns once and its message columns as
+    lists (pyarrow makes arrays of them, repeating entry columns over the entry's rows)."""
 
     partition: int
-    data: dict[str, list[object]] = field(default_factory=lambda: {name: [] for name in COLUMNS})
+    entries: dict[str, list[object]] = field(default_factory=lambda: {name: [] for name in ENTRY_COLUMNS})
+    messages: dict[str, list[object]] = field(default_factory=lambda: {name: [] for name in MESSAGE_COLUMNS})
+    counts: list[int] = field(default_factory=list)  # rows of each entry
     rows: int = 0
 
-    def add(self, **values: object) -> None:
-        for name in COLUMNS:
-            self.data[name].append(values.get(name))
-        self.rows += 1
+    def add(self, entry: dict[str, object], messages: dict[str, list[object]], count: int) -> None:
+        """One entry: its entry columns (a name left out is null), and `count` rows of message
+        columns (each list `count` long; a name left out is null on every row)."""
+        for name in ENTRY_COLUMNS:
+            self.entries[name].append(entry.get(name))
+        nulls: list[object] | None = None
+        for name in MESSAGE_COLUMNS:
+            column = messages.get(name)
+            if column is None:
+                column = nulls = nulls or [None] * count
+            elif len(column) != count:
+                raise ValueError(f"column {name} has {len(column)} values for {count} rows")
+            self.messages[name] += column
+        self.counts.append(count)
+        self.rows += count
 
 
 class EntryRows(Protocol):

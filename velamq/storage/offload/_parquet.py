@@ -18,7 +18,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.fs as pafs  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-from velamq.storage.offload._codec import COLUMNS, EntryRows, RowColumns
+from velamq.storage.offload._codec import COLUMNS, ENTRY_COLUMNS, MESSAGE_COLUMNS, EntryRows, RowColumns
 
 _KV = pa.struct([("key", pa.string()), ("value", pa.binary())])
 _TS = pa.timestamp("ms", tz="UTC")
@@ -72,8 +72,22 @@ class WriteLimits:
     compression: str = "zstd"
 
 
-def _table(rows: RowColumns, metadata: dict[bytes, bytes]) -> pa.Table:
-    return pa.Table.from_pydict(rows.data, schema=SCHEMA).replace_schema_metadata(metadata)
+def _table(rows: RowColumns, ledger_id: int, metadata: dict[bytes, bytes]) -> pa.Table:
+    """The rows as a table: entry columns made once per entry and repeated over its rows (a take),
+    message columns as they are, the file's constants filled in."""
+    index = pa.array([k for k, count in enumerate(rows.counts) for _ in range(count)], type=pa.int32())
+    entries = pa.table({name: pa.array(rows.entries[name], type=SCHEMA.field(name).type) for name in ENTRY_COLUMNS})
+    repeated = entries.take(index)
+    n = rows.rows
+    columns: dict[str, pa.Array] = {
+        "ledger_id": pa.repeat(pa.scalar(ledger_id, pa.int64()), n),
+        "partition": pa.repeat(pa.scalar(rows.partition, pa.int32()), n),
+    }
+    for name in ENTRY_COLUMNS:
+        columns[name] = repeated.column(name)
+    for name in MESSAGE_COLUMNS:
+        columns[name] = pa.array(rows.messages[name], type=SCHEMA.field(name).type)
+    return pa.table([columns[name] for name in COLUMNS], schema=SCHEMA.with_metadata(metadata))
 
 
 class LedgerFileWriter:
@@ -116,7 +130,7 @@ class LedgerFileWriter:
     def _flush(self) -> None:
         rows = self._rows
         if rows.rows:
-            self._writer.write_table(_table(rows, self._metadata), row_group_size=rows.rows)
+            self._writer.write_table(_table(rows, self._ledger_id, self._metadata), row_group_size=rows.rows)
             self.groups.append(RowGroup(self._first, self._last, rows.rows))
         self._rows = RowColumns(rows.partition)
         self._first, self._value_bytes = -1, 0
