@@ -25,6 +25,8 @@ def offload_conf(directory: Path, **keys: object) -> Path:
         "managedLedgerMaxEntriesPerLedger": 20,
         "journalSyncPolicy": "none",
         "flushInterval": 50,
+        "defaultRetentionTimeInMinutes": -1,  # keep what no subscription holds: readers read it all
+        "defaultRetentionSizeInMB": -1,
         **keys,
     }
     path = directory / "offload.conf"
