@@ -4,7 +4,9 @@
        in MB/s of stored entry bytes and messages/s, from a request to its SUCCESS;
     b) catch-up read: every entry read from the earliest, through the managed ledger, with the
        caches empty, from the local entry logs against from the offloaded Parquet files (same
-       entries, same process, one after the other in each run), and the ratio.
+       entries, same process, one after the other in each run), and the ratio;
+    c) with --spark: Spark over a mostly offloaded topic, the velamq source with offloadPath,
+       without it, and spark.read.parquet of the same files (_offload_spark.py).
 
 Each at two batchings: official-client-like batches of 100 messages of 100 bytes, and unbatched
 1 KiB messages. Median of --runs (default 3) fresh stores each; the load average is printed with
@@ -12,6 +14,7 @@ the table, as every figure here shares the machine.
 
     .venv/bin/python benchmarks/offload.py                    # about a minute
     .venv/bin/python benchmarks/offload.py --mib 64 --runs 5
+    .venv/bin/python benchmarks/offload.py --spark --spark-messages 400000   # adds c (a few minutes)
 
 Data goes to a temporary directory under --dir (default: the system temp dir).
 """
@@ -134,6 +137,8 @@ def main() -> None:
     parser.add_argument("--mib", type=int, default=32, help="stored bytes per run (MiB)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
+    parser.add_argument("--spark", action="store_true", help="also part c, Spark over an offloaded topic")
+    parser.add_argument("--spark-messages", type=int, default=400_000)
     args = parser.parse_args()
     print("offload benchmark (filesystem driver)")
     for key, value in machine_facts(["pyarrow"]):
@@ -154,8 +159,13 @@ def main() -> None:
         print(f"{shape.name:<24} {med.offload_mb_s:>13.1f} {med.offload_msgs_s:>14,.0f} {med.local_mb_s:>16.1f} "
               f"{med.offloaded_mb_s:>20.1f} {ratio:>15.2f}x")
     print()
-    print(f"median of {args.runs} runs of {args.mib} MiB each; load average at end: "
-          f"{loadavg()}")
+    print(f"median of {args.runs} runs of {args.mib} MiB each; load average: {loadavg()}")
+    if args.spark:
+        from _offload_spark import print_spark_part
+
+        print()
+        print_spark_part(args.spark_messages, args.runs, args.dir)
+        print(f"median of {args.runs} runs; load average at end: {loadavg()}")
 
 
 if __name__ == "__main__":
