@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from offload_helpers import (
     offload_status,
     read_all,
     rsa_key_files,
+    seen,
     wait_offloaded,
 )
 from wait_helpers import wait_until
@@ -82,7 +84,15 @@ def test_offload_by_admin_call_then_everything_reads_back_as_published(tmp_path:
         reader = client.create_reader(full, pulsar.MessageId(-1, middle[0], middle[1], middle[2]),
                                       start_message_id_inclusive=True)
         assert reader.read_next(20_000).data() == before[100][1]
+        # A seek by publish time lands in an offloaded ledger.
+        reader.seek(before[30][5])
+        assert seen(reader.read_next(20_000))[5] >= before[30][5]
         reader.close()
+        # The admin API's get-message-by-id reads an offloaded entry (an unbatched one: its payload).
+        first = before[0][0]
+        url = f"{broker.admin_url}/admin/v2/persistent/public/default/{topic}/ledger/{first[0]}/entry/{first[1]}"
+        with urllib.request.urlopen(url, timeout=30) as response:
+            assert response.read() == before[0][1]
     table = ds.dataset(str(tmp_path / "tier" / topic_dir(full)), format="parquet").to_table()
     offloaded_rows = [row for row in before if row[0][0] != current]
     assert table.num_rows == len(offloaded_rows)
