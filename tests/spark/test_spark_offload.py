@@ -102,3 +102,14 @@ def test_offloaded_ledgers_are_read_from_their_files(spark: Any, tmp_path: Path)
         offloaded_messages = sum(
             spark.read.parquet(str(root / topic_dir(f"persistent://public/default/{p}"))).count() for p in partitions)
         assert offloaded_messages > n // 2
+
+
+def test_the_spark_source_serializes_message_ids_as_the_client_does() -> None:
+    from velamq.client import MessageId
+    from velamq.spark._offloaded import _message_ids
+
+    cases = [(7, -1, 3, 5, 100), (123_456, 2, 99_999, 0, 1), (1, -1, 0, 999, 1000), (9, 3, 4, -1, 0)]
+    for ledger_id, partition, entry_id, index, size in cases:
+        expected = (MessageId(ledger_id, entry_id, partition, index, size) if index >= 0
+                    else MessageId(ledger_id, entry_id, partition)).serialize()
+        assert _message_ids(ledger_id, partition, [entry_id], [index], [size]) == [expected]

@@ -134,6 +134,42 @@ def _in_range(table: pa.Table, ledger_id: int, start: PartitionOffset, end: Part
     return pc.and_(pc.equal(entry, entry), mask)  # an array as long as the table
 
 
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        if not value:
+            out.append(low)
+            return bytes(out)
+        out.append(low | 0x80)
+
+
+def _message_ids(ledger_id: int, partition: int, entries: list[int], indexes: list[int],
+                 sizes: list[int]) -> list[bytes]:
+    """Serialized MessageIdData of each row, byte for byte what MessageId.serialize() gives: the
+    entry's id without a batch index, then batch_index (field 4) and batch_size (field 6), as
+    protobuf writes them in field order. One serialize per entry, not per message."""
+    out: list[bytes] = []
+    entry_prefix: dict[int, bytes] = {}
+    index_fields: dict[int, bytes] = {}
+    size_fields: dict[int, bytes] = {}
+    for entry_id, index, size in zip(entries, indexes, sizes, strict=True):
+        prefix = entry_prefix.get(entry_id)
+        if prefix is None:
+            prefix = entry_prefix[entry_id] = MessageId(ledger_id, entry_id, partition).serialize()
+        if index < 0:
+            out.append(prefix)
+            continue
+        field = index_fields.get(index)
+        if field is None:
+            field = index_fields[index] = b"\x20" + _varint(index)
+        suffix = size_fields.get(size)
+        if suffix is None:
+            suffix = size_fields[size] = b"\x30" + _varint(size)
+        out.append(prefix + field + suffix)
+    return out
+
+
 def _source_batch(table: pa.Table, task: OffloadedRange) -> Any:
     """The source's columns, as the broker path makes them (velamq.client's Messages.to_arrow)."""
     include_properties = task.settings.include_properties
@@ -142,11 +178,7 @@ def _source_batch(table: pa.Table, task: OffloadedRange) -> Any:
     entries = table.column("entry_id").to_pylist()
     indexes = table.column("batch_index").to_pylist()
     sizes = table.column("batch_size").to_pylist()
-    ids = [
-        MessageId(task.ledger_id, e, task.partition, i, s).serialize() if i >= 0
-        else MessageId(task.ledger_id, e, task.partition).serialize()
-        for e, i, s in zip(entries, indexes, sizes, strict=True)
-    ]
+    ids = _message_ids(task.ledger_id, task.partition, entries, indexes, sizes)
     columns = {
         "key": table.column("key"),
         "value": table.column("value"),

@@ -95,3 +95,4 @@ def test_each_codec_rebuilds_without_keeping_the_payload(codec: int) -> None:
 def test_an_entry_that_is_not_a_message_is_refused() -> None:
     with pytest.raises(StorageError, match="cannot offload"):
         add_entry(RowColumns(-1), 1, 0, b"\x0e\x01garbage-entry")
+

@@ -148,19 +148,17 @@ def add_entry(rows: RowColumns, ledger_id: int, entry_id: int, entry: bytes) -> 
     rows.add(shared, columns, count)
 
 
-def rebuild_entry(entry_metadata: bytes, entry_payload: bytes | None, message_metadata: list[bytes | None],
-                  values: list[bytes]) -> bytes:
-    """The stored entry from its rows' reconstruction columns (in batch order)."""
+def rebuild_entry(entry_metadata: bytes, entry_payload: bytes | None, value: bytes, framed: bytes | None) -> bytes:
+    """The stored entry from its rows' reconstruction columns (EntryRows.rebuild_entry): a batch's
+    framed rows are the uncompressed batch payload itself ([u32 size][SingleMessageMetadata][value]
+    per message, _batch.py), compressed again with the entry's codec."""
     if entry_payload is None:
         metadata = pb.MessageMetadata()
         metadata.ParseFromString(entry_metadata)
         if _opaque(metadata):
-            entry_payload = values[0]
-        elif message_metadata[0] is None:
-            entry_payload = compress(metadata.compression, values[0])
+            entry_payload = value
         else:
-            batch = _join_batch([(raw or b"", value) for raw, value in zip(message_metadata, values, strict=True)])
-            entry_payload = compress(metadata.compression, batch)
+            entry_payload = compress(metadata.compression, framed if framed is not None else value)
     return with_checksum(_U32.pack(len(entry_metadata)) + entry_metadata + entry_payload)
 
 
@@ -170,6 +168,6 @@ class PulsarEntryRows:
     def add_entry(self, rows: RowColumns, ledger_id: int, entry_id: int, entry: bytes) -> None:
         add_entry(rows, ledger_id, entry_id, entry)
 
-    def rebuild_entry(self, entry_metadata: bytes, entry_payload: bytes | None,
-                      message_metadata: list[bytes | None], values: list[bytes]) -> bytes:
-        return rebuild_entry(entry_metadata, entry_payload, message_metadata, values)
+    def rebuild_entry(self, entry_metadata: bytes, entry_payload: bytes | None, value: bytes,
+                      framed: bytes | None) -> bytes:
+        return rebuild_entry(entry_metadata, entry_payload, value, framed)

@@ -68,7 +68,10 @@ class EntryRows(Protocol):
         """Append the rows of one entry; StorageError if it cannot be offloaded."""
         ...
 
-    def rebuild_entry(self, entry_metadata: bytes, entry_payload: bytes | None,
-                      message_metadata: list[bytes | None], values: list[bytes]) -> bytes:
-        """The stored entry from the reconstruction columns of its rows (in batch order)."""
+    def rebuild_entry(self, entry_metadata: bytes, entry_payload: bytes | None, value: bytes,
+                      framed: bytes | None) -> bytes:
+        """The stored entry from the reconstruction columns of its rows: the first row's
+        entry_metadata, entry_payload and value, and (when its rows have message_metadata) every
+        row framed as [u32 big-endian length of message_metadata][message_metadata][value], in
+        batch order, end to end."""
         ...

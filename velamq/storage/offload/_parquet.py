@@ -11,10 +11,12 @@ it is. Everything here blocks: call it from the offloader's threads.
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
 import pyarrow.fs as pafs  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
@@ -174,20 +176,31 @@ def read_row_group(fs: pafs.FileSystem, path: str, index: int, codec: EntryRows)
 
 
 def entries_of(table: pa.Table, codec: EntryRows) -> list[tuple[int, bytes]]:
+    """The entries of a table of rows. Each entry starts at a row with entry_metadata; its rows'
+    message metadata and values are framed together in Arrow ([u32 big-endian length][message
+    metadata][value] per row, no Python object per row) and handed to the codec as one slice."""
+    n = table.num_rows
+    if not n:
+        return []
+    singles = table.column("message_metadata").combine_chunks()
+    values = table.column("value").combine_chunks()
+    lengths = pc.binary_length(singles).fill_null(0).to_pylist()
+    sizes = pa.py_buffer(struct.pack(f">{n}I", *lengths))
+    prefix = pa.FixedSizeBinaryArray.from_buffers(pa.binary(4), n, [None, sizes]).cast(pa.binary())
+    framed = pc.binary_join_element_wise(prefix, singles, values, pa.scalar(b"", pa.binary()))
+    framed = framed.fill_null(b"")
+    ends = pa.Array.from_buffers(pa.int32(), n + 1, [None, framed.buffers()[1]], offset=framed.offset).to_pylist()
+    data = framed.buffers()[2].to_pybytes() if framed.buffers()[2] is not None else b""
     entry_ids = table.column("entry_id").to_pylist()
-    values = table.column("value").to_pylist()
     metas = table.column("entry_metadata").to_pylist()
-    singles = table.column("message_metadata").to_pylist()
     payloads = table.column("entry_payload").to_pylist()
+    has_single = singles.is_valid().to_pylist()
+    starts = [i for i, meta in enumerate(metas) if meta is not None]
     out: list[tuple[int, bytes]] = []
-    n = len(entry_ids)
-    i = 0
-    while i < n:
-        j = i + 1
-        while j < n and entry_ids[j] == entry_ids[i]:
-            j += 1
-        out.append((entry_ids[i], codec.rebuild_entry(metas[i], payloads[i], singles[i:j], values[i:j])))
-        i = j
+    for k, i in enumerate(starts):
+        j = starts[k + 1] if k + 1 < len(starts) else n
+        batch = data[ends[i] : ends[j]] if has_single[i] else None
+        out.append((entry_ids[i], codec.rebuild_entry(metas[i], payloads[i], values[i].as_py(), batch)))
     return out
 
 
