@@ -110,11 +110,18 @@ class Offloader:
                     if self._offloadable(ml, info):
                         await self._offload_ledger(ml, info)
         except (StorageError, OSError, pa.ArrowException) as exc:
-            self.errors_total += 1
-            log.warning("offloading %s failed (retried at the next check): %s", ml.name, exc)
-            self._statuses[ml.name] = OffloadStatus("ERROR", str(exc), first_unoffloaded(ml))
+            self._failed(ml, exc)
+            return
+        except Exception as exc:  # a bug must not leave the status RUNNING for ever
+            log.exception("offloading %s failed unexpectedly", ml.name)
+            self._failed(ml, exc)
             return
         self._statuses[ml.name] = OffloadStatus("SUCCESS", "", first_unoffloaded(ml))
+
+    def _failed(self, ml: ManagedLedger, exc: BaseException) -> None:
+        self.errors_total += 1
+        log.warning("offloading %s failed (retried at the next check): %s", ml.name, exc)
+        self._statuses[ml.name] = OffloadStatus("ERROR", str(exc) or type(exc).__name__, first_unoffloaded(ml))
 
     def _offloadable(self, ml: ManagedLedger, info: LedgerInfo) -> bool:
         state = ml.ledger_state(info.ledger_id)
