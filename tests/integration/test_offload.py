@@ -4,7 +4,7 @@ then consumers and readers from earliest read across offloaded and local ledgers
 reader saw before the offload (ids, bytes, keys, properties, event and publish times), after a
 restart that empties every cache; an encrypted topic and a chunked message survive; pyarrow reads
 the files with no velamq code; kill -9 during an offload leaves the ledgers local and readable and
-the offload is done again after the restart."""
+the offload is done again after the restart; compaction reads offloaded ledgers."""
 
 from __future__ import annotations
 
@@ -170,3 +170,27 @@ def test_kill_9_during_an_offload_leaves_ledgers_local_and_it_is_done_again(tmp_
     # One file per sealed ledger, each whole: what was cut short was written again, not added to.
     table = ds.dataset(str(tmp_path / "tier" / topic_dir(full)), format="parquet").to_table(columns=["entry_id"])
     assert table.num_rows == sum(ledger["entries"] for ledger in ledgers[:-1])
+
+
+def test_compaction_reads_offloaded_ledgers(tmp_path: Path, topic: str, make_client: Any) -> None:
+    full = f"{NS}/{topic}"
+    conf = offload_conf(tmp_path, managedLedgerOffloadThresholdInBytes=0, managedLedgerMaxEntriesPerLedger=5)
+    with run_broker(tmp_path / "data", config_file=conf) as broker:
+        client = make_client(broker.service_url)
+        producer = client.create_producer(full, batching_enabled=False)
+        for i in range(60):
+            producer.send(f"v{i}".encode(), partition_key=f"k{i % 7}")
+        producer.send(b"", partition_key="k0")  # a tombstone: k0 is gone after compaction
+        ledgers = internal_stats(broker, topic)["ledgers"]
+        wait_offloaded(broker, topic, len(ledgers) - 1)  # every value but the newest few offloaded
+        url = f"{broker.admin_url}/admin/v2/persistent/public/default/{topic}/compaction"
+        assert http("PUT", url)[0] == 204
+        wait_until(lambda: http("GET", url)[1]["status"] == "SUCCESS")
+        assert metrics(broker.admin_url)["velamq_storage_offload_row_groups_read_total"] >= len(ledgers) - 1
+        reader = client.create_reader(full, pulsar.MessageId.earliest, is_read_compacted=True)
+        latest = {}
+        while reader.has_message_available():
+            message = reader.read_next(5000)
+            latest[message.partition_key()] = message.data()
+        reader.close()
+    assert latest == {f"k{k}": f"v{max(i for i in range(60) if i % 7 == k)}".encode() for k in range(1, 7)}
