@@ -45,21 +45,35 @@ def _number(cell: str) -> float | None:
 
 def first_table(output: str) -> Table:
     """The first markdown table of a benchmark's output: its header, and each row's numbers by the
-    row's text cells."""
+    row's leading text cells (its name). A cell "a / b" (two figures side by side) gives two
+    columns, "<header> (1)" and "<header> (2)"."""
     lines = [line for line in output.splitlines() if line.strip().startswith("|")]
     if len(lines) < 3:
         raise ValueError("the benchmark printed no table")
     header = _cells(lines[0])
+    columns: list[str] = []
     rows: dict[Row, list[float | None]] = {}
     for line in lines[2:]:
-        if set(line.replace("|", "").strip()) <= {"-", " "}:
-            break  # a second table starts
         cells = _cells(line)
-        if len(cells) != len(header):
-            break
-        key = tuple(c for c in cells if not _NUMBER.match(c.replace(" ", "")))
-        rows[key] = [_number(c) if _NUMBER.match(c.replace(" ", "")) else None for c in cells]
-    return header, rows
+        if len(cells) != len(header) or set(line.replace("|", "").strip()) <= {"-", " "}:
+            break  # a second table starts
+        name_cells = 0
+        while name_cells < len(cells) and not _is_figure(cells[name_cells]):
+            name_cells += 1
+        values: list[float | None] = []
+        names: list[str] = []
+        for title, cell in zip(header[name_cells:], cells[name_cells:], strict=True):
+            parts = [p.strip() for p in cell.split("/")] if "/" in cell else [cell]
+            for i, part in enumerate(parts, 1):
+                names.append(f"{title} ({i})" if len(parts) > 1 else title)
+                values.append(_number(part))
+        columns = columns if len(columns) >= len(names) else names
+        rows[tuple(cells[:name_cells])] = values
+    return columns, rows
+
+
+def _is_figure(cell: str) -> bool:
+    return cell == "-" or any(_NUMBER.match(part.strip().replace(" ", "")) for part in cell.split("/"))
 
 
 def _loadavg() -> str:
@@ -78,21 +92,20 @@ def run_once(tree: Path, command: list[str]) -> str:
 
 
 def compare(before: list[Table], after: list[Table]) -> list[str]:
-    header = before[0][0]
-    numeric = [i for i, value in enumerate(next(iter(before[0][1].values()))) if value is not None]
+    columns = before[0][0]
     lines = [
         "| row | column | before (median) | after (median) | after / before |",
         "|---|---|---|---|---|",
     ]
     for key in before[0][1]:
-        for i in numeric:
-            b = [v for t in before if (v := t[1].get(key, [None] * len(header))[i]) is not None]
-            a = [v for t in after if (v := t[1].get(key, [None] * len(header))[i]) is not None]
+        for i, title in enumerate(columns):
+            b = [v for t in before if key in t[1] and i < len(t[1][key]) and (v := t[1][key][i]) is not None]
+            a = [v for t in after if key in t[1] and i < len(t[1][key]) and (v := t[1][key][i]) is not None]
             if not b or not a:
                 continue
             mb, ma = statistics.median(b), statistics.median(a)
             ratio = f"{ma / mb:.2f}x" if mb else "-"
-            lines.append(f"| {' / '.join(key)} | {header[i]} | {mb:,.2f} | {ma:,.2f} | {ratio} |")
+            lines.append(f"| {' / '.join(key)} | {title} | {mb:,.2f} | {ma:,.2f} | {ratio} |")
     return lines
 
 
