@@ -33,6 +33,7 @@ from velamq._clock import Clock, system_clock
 from velamq._log_limit import RateLimitedLog
 from velamq.admin import AdminServer
 from velamq.broker import BrokerAdmin, BrokerConfig, BrokerService, DiskUsage
+from velamq.broker.log._offload_rows import PulsarEntryRows
 from velamq.metadata import MetadataStore
 from velamq.security import AuthenticationService, AuthorizationModel, build_authentication_service
 from velamq.storage import Storage, StorageConfig
@@ -76,6 +77,7 @@ def storage_config(config: BrokerConfig) -> StorageConfig:
         gc_major_threshold=config.gc_major_threshold,
         gc_major_interval_s=config.gc_major_interval_s,
         gc_bytes_per_s=config.gc_bytes_per_s,
+        offload=config.offload,
         ballast_bytes=None,  # the derived emergency ballast: a restart on a full disk can recover
     )
 
@@ -110,7 +112,7 @@ class VelamqServer:
         disk guard (tests: a filesystem that fills up on demand)."""
         self.config = config
         self.clock = clock
-        self.storage = Storage(storage_config(config), clock)
+        self.storage = Storage(storage_config(config), clock, PulsarEntryRows())
         self.metadata = MetadataStore(config.data_dir / "metadata.db")
         # One of each for the whole process, shared by the binary port and the admin API. A bad
         # key or password file fails here, at start.

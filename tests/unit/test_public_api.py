@@ -50,8 +50,9 @@ PUBLIC_API: dict[str, list[str]] = {
         "check_workers", "register", "source_schema",
     ],
     "velamq.storage": [
-        "CursorOwner", "Entry", "LedgerInfo", "ManagedCursor", "ManagedLedger", "MemoryBudget", "Position",
-        "PublishBuffer", "RangeSet", "Storage", "StorageConfig",
+        "CursorOwner", "Entry", "EntryRows", "LedgerInfo", "ManagedCursor", "ManagedLedger", "MemoryBudget",
+        "OffloadConfig", "OffloadStatus", "Position", "PublishBuffer", "RangeSet", "RowColumns", "Storage",
+        "StorageConfig",
     ],
     "velamq.metadata": [
         "BacklogQuota", "DEFAULT_CLUSTER", "DEFAULT_NAMESPACE", "DEFAULT_TENANT", "SchemaCompatibilityError",
@@ -97,7 +98,7 @@ ROOMS = [
     "velamq.client.blocking", "velamq.client.consumer", "velamq.client.ordered", "velamq.client.producer",
     "velamq.client.security", "velamq.client.transport",
     "velamq.storage.formats", "velamq.storage.gc", "velamq.storage.index", "velamq.storage.journal",
-    "velamq.storage.ledger", "velamq.storage.startup", "velamq.storage.write",
+    "velamq.storage.ledger", "velamq.storage.offload", "velamq.storage.startup", "velamq.storage.write",
 ]
 
 

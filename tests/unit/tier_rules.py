@@ -70,7 +70,7 @@ ROOM_LAYERS: dict[str, list[set[str]]] = {
         {"checker"},
         {"_storage", "_check"},
         {"_storage_metrics"},
-        {"startup"},
+        {"startup", "offload"},
         {"ledger", "gc"},
         {"write"},
         {"journal", "index"},

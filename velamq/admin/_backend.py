@@ -30,6 +30,7 @@ from velamq.broker import (
     TopicStats,
 )
 from velamq.metadata import MetadataStore, Policies
+from velamq.storage import OffloadStatus, Position
 
 
 class BrokerBackend(Protocol):
@@ -127,6 +128,13 @@ class BrokerBackend(Protocol):
         ...
 
     def compaction_status(self, topic: str) -> CompactionStatus: ...
+
+    async def trigger_offload(self, topic: str, up_to: Position) -> bool:
+        """Offload the sealed ledgers before up_to in the background (docs/offload.md); False if an
+        offload of the topic is running. PreconditionFailedError: no offload driver configured."""
+        ...
+
+    def offload_status(self, topic: str) -> OffloadStatus: ...
 
     async def topic_stats(self, topic: str) -> TopicStats | NonPersistentTopicStats:
         """NotFoundError if the topic is unknown."""

@@ -183,7 +183,7 @@ def internal_stats_json(s: InternalStats) -> dict[str, Any]:
         "lastConfirmedEntry": _pos(s.last_confirmed_entry),
         "state": "LedgerOpened",
         "ledgers": [
-            {"ledgerId": info.ledger_id, "entries": info.entries, "size": info.size_bytes, "offloaded": False}
+            {"ledgerId": info.ledger_id, "entries": info.entries, "size": info.size_bytes, "offloaded": info.offloaded}
             for info in s.ledgers
         ],
         "cursors": {name: _cursor(c) for name, c in s.cursors.items()},

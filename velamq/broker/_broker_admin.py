@@ -44,7 +44,7 @@ from velamq.broker.subscription._subscription import Subscription
 from velamq.broker.topic._terminate import terminate
 from velamq.broker.topic._topic import Topic
 from velamq.metadata import MetadataStore, Policies
-from velamq.storage import ManagedCursor, Position
+from velamq.storage import ManagedCursor, OffloadStatus, Position
 
 _EARLIEST = "earliest"
 # Topics a namespace force-delete deletes at once (their deletions share journal groups and
@@ -245,6 +245,16 @@ class BrokerAdmin:
     def compaction_status(self, topic: str) -> CompactionStatus:
         loaded = self._broker.loaded_topic(str(TopicName.parse(topic)))
         return loaded.compaction if loaded is not None else CompactionStatus()
+
+    async def trigger_offload(self, topic: str, up_to: Position) -> bool:
+        """Offload the topic's sealed ledgers before up_to, in the background (docs/offload.md)."""
+        storage = self._broker.storage
+        if not storage.offload_enabled:
+            raise PreconditionFailedError("offloading is not configured: set managedLedgerOffloadDriver")
+        return storage.request_offload((await self._topic(topic)).ledger, up_to)
+
+    def offload_status(self, topic: str) -> OffloadStatus:
+        return self._broker.storage.offload_status(str(TopicName.parse(topic)))
 
     # ---- stats ---------------------------------------------------------------------------------
 

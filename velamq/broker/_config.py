@@ -21,6 +21,11 @@ gcWaitTime (ms), minorCompactionThreshold, minorCompactionInterval (s), majorCom
 majorCompactionInterval (s), compactionRateByBytes, logSizeLimit (bytes), flushInterval (ms),
 journalMaxSizeMB (a journal file rolls over at this size; trimming deletes whole files).
 
+Tiered storage (docs/offload.md) takes Pulsar's keys: managedLedgerOffloadDriver (filesystem,
+aws-s3), fileSystemURI, s3ManagedLedgerOffloadBucket / ServiceEndpoint / Region,
+managedLedgerOffloadThresholdInBytes, managedLedgerOffloadDeletionLagMs; and velamq's own
+managedLedgerOffloadCheckIntervalSeconds (how often loaded topics are checked).
+
 Security (docs/security.md) takes Pulsar's keys as they are (velamq.security.SECURITY_KEYS:
 brokerServicePortTls, webServicePortTls, tls*, authenticationEnabled, authenticationProviders,
 authorizationEnabled, superUserRoles, anonymousUserRole, token*, basicAuthConf, ...); they become
@@ -48,11 +53,12 @@ from typing import Any, Final
 from velamq import _limits
 from velamq.metadata import partitions_max
 from velamq.security import SECURITY_KEYS, SecuritySettings
-from velamq.storage import StorageConfig
+from velamq.storage import OffloadConfig, StorageConfig
 
 log = logging.getLogger(__name__)
 
 _STORAGE = StorageConfig(data_dir=Path("."))  # the storage's defaults
+_OFFLOAD = OffloadConfig()  # the offload's defaults
 
 # Pulsar config key -> our field name.
 _KEYS = {
@@ -100,6 +106,15 @@ _KEYS = {
     "logSizeLimit": "entry_log_bytes_max",
     "journalMaxSizeMB": "journal_max_size_mb",
     "flushInterval": "flush_interval_ms",
+    # Tiered storage (docs/offload.md): Pulsar's names.
+    "managedLedgerOffloadDriver": "offload_driver",
+    "fileSystemURI": "offload_filesystem_uri",
+    "s3ManagedLedgerOffloadBucket": "offload_s3_bucket",
+    "s3ManagedLedgerOffloadServiceEndpoint": "offload_s3_endpoint",
+    "s3ManagedLedgerOffloadRegion": "offload_s3_region",
+    "managedLedgerOffloadThresholdInBytes": "offload_threshold_bytes",
+    "managedLedgerOffloadDeletionLagMs": "offload_deletion_lag_ms",
+    "managedLedgerOffloadCheckIntervalSeconds": "offload_check_interval_s",  # velamq's own
 }
 
 
@@ -179,6 +194,15 @@ class BrokerConfig:
     gc_major_threshold: float = _STORAGE.gc_major_threshold
     gc_major_interval_s: float = _STORAGE.gc_major_interval_s
     gc_bytes_per_s: int = _STORAGE.gc_bytes_per_s
+    # Tiered storage (docs/offload.md): no driver, no offloading (Pulsar's default).
+    offload_driver: str = ""
+    offload_filesystem_uri: str = ""
+    offload_s3_bucket: str = ""
+    offload_s3_endpoint: str = ""
+    offload_s3_region: str = ""
+    offload_threshold_bytes: int = -1
+    offload_deletion_lag_ms: int = _OFFLOAD.deletion_lag_ms
+    offload_check_interval_s: float = _OFFLOAD.check_interval_s
     # TLS ports, authentication and authorization under Pulsar's keys (docs/security.md).
     security: SecuritySettings = field(default_factory=SecuritySettings)
 
@@ -201,6 +225,23 @@ class BrokerConfig:
             raise ValueError(f"defaultNumPartitions must be between 1 and {partitions_max}")
         if self.broker_port is None and self.security.broker_port_tls is None:
             raise ValueError("no binary port: set brokerServicePort or brokerServicePortTls")
+        _ = self.offload  # a bad offload setting fails here, with its key's name
+
+    @property
+    def offload(self) -> OffloadConfig | None:
+        """The storage's offload settings, or None when no driver is set."""
+        if not self.offload_driver:
+            return None
+        return OffloadConfig(
+            self.offload_driver,
+            uri=self.offload_filesystem_uri,
+            bucket=self.offload_s3_bucket,
+            endpoint=self.offload_s3_endpoint,
+            region=self.offload_s3_region,
+            threshold_bytes=self.offload_threshold_bytes,
+            deletion_lag_ms=self.offload_deletion_lag_ms,
+            check_interval_s=self.offload_check_interval_s,
+        )
 
     @property
     def frame_bytes_max(self) -> int:

@@ -18,14 +18,16 @@ client.conf (--client-conf or $PULSAR_CLIENT_CONF) whose webServiceUrl is the de
                 unload | compact | compaction-status | trim-topic | terminate | partitioned-terminate |
                 last-message-id | subscriptions |
                 create-subscription | unsubscribe | skip | skip-all | clear-backlog | expire-messages |
-                expire-messages-all-subscriptions | reset-cursor | <message verbs> |
+                expire-messages-all-subscriptions | reset-cursor | offload | offload-status |
+                <message verbs> |
                 <property verbs> | <permission verbs> | <policy verbs>
     schemas     get | upload | delete | extract | compatibility      (_admin_schemas.py)
-    storage     check [--data-dir D] [--delete]
+    storage     check [--data-dir D] [--delete] [--config BROKER_CONF]
 
 Policy verbs (set-X, get-X, remove-X) are in _admin_policies.py, the verbs that read messages
 (peek-messages, get-message-by-id, examine-messages, get-message-id) in _admin_messages.py,
-property verbs in _admin_properties.py, the grants (permissions, grant-permission, ...) in
+the tiered storage verbs (offload, offload-status) in _admin_offload.py, property verbs in
+_admin_properties.py, the grants (permissions, grant-permission, ...) in
 _admin_permissions.py, the schema verbs and settings in _admin_schemas.py;
 docs/admin.md has the table against pulsar-admin's verbs.
 Times take pulsar-admin's units (s, m, h, d, w, y; a bare number is seconds), sizes K, M, G, T.
@@ -46,6 +48,7 @@ from velamq._topic_name import TopicName
 from velamq.cli import _admin_policies, _admin_schemas
 from velamq.cli._admin_auto_creation import add_auto_topic_creation_verbs
 from velamq.cli._admin_messages import add_message_verbs
+from velamq.cli._admin_offload import add_offload_verbs
 from velamq.cli._admin_output import parse_time_s, render, render_json
 from velamq.cli._admin_permissions import add_namespace_permission_verbs, add_topic_permission_verbs
 from velamq.cli._admin_policies import namespace_path, topic_path, verb
@@ -311,6 +314,7 @@ def _topics(groups: Any) -> None:
     verb(group, "reset-cursor", "move a subscription to a time or a message id", _reset_cursor, reset_args)
 
     add_message_verbs(group)
+    add_offload_verbs(group)
     add_topic_property_verbs(group)
     add_topic_permission_verbs(group)
     _admin_policies.add_policy_verbs(group, topic_level=True)
@@ -340,6 +344,7 @@ def _storage(groups: Any) -> None:
     check = group.add_parser("check", help="report (and with --delete remove) orphaned ledgers and metadata")
     check.add_argument("--data-dir", help="the broker's data directory (default ./data)")
     check.add_argument("--delete", action="store_true", help="remove what is orphaned")
+    check.add_argument("--config", help="the broker's config file (where ledgers are offloaded)")
     check.set_defaults(local=_check_storage)
 
 
@@ -348,6 +353,7 @@ def _check_storage(a: argparse.Namespace) -> int:
     from velamq.cli import _storage_check
 
     argv = (["--data-dir", a.data_dir] if a.data_dir else []) + (["--delete"] if a.delete else [])
+    argv += ["--config", a.config] if a.config else []
     return int(_storage_check.main(argv))
 
 

@@ -4,7 +4,9 @@ Storage that belongs to no live topic, or is damaged (velamq.storage._check list
 orphan managed ledgers (a topic's log the metadata store does not know; owned by a topic row, by a
 partition of a partitioned topic, or, for names "<topic>#<suffix>" (the broker's compacted stores),
 by <topic>), orphan index rows, dead and uncommitted entry logs, missing or damaged entry logs,
-stale journal segments, temp files, format 1 data not migrated yet.
+stale journal segments, temp files, format 1 data not migrated yet; and offloaded files no ledger
+owns or that are missing (velamq/storage/offload/_check.py), under <data_dir>/offloaded or where
+the broker config given with --config offloads.
 
 Metadata that points at nothing (BR-8):
 
@@ -43,8 +45,19 @@ from typing import TextIO
 
 from velamq._errors import StorageError
 from velamq._topic_name import DOMAINS, PartitionRole, TopicName, partition_role
-from velamq.storage import Storage, StorageConfig
-from velamq.storage.checker import Finding, check, lock_data_dir, lock_is_held, repair, unlock_data_dir
+from velamq.storage import OffloadConfig, Storage, StorageConfig
+from velamq.storage.checker import (
+    OFFLOADED_DIR,
+    Finding,
+    OffloadFinding,
+    check,
+    check_offloaded,
+    lock_data_dir,
+    lock_is_held,
+    remove_offloaded,
+    repair,
+    unlock_data_dir,
+)
 
 METADATA_FILE = "metadata.db"
 _OWNER_SEPARATOR = "#"
@@ -61,6 +74,8 @@ class CheckReport:
     live_bytes: int = 0
     broker_running: bool = False
     errors: list[str] = field(default_factory=list)
+    offload: OffloadConfig | None = None  # where offloaded ledgers are (docs/offload.md)
+    offloaded: list[OffloadFinding] = field(default_factory=list)
 
     @property
     def deletable(self) -> list[Finding]:
@@ -112,7 +127,7 @@ def _live(name: str, meta: _Metadata) -> bool:
     return partition is not None and partition[1] < meta.partitioned.get(partition[0], 0)
 
 
-def check_storage(data_dir: Path, *, probe_lock: bool = True) -> CheckReport:
+def check_storage(data_dir: Path, *, probe_lock: bool = True, offload: OffloadConfig | None = None) -> CheckReport:
     """Everything orphaned in a data directory. Reads only. probe_lock=False if the caller holds it."""
     report = CheckReport(data_dir)
     if not data_dir.is_dir():
@@ -143,6 +158,14 @@ def check_storage(data_dir: Path, *, probe_lock: bool = True) -> CheckReport:
         report.errors.append(f"cannot read the storage of {data_dir}: {exc}")
         return report
     report.findings += found.findings
+    if offload is None and (data_dir / OFFLOADED_DIR).is_dir():
+        offload = OffloadConfig()  # the filesystem driver's default root
+    if offload is not None:
+        report.offload = offload
+        try:
+            report.offloaded = check_offloaded(offload, data_dir, broker_running=report.broker_running)
+        except (ImportError, OSError, StorageError, sqlite3.Error) as exc:
+            report.errors.append(f"cannot check the offloaded files: {exc}")
     report.managed_ledgers = found.managed_ledgers
     report.entry_logs, report.log_bytes, report.live_bytes = found.entry_logs, found.log_bytes, found.live_bytes
     return report
@@ -183,6 +206,8 @@ def delete_findings(report: CheckReport) -> list[str]:
     """Remove every deletable finding; returns error messages for those that could not be removed."""
     rows = [f.row for f in report.deletable if f.row is not None]
     errors = repair(report.data_dir, [f for f in report.deletable if f.row is None])
+    if report.offload is not None:
+        errors += remove_offloaded(report.offload, report.data_dir, [f for f in report.offloaded if f.deletable])
     if rows:
         errors += asyncio.run(_delete_rows(report.data_dir / METADATA_FILE, rows))
     return errors
@@ -216,7 +241,8 @@ def _human(n: int) -> str:
     return f"{size:.1f} {unit}"
 
 
-def run_storage_check(data_dir: Path, *, delete: bool = False, out: TextIO | None = None) -> int:
+def run_storage_check(data_dir: Path, *, delete: bool = False, out: TextIO | None = None,
+                      offload: OffloadConfig | None = None) -> int:
     """Print the report (and delete with delete=True); returns the exit status (see the docstring)."""
     out = out or sys.stdout
     lock_fd = -1
@@ -232,7 +258,7 @@ def run_storage_check(data_dir: Path, *, delete: bool = False, out: TextIO | Non
             print(f"velamq storage check of {data_dir}: {why}", file=out)
             return 2
     try:
-        return _run(data_dir, delete, out)
+        return _run(data_dir, delete, out, offload)
     finally:
         if lock_fd >= 0:
             unlock_data_dir(lock_fd)
@@ -244,8 +270,8 @@ async def _recover(data_dir: Path) -> None:
     await storage.close()
 
 
-def _run(data_dir: Path, delete: bool, out: TextIO) -> int:
-    report = check_storage(data_dir, probe_lock=not delete)
+def _run(data_dir: Path, delete: bool, out: TextIO, offload: OffloadConfig | None = None) -> int:
+    report = check_storage(data_dir, probe_lock=not delete, offload=offload)
     print(f"velamq storage check of {data_dir}", file=out)
     print(f"  {report.managed_ledgers} managed ledgers, {report.topics_known} topics in the metadata store", file=out)
     print(f"  {report.entry_logs} entry logs, {_human(report.log_bytes)}, {_human(report.live_bytes)} live", file=out)
@@ -258,27 +284,38 @@ def _run(data_dir: Path, delete: bool, out: TextIO) -> int:
         size = f" ({_human(f.bytes)})" if f.bytes else ""
         flag = "" if f.deletable else " [report only]"
         print(f"  {f.kind:<24}{where}  {f.detail}{size}{flag}", file=out)
+    for o in report.offloaded:
+        size = f" ({_human(o.bytes)})" if o.bytes else ""
+        print(f"  {o.kind:<24}  {o.path}  {o.detail}{size}{'' if o.deletable else ' [report only]'}", file=out)
     if any(e.startswith("cannot read") or "is not a directory" in e for e in report.errors):
         return 2
     deletable = report.deletable
-    if not report.findings:
+    offloaded = [o for o in report.offloaded if o.deletable]
+    found = len(report.findings) + len(report.offloaded)
+    if not found:
         print("  nothing orphaned", file=out)
         return 0
-    reclaim = sum(f.bytes for f in deletable)
+    reclaim = sum(f.bytes for f in deletable) + sum(o.bytes for o in offloaded)
+    removable = len(deletable) + len(offloaded)
     if not delete:
-        print(f"  {len(report.findings)} found, {len(deletable)} removable ({_human(reclaim)});"
-              " run with --delete to remove them", file=out)
+        print(f"  {found} found, {removable} removable ({_human(reclaim)}); run with --delete to remove them", file=out)
         return 1
-    errors = delete_findings(CheckReport(data_dir, deletable))
+    errors = delete_findings(CheckReport(data_dir, deletable, offload=report.offload, offloaded=offloaded))
     for error in errors:
         print(f"  could not delete {error}", file=out)
-    print(f"  deleted {len(deletable) - len(errors)} ({_human(reclaim)})", file=out)
-    return 1 if errors or len(deletable) < len(report.findings) else 0
+    print(f"  deleted {removable - len(errors)} ({_human(reclaim)})", file=out)
+    return 1 if errors or removable < found else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="velamq admin storage check", description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", type=Path, default=Path("./data"), help="the broker's data directory")
     parser.add_argument("--delete", action="store_true", help="remove what is orphaned")
+    parser.add_argument("--config", type=Path, help="the broker's config file: where ledgers are offloaded")
     args = parser.parse_args(argv)
-    return run_storage_check(args.data_dir, delete=args.delete)
+    offload = None
+    if args.config is not None:
+        from velamq.broker import BrokerConfig
+
+        offload = BrokerConfig.from_file(args.config).offload
+    return run_storage_check(args.data_dir, delete=args.delete, offload=offload)

@@ -81,6 +81,14 @@ class ConnectorAdmin:
         stats = self._get_unless_missing(AdminClient.topic_path(partition, "internalStats"))
         return LedgerMap.from_internal_stats(stats) if isinstance(stats, dict) else None
 
+    def ledger_flags(self, partition: TopicName) -> list[tuple[int, int, bool]]:
+        """(ledger id, entries, offloaded) of the partition's ledgers, oldest first (docs/offload.md)."""
+        stats = self._get_unless_missing(AdminClient.topic_path(partition, "internalStats"))
+        if not isinstance(stats, dict):
+            return []
+        return [(int(info["ledgerId"]), int(info.get("entries") or 0), bool(info.get("offloaded")))
+                for info in stats.get("ledgers") or []]
+
     # ---- the query's durable cursor ------------------------------------------------------------
 
     def move_cursor(self, partition: TopicName, subscription: str, offset: PartitionOffset) -> None:

@@ -18,6 +18,9 @@ lower-cased keys, so they match in any case; errors print the documented spellin
     includeProperties      yes    yes     -       true | false (default true): the properties column
     decodeValues           yes    yes     -       true | false (default false): values decoded into columns by
                                                   the topic's AVRO or JSON schema (_decode.py); needs 'topic'
+    offloadPath            yes    yes     -       the root the broker offloads ledgers to (a path, file:// or
+                                                  s3://bucket[?endpoint_override=...]): offloaded ledgers are
+                                                  read from their Parquet files in the executors (_offloaded.py)
     subscriptionName       -      yes     -       the durable cursor commit() moves (default generated
                                                   once per query and kept in its offsets)
     checkpointLocation     Spark's own, which it passes to a streaming sink; accepted there
@@ -63,13 +66,14 @@ FAIL_ON_DATA_LOSS = "failOnDataLoss"
 INCLUDE_PROPERTIES = "includeProperties"
 DECODE_VALUES = "decodeValues"
 SUBSCRIPTION_NAME = "subscriptionName"
+OFFLOAD_PATH = "offloadPath"
 CHECKPOINT_LOCATION = "checkpointLocation"
 QUERY_NAME = "queryName"
 # Spark's own options, which it hands to a streaming sink with the user's.
 _SPARK_OWN = {CHECKPOINT_LOCATION, QUERY_NAME}
 
 _READ = {SERVICE_URL, ADMIN_URL, TOPIC, TOPICS, TOPICS_PATTERN, STARTING_OFFSETS, ENDING_OFFSETS, STARTING_TIME,
-         FAIL_ON_DATA_LOSS, INCLUDE_PROPERTIES, DECODE_VALUES} | SECURITY_OPTIONS
+         FAIL_ON_DATA_LOSS, INCLUDE_PROPERTIES, DECODE_VALUES, OFFLOAD_PATH} | SECURITY_OPTIONS
 _STREAM_READ = (_READ - {ENDING_OFFSETS}) | {MAX_ENTRIES_PER_TRIGGER, SUBSCRIPTION_NAME}
 _WRITE = {SERVICE_URL, ADMIN_URL, TOPIC} | _SPARK_OWN | SECURITY_OPTIONS
 ALL_OPTIONS = _READ | _STREAM_READ | _WRITE
@@ -107,6 +111,8 @@ class SourceOptions:
     decode_values: bool = False
     # With decode_values: the schema fetched when the query was defined (_decode.ValueDecoding).
     decoding: Any = None
+    # offloadPath: where offloaded ledgers are read from in the executors (None: all through the broker).
+    offload_path: str | None = None
     # Authentication and TLS of the binary protocol and of the admin API (_security.py).
     client_security: ConnectionSecurity = field(default_factory=ConnectionSecurity)
     admin_security: ConnectionSecurity = field(default_factory=ConnectionSecurity)
@@ -188,6 +194,7 @@ def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> Sourc
         include_properties=_bool(INCLUDE_PROPERTIES, opts.get(INCLUDE_PROPERTIES, "true")),
         subscription_name=subscription,
         decode_values=decode_values,
+        offload_path=opts.get(OFFLOAD_PATH) or None,
     )
 
 

@@ -10,6 +10,8 @@ Everything here runs on the Spark driver (in its Python planner process) before 
                         after it (a reader seeks by publish time and reads one message)
     limited()           maxEntriesPerTrigger -> ends that cover at most that many entries in total,
                         from the partitions' ledger lists (admin internalStats)
+    ranges()            the tasks: one per partition range, cut at offloaded ledgers with offloadPath
+                        (_offloaded: a task per offloaded ledger reads its Parquet file)
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from velamq._topic_name import TopicName, TopicPattern
 from velamq.client import AsyncClient, OperationTimeoutError
 from velamq.spark._admin import ConnectorAdmin, parse_topic
+from velamq.spark._offloaded import split_offloaded
 from velamq.spark._offsets import EARLIEST, LedgerMap, PartitionOffset, allocate
 from velamq.spark._options import OffsetSpec, SourceOptions, VelamqOptionError
 from velamq.spark._read import ReadSettings, TopicRange
@@ -147,4 +150,6 @@ class Planner:
             if end > start:
                 ref = PartitionRef.of(name)
                 ranges.append(TopicRange(ref.topic, ref.index, ref.name, start, end, self.settings))
+        if self.options.offload_path:
+            return split_offloaded(ranges, self.admin, self.options.offload_path)
         return ranges

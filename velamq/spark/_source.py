@@ -32,9 +32,10 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from velamq.spark._decode import decoded_schema, fetch_decoding
+from velamq.spark._offloaded import read_task
 from velamq.spark._options import SinkOptions, SourceOptions, VelamqOptionError, canonical, parse_sink, parse_source
 from velamq.spark._planner import Planner
-from velamq.spark._read import TopicRange, read_range
+from velamq.spark._read import TopicRange
 from velamq.spark._schema import VelamqSchemaError, check_sink_schema, source_schema
 from velamq.spark._sink import SinkCommit, write_task
 from velamq.spark._stream import VelamqStreamReader
@@ -123,7 +124,7 @@ class VelamqBatchReader(DataSourceReader):
         # Spark hands an InputPartition(None) to a read with no range at all.
         if not isinstance(partition, TopicRange):
             return iter(())
-        return read_range(partition)
+        return read_task(partition)
 
 
 class VelamqBatchWriter(DataSourceArrowWriter):

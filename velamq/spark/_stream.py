@@ -29,10 +29,11 @@ from pyspark.sql.types import StructType
 
 from velamq.client import AdminError
 from velamq.spark._admin import parse_topic
+from velamq.spark._offloaded import read_task
 from velamq.spark._offsets import EARLIEST, PartitionOffset, StreamOffset
 from velamq.spark._options import SourceOptions
 from velamq.spark._planner import Planner
-from velamq.spark._read import TopicRange, VelamqDataLossError, read_range
+from velamq.spark._read import TopicRange, VelamqDataLossError
 
 log = logging.getLogger("velamq.spark")
 
@@ -105,7 +106,7 @@ class VelamqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, TopicRange)
-        return read_range(partition)
+        return read_task(partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         offset = StreamOffset.from_json(end)

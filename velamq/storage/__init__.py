@@ -10,29 +10,37 @@ topics. docs/storage.md tells the whole story. Byte layouts: _layout (directorie
 (storage.db's tables). Storage (_storage) starts and stops through _storage_startup (lock,
 recovery, the threads) and hands out managed ledgers through _ledger_directory (by name, deletion).
 A managed ledger (_managed_ledger) delegates to _ledger_list (its ledgers), _ledger_rollover (the
-current ledger), _read_path (reads), _cursor_persistence (cursors) and _trim (retention). Every
+current ledger), _read_path (reads), _cursor_persistence (cursors) and _trim (retention). Sealed
+ledgers may be offloaded as Parquet to a filesystem or S3 (offload/, docs/offload.md); the rows are
+made by an EntryRows the caller gives Storage, so storage still never reads the entry format. Every
 timed behaviour goes through the injected velamq._clock.Clock, so tests can drive time with a
 ManualClock.
 """
 
-from velamq.storage._config import MemoryBudget, StorageConfig
+from velamq.storage._config import MemoryBudget, OffloadConfig, StorageConfig
 from velamq.storage._position import Entry, LedgerInfo, Position
 from velamq.storage._range_set import RangeSet
 from velamq.storage._storage import Storage
 from velamq.storage.ledger._cursor import CursorOwner, ManagedCursor
 from velamq.storage.ledger._managed_ledger import ManagedLedger
+from velamq.storage.offload._codec import EntryRows, RowColumns
+from velamq.storage.offload._status import OffloadStatus
 from velamq.storage.write._publish_buffer import PublishBuffer
 
 __all__ = [
     "CursorOwner",
     "Entry",
+    "EntryRows",
     "LedgerInfo",
     "ManagedCursor",
     "ManagedLedger",
     "MemoryBudget",
+    "OffloadConfig",
+    "OffloadStatus",
     "Position",
     "PublishBuffer",
     "RangeSet",
+    "RowColumns",
     "Storage",
     "StorageConfig",
 ]

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from velamq.storage import _layout
+from velamq.storage._config import OFFLOADED_DIR
 from velamq.storage.formats._entry_log import LOG_HEADER_BYTES, log_header_ok
 from velamq.storage.formats._journal_file import JOURNAL_DIR, list_segments, parse_segment_name, segment_name
 from velamq.storage.index._storage_db import LogRow, StorageDb
@@ -48,6 +49,7 @@ KNOWN_TOP = {
     _layout.DB_FILE + "-shm",
     _layout.LOGS_DIR,
     JOURNAL_DIR,
+    OFFLOADED_DIR,  # the filesystem offload driver's default root (velamq/storage/offload)
 }
 
 

@@ -118,6 +118,61 @@ class MemoryBudget:
         }
 
 
+# -- tiered storage (velamq/storage/offload, docs/offload.md) ----------------------------------
+# Where and when sealed ledgers are offloaded; the broker fills it from Pulsar's keys
+# (managedLedgerOffloadDriver, fileSystemURI, s3ManagedLedgerOffloadBucket / ServiceEndpoint /
+# Region, managedLedgerOffloadThresholdInBytes, managedLedgerOffloadDeletionLagMs). S3 credentials
+# come from the environment as the AWS SDK finds them. Nothing here imports pyarrow.
+
+DRIVERS = ("filesystem", "aws-s3", "s3")
+deletion_lag_ms_default = 4 * 3600 * 1000
+OFFLOADED_DIR = "offloaded"  # the filesystem driver's root under the data directory, by default
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadConfig:
+    driver: str = "filesystem"
+    uri: str = ""  # fileSystemURI; "" means <data_dir>/offloaded
+    bucket: str = ""
+    endpoint: str = ""
+    region: str = ""
+    threshold_bytes: int = -1
+    deletion_lag_ms: int = deletion_lag_ms_default
+    check_interval_s: float = 60.0  # how often loaded topics are checked against the threshold and lag
+    row_group_rows: int = 65536  # a row group is the unit a read fetches and caches
+    row_group_bytes: int = 16 << 20
+    compression: str = "zstd"  # the Parquet files' codec
+
+    def __post_init__(self) -> None:
+        if self.driver not in DRIVERS:
+            raise ValueError(f"managedLedgerOffloadDriver must be one of {', '.join(DRIVERS)}, not {self.driver!r}")
+        if self.is_s3 and not self.bucket:
+            raise ValueError("the aws-s3 offload driver needs s3ManagedLedgerOffloadBucket")
+        if self.deletion_lag_ms < 0:
+            raise ValueError("managedLedgerOffloadDeletionLagMs must not be negative")
+        if self.check_interval_s <= 0:
+            raise ValueError("the offload check interval must be positive")
+        if self.row_group_rows < 1 or self.row_group_bytes < 1:
+            raise ValueError("row groups must hold at least one row and one byte")
+
+    @property
+    def is_s3(self) -> bool:
+        return self.driver in ("aws-s3", "s3")
+
+    def root_dir(self, data_dir: Path) -> str:
+        """The filesystem driver's root directory, absolute."""
+        uri = self.uri
+        if uri.startswith("file://"):
+            uri = uri[len("file://") :]
+        return str((Path(uri) if uri else Path(data_dir) / OFFLOADED_DIR).absolute())
+
+    def describe(self, data_dir: Path) -> str:
+        """Where offloaded ledgers go, for logs and errors."""
+        if self.is_s3:
+            return f"s3://{self.bucket}" + (f" at {self.endpoint}" if self.endpoint else "")
+        return self.root_dir(data_dir)
+
+
 @dataclass(frozen=True, slots=True)
 class StorageConfig:
     data_dir: Path
@@ -155,6 +210,8 @@ class StorageConfig:
     # the write cache's size, at most 64 MiB and 1/64 of the filesystem (the broker's setting,
     # velamq/server.py); 0, the library's default: no ballast (tests and tools make many stores).
     ballast_bytes: int | None = 0
+    # Tiered storage (velamq/storage/offload, docs/offload.md): None, no offloading.
+    offload: OffloadConfig | None = None
 
     def __post_init__(self) -> None:
         if self.sync_policy not in SYNC_POLICIES:

@@ -33,3 +33,5 @@ class LedgerInfo:
     size_bytes: int  # durable bytes of its records (record headers included, the file header not)
     created_ms: int = 0  # epoch ms when the ledger was created (time-based retention, BR-5)
     closed_ms: int | None = None  # epoch ms when it was sealed (rolled over); None while it is current
+    offloaded_ms: int | None = None  # epoch ms when its offloaded copy was complete; None: not offloaded
+    local: bool = True  # False once its local copy is deleted: reads come from the offloaded copy

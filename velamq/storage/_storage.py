@@ -28,6 +28,7 @@ import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from velamq._clock import Clock, system_clock
 from velamq._errors import StorageError
@@ -42,6 +43,8 @@ from velamq.storage.ledger._context import StorageContext
 from velamq.storage.ledger._directory import LedgerDirectory
 from velamq.storage.ledger._managed_ledger import ManagedLedger
 from velamq.storage.ledger._read_path import run_size
+from velamq.storage.offload._codec import EntryRows
+from velamq.storage.offload._status import OffloadStatus
 from velamq.storage.startup._ballast import Ballast, ballast_size
 from velamq.storage.startup._recovery import JournalRecovery
 from velamq.storage.startup._threads import (
@@ -54,6 +57,9 @@ from velamq.storage.startup._threads import (
 )
 from velamq.storage.write._publish_buffer import PublishBuffer
 from velamq.storage.write._write_cache import WriteCache
+
+if TYPE_CHECKING:
+    from velamq.storage.offload._service import OffloadService
 
 log = logging.getLogger("velamq.storage")
 
@@ -69,8 +75,9 @@ class Storage:
     `delete_ledger` removes one with its cursors; `collect_garbage` returns the space of deleted
     entries; `close` closes everything, flushes and stops the storage threads."""
 
-    def __init__(self, config: StorageConfig, clock: Clock = system_clock) -> None:
+    def __init__(self, config: StorageConfig, clock: Clock = system_clock, entry_rows: EntryRows | None = None) -> None:
         self.config = config
+        self._entry_rows = entry_rows  # what makes offloaded rows of entries (docs/offload.md)
         self.clock = clock
         self._data_dir = Path(config.data_dir)
         self._paths = StoragePaths(self._data_dir)
@@ -93,6 +100,7 @@ class Storage:
             self._data_dir, ballast_size(config.ballast_bytes, budget.write_cache_bytes, self._data_dir)
         )
         self.recovery: JournalRecovery | None = None
+        self._offload: OffloadService | None = None
         self._state = "new"
 
     async def start(self) -> None:
@@ -111,8 +119,12 @@ class Storage:
         except BaseException:
             io.shutdown(wait=False)
             raise
+        self._offload = self._offload_service()
         self._start_threads(loop, io, recovered)
         self._state = "started"
+        if self._offload is not None:
+            self._offload.start()
+            log.info("offloading sealed ledgers to %s", self._offload.where)
         log.info(
             "storage started in %s (sync_policy=%s, memory budget %d MiB)",
             self._data_dir,
@@ -151,6 +163,7 @@ class Storage:
             self._allocate_ledger_id,
             self._counters,
             self._ledgers.on_closed,
+            self._offload.reader if self._offload is not None else None,
         )
         self._ledgers.start(loop, threads.reader, recovered.ml_id_next)
 
@@ -162,6 +175,8 @@ class Storage:
         threads = self._threads
         assert self._loop is not None and self._io is not None and threads is not None
         threads.write_path.stopping = True  # a failed flush is left to the journal and replay
+        if self._offload is not None:
+            await self._offload.close()
         await self._ledgers.wait_opening()
         ledgers = list(self._ledgers.open.values())
         results = await asyncio.gather(*(ml.close() for ml in ledgers), return_exceptions=True)
@@ -208,10 +223,48 @@ class Storage:
         """Close the managed ledger if open and delete it with its cursors; returns once the
         deletion is durable (the flush then finishes it, and the collector reclaims its bytes)."""
         await self._ledgers.delete_ledger(name)
+        if self._offload is not None:
+            self._offload.reader.topic_deleted(name)
 
     @property
     def open_ledgers(self) -> dict[str, ManagedLedger]:
         return dict(self._ledgers.open)
+
+    # -- tiered storage (velamq/storage/offload) -------------------------------------------------
+
+    def _offload_service(self) -> OffloadService | None:
+        config = self.config.offload
+        if config is None:
+            return None
+        try:
+            from velamq.storage.offload._service import OffloadService
+        except ImportError as exc:
+            raise StorageError(
+                f"offloading is configured (managedLedgerOffloadDriver={config.driver}) but pyarrow cannot be "
+                f"imported ({exc}): install it (pip install 'velamq[offload]') or leave the driver unset"
+            ) from None
+        if self._entry_rows is None:
+            raise StorageError("offloading is configured, but this Storage was given no EntryRows (entries as rows)")
+        return OffloadService(config, self._data_dir, self.clock, self._entry_rows, lambda: dict(self._ledgers.open))
+
+    @property
+    def offload_enabled(self) -> bool:
+        return self._offload is not None
+
+    def request_offload(self, ml: ManagedLedger, up_to: Position) -> bool:
+        """Offload, in the background, the sealed ledgers of ml before up_to (the admin's offload).
+        False if an offload of that topic is running already."""
+        if self._offload is None:
+            raise StorageError("offloading is not configured (managedLedgerOffloadDriver is not set)")
+        return self._offload.request(ml, up_to)
+
+    def offload_status(self, name: str) -> OffloadStatus:
+        return self._offload.status(name) if self._offload is not None else OffloadStatus()
+
+    async def check_offload(self) -> None:
+        """One offload check now (the threshold and the deletion lag), as the periodic one does."""
+        if self._offload is not None:
+            await self._offload.offloader.check()
 
     # -- write health --------------------------------------------------------------------------
 
@@ -277,4 +330,4 @@ class Storage:
             open_ledgers=len(self._ledgers.open),
             budget=self.memory_budget,
             ballast=self._ballast,
-        )
+        ) | (self._offload.metrics() if self._offload is not None else {})

@@ -346,13 +346,17 @@ def test_public_api_is_pinned() -> None:
     assert sorted(velamq.storage.__all__) == [
         "CursorOwner",
         "Entry",
+        "EntryRows",
         "LedgerInfo",
         "ManagedCursor",
         "ManagedLedger",
         "MemoryBudget",
+        "OffloadConfig",
+        "OffloadStatus",
         "Position",
         "PublishBuffer",
         "RangeSet",
+        "RowColumns",
         "Storage",
         "StorageConfig",
     ]

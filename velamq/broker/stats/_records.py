@@ -200,6 +200,7 @@ class LedgerStats:
     ledger_id: int
     entries: int
     size_bytes: int
+    offloaded: bool = False  # its offloaded copy is complete (docs/offload.md)
 
 
 @dataclass(frozen=True, slots=True)

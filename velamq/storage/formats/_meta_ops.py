@@ -22,6 +22,9 @@ payload (never empty), little-endian:
     5     ML_DELETE       ml id       u32 n, n x u64 ledger ids (the whole log and its cursors)
     6     CURSOR_PUT      ml id       u16 name length k, k bytes name (UTF-8), cursor state (_cursor)
     7     CURSOR_DELETE   ml id       cursor name, UTF-8
+    8     LEDGER_OFFLOADED      ledger id   u64 epoch ms (its offloaded copy is complete)
+    9     LEDGER_LOCAL_DELETE   ledger id   u64 epoch ms (its local copy is deleted; the offloaded
+                                            copy serves its reads from now on)
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ LEDGER_DELETE = 4
 ML_DELETE = 5
 CURSOR_PUT = 6
 CURSOR_DELETE = 7
+LEDGER_OFFLOADED = 8
+LEDGER_LOCAL_DELETE = 9
 KIND_NAMES = {
     ML_CREATE: "ML_CREATE",
     LEDGER_CREATE: "LEDGER_CREATE",
@@ -49,6 +54,8 @@ KIND_NAMES = {
     ML_DELETE: "ML_DELETE",
     CURSOR_PUT: "CURSOR_PUT",
     CURSOR_DELETE: "CURSOR_DELETE",
+    LEDGER_OFFLOADED: "LEDGER_OFFLOADED",
+    LEDGER_LOCAL_DELETE: "LEDGER_LOCAL_DELETE",
 }
 
 _U64 = struct.Struct("<Q")
@@ -118,6 +125,7 @@ class MetaOp:
         return int(ml_id), int(created_ms)
 
     def closed_ms(self) -> int:
+        """LEDGER_SEAL's closed time; LEDGER_OFFLOADED's and LEDGER_LOCAL_DELETE's time too."""
         return int(_U64.unpack(self.payload)[0])
 
     def cursor(self) -> tuple[str, bytes]:
@@ -136,6 +144,14 @@ def ledger_create(ledger_id: int, ml_id: int, created_ms: int, owner: MetaOpOwne
 
 def ledger_seal(ledger_id: int, closed_ms: int, owner: MetaOpOwner | None = None) -> MetaOp:
     return MetaOp(LEDGER_SEAL, ledger_id, _U64.pack(closed_ms), owner)
+
+
+def ledger_offloaded(ledger_id: int, offloaded_ms: int) -> MetaOp:
+    return MetaOp(LEDGER_OFFLOADED, ledger_id, _U64.pack(offloaded_ms))
+
+
+def ledger_local_delete(ledger_id: int, deleted_ms: int) -> MetaOp:
+    return MetaOp(LEDGER_LOCAL_DELETE, ledger_id, _U64.pack(deleted_ms))
 
 
 def _ids(ledger_ids: list[int]) -> bytes:

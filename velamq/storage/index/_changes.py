@@ -32,7 +32,11 @@ def apply_metadata(conn: sqlite3.Connection, metadata: list[MetaOp]) -> set[int]
     deleted: set[int] = set()
     stretch: list[MetaOp] = []
     for op in metadata:
-        if op.kind in (ops.LEDGER_DELETE, ops.ML_DELETE, ops.CURSOR_DELETE):
+        if op.kind in (ops.LEDGER_OFFLOADED, ops.LEDGER_LOCAL_DELETE):
+            _apply_creations(conn, stretch)
+            stretch = []
+            _apply_offload(conn, op)
+        elif op.kind in (ops.LEDGER_DELETE, ops.ML_DELETE, ops.CURSOR_DELETE):
             _apply_creations(conn, stretch)
             stretch = []
             if op.kind == ops.LEDGER_DELETE:
@@ -79,6 +83,35 @@ def _apply_creations(conn: sqlite3.Connection, stretch: list[MetaOp]) -> None:
         "ON CONFLICT (ml, name) DO UPDATE SET state = excluded.state",
         [(ml, n, state, ml) for (ml, n), state in puts.items()],
     )
+
+
+def _apply_offload(conn: sqlite3.Connection, op: MetaOp) -> None:
+    """LEDGER_OFFLOADED records when the offloaded copy was complete; LEDGER_LOCAL_DELETE takes the
+    ledger's runs out of the index (its bytes become garbage for the collector) and keeps its row,
+    so its entries keep their positions and are read from the offloaded copy. Idempotent."""
+    if op.kind == ops.LEDGER_OFFLOADED:
+        conn.execute("UPDATE ledgers SET offloaded_ms = ? WHERE id = ?", (op.closed_ms(), op.subject))
+        return
+    execute = conn.execute
+    row = execute("SELECT offloaded_ms FROM ledgers WHERE id = ?", (op.subject,)).fetchone()
+    if row is None or row[0] is None:
+        return  # never the only copy: a ledger not offloaded keeps its runs
+    dead = execute("SELECT log, sum(bytes) FROM entries WHERE ledger = ? GROUP BY log", (op.subject,))
+    conn.executemany("UPDATE logs SET live_bytes = live_bytes - ? WHERE id = ?", [(b, i) for i, b in dead.fetchall()])
+    execute("DELETE FROM entries WHERE ledger = ?", (op.subject,))
+    execute("UPDATE ledgers SET local_deleted_ms = ? WHERE id = ?", (op.closed_ms(), op.subject))
+
+
+def add_offload_columns(conn: sqlite3.Connection) -> None:
+    """Give a storage.db made before offloading existed its two columns (NULL: not offloaded)."""
+    columns = {str(row[1]) for row in conn.execute("PRAGMA table_info(ledgers)")}
+    for name in ("offloaded_ms", "local_deleted_ms"):
+        if columns and name not in columns:
+            try:
+                conn.execute(f"ALTER TABLE ledgers ADD COLUMN {name} INTEGER")
+            except sqlite3.OperationalError as exc:  # another connection added it meanwhile
+                if "duplicate column" not in str(exc):
+                    raise
 
 
 def delete_ledgers(conn: sqlite3.Connection, ledger_ids: Iterable[int]) -> list[int]:

@@ -7,7 +7,9 @@ One SQLite file instead of a file per ledger, per topic and per cursor. Its tabl
                      copied in, _migrate_v1)
     managed_ledgers  id -> topic name (unique)
     ledgers          id -> ml, entries and size_bytes flushed so far, created_ms, closed_ms (NULL
-                     while current); indexed by (ml, id), so a topic's ledger list is one range scan
+                     while current), offloaded_ms and local_deleted_ms (NULL unless offloaded, and
+                     unless its local copy is gone); indexed by (ml, id), so a topic's ledger list
+                     is one range scan
     entries          (ledger, first_entry) -> n, log, pos, bytes, ends: one row per run (a ledger's
                      dense entries written back to back by one flush, _entry_log.Run); WITHOUT
                      ROWID, so rows are stored in key order; indexed by log for the garbage collector
@@ -58,7 +60,8 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) W
 CREATE TABLE IF NOT EXISTS managed_ledgers (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS ledgers (
     id INTEGER PRIMARY KEY, ml INTEGER NOT NULL, entries INTEGER NOT NULL DEFAULT 0,
-    size_bytes INTEGER NOT NULL DEFAULT 0, created_ms INTEGER NOT NULL, closed_ms INTEGER);
+    size_bytes INTEGER NOT NULL DEFAULT 0, created_ms INTEGER NOT NULL, closed_ms INTEGER,
+    offloaded_ms INTEGER, local_deleted_ms INTEGER);
 CREATE INDEX IF NOT EXISTS ledgers_by_ml ON ledgers (ml, id);
 CREATE TABLE IF NOT EXISTS entries (
     ledger INTEGER NOT NULL, first_entry INTEGER NOT NULL, n INTEGER NOT NULL, log INTEGER NOT NULL,
@@ -84,6 +87,8 @@ class LedgerRow:
     size_bytes: int
     created_ms: int
     closed_ms: int | None
+    offloaded_ms: int | None = None  # when its offloaded copy was complete (velamq/storage/offload)
+    local_deleted_ms: int | None = None  # when its local copy was deleted (it is read from the offload)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +134,7 @@ class StorageDb:
         fmt = self.meta().get("format")
         if fmt != FORMAT:
             raise StorageError(f"{path}: storage format {fmt}, this version reads format {FORMAT}")
+        _changes.add_offload_columns(self._conn)
 
     def close(self) -> None:
         self._conn.close()
@@ -182,7 +188,8 @@ class StorageDb:
         ledgers = [
             LedgerRow(*row)
             for row in self._conn.execute(
-                "SELECT id, entries, size_bytes, created_ms, closed_ms FROM ledgers WHERE ml = ? ORDER BY id",
+                "SELECT id, entries, size_bytes, created_ms, closed_ms, offloaded_ms, local_deleted_ms FROM ledgers "
+                "WHERE ml = ? ORDER BY id",
                 (ml_id,),
             )
         ]
@@ -192,6 +199,11 @@ class StorageDb:
 
     def ledger_ids_of(self, ml_id: int) -> list[int]:
         return [int(r[0]) for r in self._conn.execute("SELECT id FROM ledgers WHERE ml = ? ORDER BY id", (ml_id,))]
+
+    def offload_flags(self) -> dict[int, tuple[bool, bool]]:
+        """(offloaded, local copy kept) of every ledger (the checker's offloaded files)."""
+        query = "SELECT id, offloaded_ms IS NOT NULL, local_deleted_ms IS NULL FROM ledgers"
+        return {int(i): (bool(o), bool(k)) for i, o, k in self._conn.execute(query)}
 
     def ledger_entries(self, ledger_id: int) -> int | None:
         """Entries of the ledger in the index, or None if the ledger is unknown (or deleted)."""
@@ -245,12 +257,13 @@ class StorageDb:
 
     def add_runs(self, runs: list[Run]) -> tuple[list[Run], set[int]]:
         """Index the runs of one flush; returns the runs kept and the ledgers that no longer exist
-        (deleted meanwhile: their runs are dead bytes from the start). Call in a transaction."""
+        (deleted meanwhile: their runs are dead bytes from the start). A ledger whose local copy was
+        deleted (it is offloaded) gets its counts but keeps no run. Call in a transaction."""
         by_ledger: dict[int, list[Run]] = {}
         for run in runs:
             by_ledger.setdefault(run.ledger_id, []).append(run)
         existing = self._existing_ledgers(list(by_ledger))
-        kept = [run for ledger_id in existing for run in by_ledger[ledger_id]]
+        kept = [run for ledger_id, local in existing.items() if local for run in by_ledger[ledger_id]]
         self._conn.executemany(
             "UPDATE ledgers SET entries = max(entries, ?), size_bytes = size_bytes + ? WHERE id = ?",
             [
@@ -264,12 +277,14 @@ class StorageDb:
         )
         return kept, set(by_ledger) - set(existing)
 
-    def _existing_ledgers(self, ledger_ids: list[int]) -> list[int]:
-        out: list[int] = []
+    def _existing_ledgers(self, ledger_ids: list[int]) -> dict[int, bool]:
+        """Which of the ledgers exist, and whether each keeps its local copy."""
+        out: dict[int, bool] = {}
         for k in range(0, len(ledger_ids), _IN_CHUNK):
             chunk = ledger_ids[k : k + _IN_CHUNK]
             marks = ",".join("?" * len(chunk))
-            out += [int(r[0]) for r in self._conn.execute(f"SELECT id FROM ledgers WHERE id IN ({marks})", chunk)]
+            query = f"SELECT id, local_deleted_ms IS NULL FROM ledgers WHERE id IN ({marks})"
+            out.update((int(i), bool(local)) for i, local in self._conn.execute(query, chunk))
         return out
 
     def load_mls(self, names: list[str]) -> dict[str, StoredLedger]:

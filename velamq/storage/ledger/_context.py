@@ -62,6 +62,20 @@ class ReadableLog(Protocol):
     async def run(self, fn: Callable[..., _T], *args: object) -> _T: ...
 
 
+class OffloadedCopies(Protocol):
+    """The offload's side, as managed ledgers see it: reads of a ledger whose local copy is gone,
+    and the deletion of offloaded copies when retention deletes their ledgers."""
+
+    async def read(self, ml_name: str, ledger_id: int, first: int, last: int) -> list[bytes]:
+        """Entries first.. of the ledger, at least up to `last` or the end of the row group that
+        holds `first` (whichever comes first), exactly as they were stored."""
+        ...
+
+    def ledgers_deleted(self, ml_name: str, ledger_ids: list[int]) -> None:
+        """The ledgers are deleted (durably): delete their offloaded copies, in the background."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class StorageContext:
     """What every managed ledger of one Storage shares."""
@@ -81,3 +95,4 @@ class StorageContext:
     allocate_ledger_id: Callable[[], int]
     counters: Counters
     on_closed: Callable[[ClosedLog], None]  # LedgerDirectory.on_closed: the name opens anew
+    offloaded: OffloadedCopies | None = None  # reads of ledgers whose local copy is gone (offload)

@@ -28,6 +28,8 @@ class LedgerState:
     created_ms: int = 0
     closed_ms: int | None = None
     first_ordinal: int = 0  # the managed ledger's running count of entries before this ledger's first
+    offloaded_ms: int | None = None  # its offloaded copy is complete (velamq/storage/offload)
+    local: bool = True  # False once its local copy is deleted: reads go to the offloaded copy
 
 
 def _key(state: LedgerState) -> int:
@@ -58,6 +60,8 @@ class LedgerList:
             if closed_ms is None and k < len(rows) - 1:
                 closed_ms = rows[k + 1].created_ms
             state = LedgerState(row.ledger_id, row.entries, row.size_bytes, row.entries, row.created_ms, closed_ms)
+            state.offloaded_ms = row.offloaded_ms
+            state.local = row.local_deleted_ms is None
             state.first_ordinal = self.entries_total
             self.add(state)
             if row.entries:
@@ -104,7 +108,10 @@ class LedgerList:
             self.size_bytes += state.size_bytes
 
     def infos(self) -> list[LedgerInfo]:
-        return [LedgerInfo(s.ledger_id, s.entries, s.size_bytes, s.created_ms, s.closed_ms) for s in self.states]
+        return [
+            LedgerInfo(s.ledger_id, s.entries, s.size_bytes, s.created_ms, s.closed_ms, s.offloaded_ms, s.local)
+            for s in self.states
+        ]
 
     # -- positions -----------------------------------------------------------------------------
 

@@ -41,6 +41,7 @@ from velamq.storage.ledger._context import StorageContext
 from velamq.storage.ledger._cursor import CursorState, ManagedCursor
 from velamq.storage.ledger._cursor_persistence import CursorPersistence
 from velamq.storage.ledger._list import LedgerList, LedgerState
+from velamq.storage.ledger._offloaded import delete_local, mark_offloaded
 from velamq.storage.ledger._read_path import ReadPath
 from velamq.storage.ledger._rollover import CurrentLedger
 from velamq.storage.ledger._trim import trim_ledgers
@@ -264,7 +265,24 @@ class ManagedLedger:
         """
         if self._state != "open":
             raise LedgerClosedError(f"managed ledger {self.name} is closed")
-        return await trim_ledgers(self._ctx, self.ml_id, self._list, up_to)
+        offloaded = {s.ledger_id for s in self._list.states if s.offloaded_ms is not None}
+        doomed = await trim_ledgers(self._ctx, self.ml_id, self._list, up_to)
+        copies = self._ctx.offloaded
+        if copies is not None and offloaded.intersection(doomed):
+            copies.ledgers_deleted(self.name, [i for i in doomed if i in offloaded])
+        return doomed
+
+    # -- offloading (_offloaded; the offloader itself is velamq/storage/offload) ----------------
+
+    async def mark_offloaded(self, ledger_id: int) -> None:
+        """Record that a sealed ledger's offloaded copy is complete (durable on return)."""
+        self.check_readable()
+        await mark_offloaded(self._ctx, self._list, ledger_id)
+
+    async def delete_local_copy(self, ledger_id: int) -> None:
+        """Delete an offloaded ledger's local copy; its reads go to the offloaded copy from now on."""
+        self.check_readable()
+        await delete_local(self._ctx, self._list, ledger_id)
 
     # -- cursors (_cursor_persistence writes them) ---------------------------------------------
 

@@ -136,7 +136,10 @@ class ReadPath:
                 e += 1
             counters.read_entries_cache_total += e - entry_id
             if e <= last:
-                datas = await self._read_file(ledger_id, e, last)
+                if ledger.local:
+                    datas = await self._read_file(ledger_id, e, last)
+                else:
+                    datas = await self._read_offloaded(ledger_id, e, last)
                 for k, data in enumerate(datas, e):
                     out.append(Entry(Position(ledger_id, k), data))
                 e += len(datas)
@@ -188,6 +191,21 @@ class ReadPath:
                 ctx.counters.read_ahead_entries_total += len(datas) - wanted
             return datas[:wanted]
         raise AssertionError("unreachable")
+
+    async def _read_offloaded(self, ledger_id: int, first: int, last: int) -> list[bytes]:
+        """Entries first..last (or fewer) of a ledger whose local copy is gone: the offload reads
+        the row group holding `first`; what it returns past `last` goes to the read cache, as a
+        read-ahead does (so a reader going on finds the row group's entries cached)."""
+        reads = self._ctx.offloaded
+        if reads is None:
+            raise StorageError(f"{self._ml.name} ledger {ledger_id} is offloaded, and offloading is not configured")
+        datas = await reads.read(self._ml.name, ledger_id, first, last)
+        wanted = min(len(datas), last - first + 1)
+        put = self._ctx.read_cache.put
+        for k in range(wanted, len(datas)):
+            put(Position(ledger_id, first + k), datas[k])
+        self._ctx.counters.read_ahead_entries_total += len(datas) - wanted
+        return datas[:wanted]
 
     def _contiguous(self, run: Run, last: int) -> list[Run]:
         """The run, and the runs after it that continue it in the same log, up to entry `last`

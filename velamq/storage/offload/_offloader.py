@@ -1,0 +1,216 @@
+"""The offloader: which ledgers go, writing them, marking them, and deleting local copies.
+
+A ledger is offloaded when an admin asks (everything sealed before a message id) or when a loaded
+topic's ledgers not yet offloaded hold more than the threshold (oldest sealed first). Offloading a
+ledger: its entries are read through the managed ledger (so from wherever they are: caches or entry
+logs) a chunk at a time and handed to the offload's writer thread, which adds them to the Parquet
+file; the file is closed (it appears whole), the manifest written, and only then is the ledger
+marked offloaded, a journaled operation (ledger/_offloaded). Once that mark is older than the
+deletion lag, the local copy is deleted. So at every step a complete copy exists: a crash (kill -9)
+before the mark leaves the ledger local and readable and its files unreferenced, and the next check
+offloads it again, overwriting them.
+
+All file work runs in the offload's own writer thread: an object store that is slow or down slows
+offloading only. A failure ends that topic's offload with status ERROR and its reason, counts in
+`errors_total`, and is retried at the next check; producers and local reads never wait for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+
+import pyarrow as pa  # type: ignore[import-untyped]
+
+from velamq._clock import Clock
+from velamq._errors import StorageError
+from velamq._topic_name import TopicName
+from velamq.storage._config import OffloadConfig
+from velamq.storage._position import LedgerInfo, Position
+from velamq.storage.ledger._managed_ledger import ManagedLedger
+from velamq.storage.offload._status import OffloadStatus
+from velamq.storage.offload._store import OffloadStore
+
+log = logging.getLogger("velamq.storage.offload")
+
+# Entries read from the managed ledger and handed to the writer at a time.
+read_chunk_entries = 256
+
+
+def partition_of(ml_name: str) -> int:
+    try:
+        return TopicName.parse(ml_name).partition_index
+    except ValueError:  # InvalidTopicNameError: a store that is not a topic
+        return -1
+
+
+def internal(ml_name: str) -> bool:
+    """A broker's own store (a compacted view, delayed buckets), not a topic: never offloaded."""
+    return "#" in ml_name
+
+
+def first_unoffloaded(ml: ManagedLedger) -> tuple[int, int]:
+    for info in ml.ledgers():
+        if info.offloaded_ms is None:
+            return (info.ledger_id, 0)
+    return (ml.current_ledger_id, 0)
+
+
+class Offloader:
+    """Offloads of one Storage, on its event loop: asked (`request`) or by threshold (`check`)."""
+
+    def __init__(self, config: OffloadConfig, store: OffloadStore, clock: Clock, writes: ThreadPoolExecutor,
+                 open_ledgers: Callable[[], dict[str, ManagedLedger]]) -> None:
+        self.config = config
+        self._store = store
+        self._clock = clock
+        self._writes = writes
+        self._open_ledgers = open_ledgers
+        self._statuses: dict[str, OffloadStatus] = {}
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._one_at_a_time = asyncio.Lock()
+        self._checker: asyncio.Task[None] | None = None
+        self.ledgers_total = 0
+        self.bytes_total = 0  # local bytes of the ledgers offloaded
+        self.errors_total = 0
+        self.local_deleted_total = 0
+
+    # -- asked -----------------------------------------------------------------------------------
+
+    def status(self, ml_name: str) -> OffloadStatus:
+        return self._statuses.get(ml_name, OffloadStatus())
+
+    def request(self, ml: ManagedLedger, up_to: Position) -> bool:
+        """Offload, in the background, every sealed ledger whose entries all come before up_to.
+        False if an offload of this topic is running already."""
+        if ml.name in self._running:
+            return False
+        wanted = [i for i in ml.ledgers() if i.ledger_id < up_to.ledger_id]
+        self._start(ml, wanted)
+        return True
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    def _start(self, ml: ManagedLedger, infos: list[LedgerInfo]) -> asyncio.Task[None]:
+        self._statuses[ml.name] = OffloadStatus("RUNNING", "", first_unoffloaded(ml))
+        task = asyncio.get_running_loop().create_task(self._offload(ml, infos))
+        self._running[ml.name] = task
+        task.add_done_callback(lambda _: self._running.pop(ml.name, None))
+        return task
+
+    async def _offload(self, ml: ManagedLedger, infos: list[LedgerInfo]) -> None:
+        try:
+            async with self._one_at_a_time:
+                for info in infos:
+                    if self._offloadable(ml, info):
+                        await self._offload_ledger(ml, info)
+        except (StorageError, OSError, pa.ArrowException) as exc:
+            self._failed(ml, exc)
+            return
+        except Exception as exc:  # a bug must not leave the status RUNNING for ever
+            log.exception("offloading %s failed unexpectedly", ml.name)
+            self._failed(ml, exc)
+            return
+        self._statuses[ml.name] = OffloadStatus("SUCCESS", "", first_unoffloaded(ml))
+
+    def _failed(self, ml: ManagedLedger, exc: BaseException) -> None:
+        self.errors_total += 1
+        log.warning("offloading %s failed (retried at the next check): %s", ml.name, exc)
+        self._statuses[ml.name] = OffloadStatus("ERROR", str(exc) or type(exc).__name__, first_unoffloaded(ml))
+
+    def _offloadable(self, ml: ManagedLedger, info: LedgerInfo) -> bool:
+        state = ml.ledger_state(info.ledger_id)
+        return (
+            state is not None and state.offloaded_ms is None and state.local and state.entries > 0
+            and state.closed_ms is not None and state.entries == state.assigned
+            and info.ledger_id != ml.current_ledger_id
+        )
+
+    async def _offload_ledger(self, ml: ManagedLedger, info: LedgerInfo) -> None:
+        loop = asyncio.get_running_loop()
+        ledger_id = info.ledger_id
+        writer = await loop.run_in_executor(
+            self._writes, partial(self._store.begin, ml.name, ledger_id, partition=partition_of(ml.name))
+        )
+        try:
+            entry_id = 0
+            while entry_id < info.entries:
+                entries = await ml.read_entries(Position(ledger_id, entry_id), read_chunk_entries)
+                items = [(e.position.entry_id, e.data) for e in entries if e.position.ledger_id == ledger_id]
+                if not items or items[0][0] != entry_id:
+                    raise StorageError(f"ledger {ledger_id} of {ml.name}: entry {entry_id} could not be read")
+                await loop.run_in_executor(self._writes, writer.add, items)
+                entry_id = items[-1][0] + 1
+            await loop.run_in_executor(self._writes, partial(
+                self._store.finish, ml.name, ledger_id, writer, size_bytes=info.size_bytes, created_ms=info.created_ms
+            ))
+        except BaseException:
+            self._writes.submit(writer.abort)
+            raise
+        try:
+            await ml.mark_offloaded(ledger_id)
+        except StorageError:
+            if ml.ledger_state(ledger_id) is None:  # trimmed meanwhile: its files are nobody's
+                self._writes.submit(self._store.delete, ml.name, ledger_id)
+            raise
+        self.ledgers_total += 1
+        self.bytes_total += info.size_bytes
+        log.info("offloaded ledger %d of %s (%d entries, %d bytes)", ledger_id, ml.name, info.entries, info.size_bytes)
+
+    # -- by threshold and lag --------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._checker = asyncio.get_running_loop().create_task(self._check_forever())
+
+    async def _check_forever(self) -> None:
+        while True:
+            await self._clock.sleep(self.config.check_interval_s)
+            try:
+                await self.check()
+            except Exception:  # one bad topic must not end the checks of all
+                log.exception("offload check failed")
+
+    async def check(self) -> None:
+        """One pass over the loaded topics: offload past the threshold, delete local copies whose
+        offloaded copy is older than the deletion lag."""
+        for name, ml in self._open_ledgers().items():
+            if internal(name) or ml.closing_or_closed is not None:
+                continue
+            await self._delete_local_copies(ml)
+            if name not in self._running:
+                wanted = self._past_threshold(ml)
+                if wanted:
+                    await asyncio.shield(self._start(ml, wanted))
+
+    def _past_threshold(self, ml: ManagedLedger) -> list[LedgerInfo]:
+        threshold = self.config.threshold_bytes
+        if threshold < 0:
+            return []
+        infos = ml.ledgers()
+        local = sum(i.size_bytes for i in infos if i.offloaded_ms is None)
+        wanted: list[LedgerInfo] = []
+        for info in infos:
+            if local <= threshold:
+                break
+            if info.offloaded_ms is None and self._offloadable(ml, info):
+                wanted.append(info)
+                local -= info.size_bytes
+        return wanted
+
+    async def _delete_local_copies(self, ml: ManagedLedger) -> None:
+        now = self._clock.now_ms()
+        for info in ml.ledgers():
+            if info.local and info.offloaded_ms is not None and now - info.offloaded_ms >= self.config.deletion_lag_ms:
+                await ml.delete_local_copy(info.ledger_id)
+                self.local_deleted_total += 1
+
+    async def close(self) -> None:
+        tasks = [t for t in (self._checker, *self._running.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
