@@ -111,7 +111,7 @@ class VelamqServer:
         self.config = config
         self.clock = clock
         self.storage = Storage(storage_config(config), clock)
-        self.metadata = MetadataStore(config.data_dir / "metadata.db")
+        self.metadata = MetadataStore(config.data_dir / "metadata.db", cluster_name=config.cluster_name)
         # One of each for the whole process, shared by the binary port and the admin API. A bad
         # key or password file fails here, at start.
         security = config.security

@@ -31,8 +31,8 @@ from velamq.admin._console_html import CONTENT_TYPE, SECURITY_HEADERS, namespace
 from velamq.admin._http import HttpError, Response
 from velamq.admin._params import namespace_of
 from velamq.admin._router import Call, Router
+from velamq.admin._routes_replication import replication_metrics
 from velamq.admin._stats_json import topic_stats_json
-from velamq.metadata import DEFAULT_CLUSTER
 
 # Namespaces listed on the overview at most (each costs a count in the metadata store).
 overview_namespaces_max: Final = 200
@@ -47,7 +47,8 @@ async def health(call: Call) -> Response:
 
 async def metrics(call: Call) -> Response:
     snapshot = await call.backend.scrape_metrics()
-    text = await asyncio.to_thread(_metrics.render, snapshot, DEFAULT_CLUSTER)
+    text = await asyncio.to_thread(_metrics.render, snapshot, call.backend.cluster_name)
+    text += replication_metrics(call)
     return Response(200, text.encode(), _metrics.CONTENT_TYPE)
 
 
