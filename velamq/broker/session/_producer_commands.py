@@ -33,9 +33,10 @@ from velamq.broker._channel import CLOSED_CHANNEL, Channel, ProducerRef, success
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker.session._context import ProducerBroker
 from velamq.broker.session._text_fields import non_utf8_field
+from velamq.broker.topic._dedup import origin_name
 from velamq.broker.topic._producer import ServerProducer
 from velamq.broker.topic._publish import Published
-from velamq.broker.topic._topic import Topic
+from velamq.broker.topic._topic import REPLICATOR_PREFIX, Topic
 from velamq.protocol import Frame, SendReceiptEncoder, parse_entry_metadata_bytes, pb
 from velamq.storage import Position
 
@@ -102,6 +103,7 @@ class ProducerCommands:
             access_mode=int(request.producer_access_mode),
             connected_since_ms=broker.clock.now_ms(),
             schema_version=schema_version,
+            is_replicator=producer_name.startswith(REPLICATOR_PREFIX),
         )
         await topic.apply_policies(await broker.policies_for(name))
         _check_writable(broker)
@@ -182,6 +184,9 @@ class ProducerCommands:
             self._too_large(producer_id, sequence_id, limit)
             return
         dedup_checked = not is_chunk or _chunk_received(producer, metadata, len(entry))
+        if producer.is_replicator:
+            self._publish_replicated(producer, entry, send, metadata, dedup_checked)
+            return
         has_highest = send.HasField("highest_sequence_id")
         highest_sequence_id = send.highest_sequence_id if has_highest else 0
         topic.publish_with(
@@ -199,6 +204,26 @@ class ProducerCommands:
         if buffer.full:
             self._channel.pause_reading_until_room(buffer)
         disk_guard.note_appended(len(entry))
+
+    def _publish_replicated(self, producer: ServerProducer, entry: bytes, send: pb.CommandSend,
+                            metadata: pb.MessageMetadata, dedup_checked: bool) -> None:
+        """A geo-replicator's SEND (RP-5): deduplicated by where the message comes from and the
+        original producer's name and sequence ids in its metadata, not by the replicator's own
+        names and ids (which only pair the receipt with the send), as Pulsar does."""
+        producer.topic.publish_with(
+            producer,
+            entry,
+            send.num_messages if send.HasField("num_messages") else 1,
+            metadata.sequence_id,
+            metadata.highest_sequence_id,
+            dedup_checked,
+            _Receipt(self, producer, send.sequence_id, None),
+            dedup_name=origin_name(metadata),
+        )
+        buffer = self._broker.publish_buffer
+        if buffer.full:
+            self._channel.pause_reading_until_room(buffer)
+        self._broker.disk_guard.note_appended(len(entry))
 
     def _send_without_producer(self, producer_id: int) -> None:
         if producer_id not in self._closed_by_broker:

@@ -62,6 +62,8 @@ class Published:
             topic = self._topic
             for subscription in topic.subscriptions.values():
                 subscription.wake()
+            for watch in topic.entry_watchers:
+                watch()
             self.durable(position)
             topic.after_durable()  # the backlog quota, checked after the receipt went out
         except Exception:  # never into the write path, which resolves the rest of the group

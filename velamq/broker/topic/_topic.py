@@ -36,6 +36,9 @@ from velamq.storage import ManagedCursor, ManagedLedger, Position, Storage
 
 log = logging.getLogger(__name__)
 
+# Names of geo-replicators' cursors (pulsar.repl.<remote>) and producers (pulsar.repl.<from>--><to>).
+REPLICATOR_PREFIX = "pulsar.repl."
+
 
 _NOT_RUN = CompactionStatus()
 
@@ -81,6 +84,7 @@ class Topic:
         "compacted",
         "compaction",
         "dedup",
+        "entry_watchers",
         "full_name",
         "idle_queued",
         "last_used_s",
@@ -123,6 +127,9 @@ class Topic:
         # check holds an entry for it (docs/architecture.md, "Topic lifecycle").
         self.last_used_s = clock.monotonic_s()
         self.idle_queued = False
+        # Called after each durable append and when the topic closes: the geo-replicators' wake-ups
+        # (velamq.replication). A topic with any is never idle, as a replicated topic in Pulsar.
+        self.entry_watchers: tuple[Callable[[], None], ...] = ()
 
     # ---- producers -------------------------------------------------------------------------------
 
@@ -230,16 +237,19 @@ class Topic:
         highest_sequence_id: int,
         dedup_checked: bool,
         published: Published,
+        dedup_name: str | None = None,
     ) -> None:
         """Append an entry; `published` learns the outcome (_publish.py). With deduplication on, a
         duplicate is answered with (-1, -1) on the next loop turn, and nothing is stored.
-        `dedup_checked` is False for all chunks of a chunked message but the last."""
+        `dedup_checked` is False for all chunks of a chunked message but the last; `dedup_name`
+        replaces the producer's name as the deduplication key (a geo-replicator's messages)."""
         dedup = self.dedup
         if dedup is not None and dedup_checked:
-            if dedup.is_duplicate(producer.name, sequence_id, highest_sequence_id):
+            name = producer.name if dedup_name is None else dedup_name
+            if dedup.is_duplicate(name, sequence_id, highest_sequence_id):
                 asyncio.get_running_loop().call_soon(published.durable, DUPLICATE_POSITION)
                 return
-            published.appended_to(self, dedup, producer.name, max(sequence_id, highest_sequence_id))
+            published.appended_to(self, dedup, name, max(sequence_id, highest_sequence_id))
         else:
             published.appended_to(self, None, "", -1)
         try:
@@ -339,6 +349,8 @@ class Topic:
             return False
         if self._subscribe_lock is not None and self._subscribe_lock.locked():
             return False
+        if self.entry_watchers:
+            return False
         return all(s.idle for s in self.subscriptions.values())
 
     def disconnect_clients(self) -> None:
@@ -348,15 +360,19 @@ class Topic:
         for subscription in self.subscriptions.values():
             subscription.disconnect_consumers()
 
-    def cursors(self) -> list[tuple[str, ManagedCursor, Subscription | None]]:
+    def cursors(self, replicators: bool = False) -> list[tuple[str, ManagedCursor, Subscription | None]]:
         """Every subscription as (name, cursor, live subscription or None): the durable cursors
-        (with or without consumers), then the non-durable subscriptions of readers."""
-        found = [(name, cursor, self.subscriptions.get(name)) for name, cursor in self.ledger.cursors.items()]
+        (with or without consumers), then the non-durable subscriptions of readers. The cursors of
+        geo-replicators are not subscriptions (Pulsar's stats do not list them) unless asked for."""
+        found = [(name, cursor, self.subscriptions.get(name)) for name, cursor in self.ledger.cursors.items()
+                 if replicators or not name.startswith(REPLICATOR_PREFIX)]
         found += [(name, s.cursor, s) for name, s in self.subscriptions.items() if name not in self.ledger.cursors]
         return found
 
     async def close(self) -> None:
         self.closed = True
+        for watch in self.entry_watchers:
+            watch()
         if self._compaction_task is not None and not self._compaction_task.done():
             self._compaction_task.cancel()
         if self.compacted is not None:
