@@ -19,14 +19,13 @@ A cluster without a broker service URL cannot be replicated to (ClusterError say
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 from velamq._errors import VelamqError
-from velamq.client import Authentication, ConnectionSecurity
+from velamq.client import ConnectionSecurity
 
 
 class ClusterError(VelamqError, ValueError):
@@ -39,35 +38,9 @@ class RemoteCluster:
     service_url: str  # the broker service URL the replicator connects to
     security: ConnectionSecurity = field(default_factory=ConnectionSecurity)
 
-    @property
-    def uses_tls(self) -> bool:
-        return self.service_url.startswith("pulsar+ssl://")
-
-    def hosts(self) -> list[tuple[str, int]]:
-        """(host, port) of each address in the service URL (Pulsar allows `h1:p1,h2:p2`)."""
-        return parse_hosts(self.service_url)
-
-    def authentication(self) -> Authentication | None:
-        return self.security.authentication()
-
-    def ssl_context(self) -> ssl.SSLContext | None:
-        """The client-side TLS context, None without TLS."""
-        if not self.uses_tls:
-            return None
-        sec = self.security
-        context = ssl.create_default_context(cafile=sec.tls_trust_certs_file_path or None)
-        context.check_hostname = sec.tls_validate_hostname and not sec.tls_allow_insecure_connection
-        if sec.tls_allow_insecure_connection:
-            context.verify_mode = ssl.CERT_NONE
-        if sec.tls_certificate_file_path and sec.tls_private_key_file_path:
-            context.load_cert_chain(sec.tls_certificate_file_path, sec.tls_private_key_file_path)
-        authentication = self.authentication()
-        if authentication is not None and authentication.tls_cert_file and authentication.tls_key_file:
-            context.load_cert_chain(str(authentication.tls_cert_file), str(authentication.tls_key_file))
-        return context
-
 
 def parse_hosts(url: str) -> list[tuple[str, int]]:
+    """(host, port) of each address of a Pulsar service URL (`pulsar://h1:p1,h2:p2`)."""
     scheme, _, rest = url.partition("://")
     if scheme not in ("pulsar", "pulsar+ssl") or not rest:
         raise ClusterError(f"not a Pulsar service URL: {url!r}")
