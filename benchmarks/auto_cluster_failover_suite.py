@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import shutil
 import os
+import shutil
 import signal as signals
 import sys
 import tempfile
@@ -32,7 +32,7 @@ class _Wrapped:
     def __init__(self, broker: BrokerProcess) -> None:
         self.broker = broker
 
-    def kill(self, signal: str = "SIGKILL") -> None:  # noqa: A002 (docker-py's argument name)
+    def kill(self, signal: str = "SIGKILL") -> None:
         pid = self.broker.pid
         if pid is not None:
             os.kill(pid, getattr(signals, signal))
