@@ -13,6 +13,8 @@ import pulsar
 from replication_helpers import Cluster, clusters, link, messages_in, wait_quiet
 from wait_helpers import wait_until
 
+from velamq.testing import free_port
+
 
 def _topic(name: str) -> str:
     return f"persistent://public/geo/{name}-{uuid.uuid4().hex[:8]}"
@@ -167,3 +169,22 @@ def test_removing_a_cluster_stops_replication_to_it(make_client: Any) -> None:
         assert "pulsar.repl.west" not in east.admin.request(
             "GET", "/admin/v2/persistent/public/geo/" + topic.rsplit("/", 1)[1] + "/internalStats")["cursors"]
         assert read_all(make_client(west.broker.service_url), topic) == [b"before"]
+
+
+def test_a_corrected_cluster_url_and_an_unload_keep_replication_going(make_client: Any) -> None:
+    with clusters("east", "west") as (east, west):
+        link(east, west)
+        wrong = {"serviceUrl": west.broker.admin_url, "brokerServiceUrl": f"pulsar://127.0.0.1:{free_port()}"}
+        east.admin.request("POST", "/admin/v2/clusters/west", wrong)
+        topic = _topic("corrected")
+        produce(make_client(east.broker.service_url), topic, [b"one", b"two"])
+        wait_until(lambda: east.replication(topic).get("west", {}).get("replicationBacklog") == 2,
+                   what="a backlog toward the unreachable west")
+        assert east.replication(topic)["west"]["connected"] is False
+        east.admin.request("POST", "/admin/v2/clusters/west",
+                           {**wrong, "brokerServiceUrl": west.broker.service_url})
+        wait_quiet([east, west], topic)
+        east.admin.request("PUT", "/admin/v2/persistent/public/geo/" + topic.rsplit("/", 1)[1] + "/unload")
+        produce(make_client(east.broker.service_url), topic, [b"three"])
+        wait_quiet([east, west], topic)
+        assert read_all(make_client(west.broker.service_url), topic) == [b"one", b"two", b"three"]

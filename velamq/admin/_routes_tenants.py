@@ -48,6 +48,8 @@ async def get_cluster(call: Call) -> Response:
 
 async def create_cluster(call: Call) -> Response:
     await call.backend.metadata.create_cluster(call.params["cluster"], object_body(call) or {})
+    if call.replication is not None:  # replication lists may name it already
+        await call.replication.clusters_changed(call.params["cluster"])
     return Response.no_content()
 
 

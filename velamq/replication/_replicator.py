@@ -27,6 +27,7 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from velamq.client import AsyncClient
@@ -69,8 +70,10 @@ class Replicator:
     """Replicates one topic's managed ledger to one remote cluster (see the module docstring)."""
 
     def __init__(self, topic_name: str, ledger: ManagedLedger, cursor: ManagedCursor, local: str, remote: str,
-                 client: AsyncClient) -> None:
+                 client: AsyncClient, on_stopped: Callable[[Replicator], None]) -> None:
+        """on_stopped: called when the replicator stops by itself (its topic's ledger closed)."""
         self.topic_name = topic_name
+        self._on_stopped = on_stopped
         self.ledger = ledger
         self.cursor = cursor
         self.local = local
@@ -175,6 +178,7 @@ class Replicator:
             self._wake.clear()
             if self.ledger.closing_or_closed is not None:  # the topic unloaded or was deleted
                 await self.producer.close()
+                self._on_stopped(self)
                 return
             if not self._connected or self._window_full():
                 await self._wake.wait()

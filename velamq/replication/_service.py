@@ -12,6 +12,7 @@ PUT /admin/v2/clusters/{c}; one AsyncClient per remote cluster carries every rep
     policies   a change of replication_clusters starts and stops replicators of loaded topics;
                a cluster taken out of the list loses its cursor (its backlog is dropped)
     clusters   a changed or deleted cluster's replicators start again with the new data
+    unload     a replicated topic is never idle; one an admin unloads is loaded again at once
     stop       replicators close (cursors persisted with the managed ledger), then the clients
 
 A replicated topic stays loaded (Topic.idle): its replicators must keep reading. New replicator
@@ -21,6 +22,7 @@ topic held before.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
@@ -63,6 +65,7 @@ class ReplicationService:
         self._clients: dict[str, AsyncClient] = {}
         self._replicators: dict[str, dict[str, Replicator]] = {}  # topic -> remote -> replicator
         self._closed = False
+        self._reloads: set[asyncio.Task[None]] = set()
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -83,6 +86,8 @@ class ReplicationService:
 
     async def close(self) -> None:
         self._closed = True
+        for task in list(self._reloads):
+            task.cancel()
         if self in self.broker.loaded.observers:
             self.broker.loaded.observers.remove(self)
         for topic in list(self._replicators):
@@ -149,12 +154,31 @@ class ReplicationService:
             if client is None:
                 continue
             cursor = await topic.ledger.open_cursor(cursor_name(remote), "latest")
-            replicator = Replicator(topic.full_name, topic.ledger, cursor, self.local, remote, client)
+            replicator = Replicator(topic.full_name, topic.ledger, cursor, self.local, remote, client, self._stopped)
             self._replicators.setdefault(topic.full_name, {})[remote] = replicator
             topic.entry_watchers = (*topic.entry_watchers, replicator.wake)
             replicator.start()
         if not self._replicators.get(topic.full_name):
             self._replicators.pop(topic.full_name, None)
+
+    def _stopped(self, replicator: Replicator) -> None:
+        """A replicator's topic closed (unloaded by an admin, or deleted): load the topic again,
+        so that its replicators go on (a deleted topic does not load: it is forgotten)."""
+        by_remote = self._replicators.get(replicator.topic_name, {})
+        if by_remote.get(replicator.remote) is replicator:
+            del by_remote[replicator.remote]
+        if not by_remote:
+            self._replicators.pop(replicator.topic_name, None)
+        if not self._closed:
+            task = asyncio.get_running_loop().create_task(self._reload(replicator.topic_name))
+            self._reloads.add(task)
+            task.add_done_callback(self._reloads.discard)
+
+    async def _reload(self, topic: str) -> None:
+        try:
+            await self.broker.get_topic(TopicName.parse(topic), create=False)
+        except Exception as exc:
+            log.debug("replication: %s not loaded again: %s", topic, exc)
 
     async def _close_replicator(self, topic: str, replicator: Replicator) -> None:
         loaded = self.broker.loaded_topic(topic)
