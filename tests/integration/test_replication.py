@@ -13,6 +13,7 @@ import pulsar
 from replication_helpers import Cluster, clusters, link, messages_in, wait_quiet
 from wait_helpers import wait_until
 
+from velamq.client import AdminClient
 from velamq.testing import free_port
 
 
@@ -67,6 +68,8 @@ def test_two_clusters_replicate_both_ways_with_no_loop(make_client: Any) -> None
         assert out["msgOutCount"] == 120 and out["producerName"] == "pulsar.repl.east-->west"
         assert west.replication(topic)["east"]["msgOutCount"] == 80
         assert "pulsar.repl.west" not in east.stats(topic)["subscriptions"]  # a cursor, not a subscription
+        assert "pulsar.repl.west" in east.admin.request("GET", AdminClient.topic_path(topic, "internalStats"))[
+            "cursors"]
         metrics = east.admin.request("GET", "/metrics")
         assert 'pulsar_replication_backlog{cluster="east"' in metrics
         assert 'remote_cluster="west"' in metrics
@@ -166,8 +169,8 @@ def test_removing_a_cluster_stops_replication_to_it(make_client: Any) -> None:
         wait_until(lambda: east.replication(topic) == {}, what="the replicator to west stopped")
         assert east.admin.request("GET", "/admin/v2/namespaces/public/geo/replication") == ["east"]
         produce(make_client(east.broker.service_url), topic, [b"after"])
-        assert "pulsar.repl.west" not in east.admin.request(
-            "GET", "/admin/v2/persistent/public/geo/" + topic.rsplit("/", 1)[1] + "/internalStats")["cursors"]
+        assert "pulsar.repl.west" not in east.admin.request("GET", AdminClient.topic_path(topic, "internalStats"))[
+            "cursors"]
         assert read_all(make_client(west.broker.service_url), topic) == [b"before"]
 
 
@@ -184,7 +187,26 @@ def test_a_corrected_cluster_url_and_an_unload_keep_replication_going(make_clien
         east.admin.request("POST", "/admin/v2/clusters/west",
                            {**wrong, "brokerServiceUrl": west.broker.service_url})
         wait_quiet([east, west], topic)
-        east.admin.request("PUT", "/admin/v2/persistent/public/geo/" + topic.rsplit("/", 1)[1] + "/unload")
+        east.admin.request("PUT", AdminClient.topic_path(topic, "unload"))
         produce(make_client(east.broker.service_url), topic, [b"three"])
         wait_quiet([east, west], topic)
         assert read_all(make_client(west.broker.service_url), topic) == [b"one", b"two", b"three"]
+
+
+def test_a_partitioned_topic_replicates_partition_by_partition(make_client: Any) -> None:
+    with clusters("east", "west") as (east, west):
+        link(east, west)
+        topic = _topic("partitioned")
+        for cluster in (east, west):
+            cluster.admin.request("PUT", AdminClient.topic_path(topic, "partitions"), 3)
+        payloads = _payloads("p", 60)
+        producer = make_client(east.broker.service_url).create_producer(
+            topic, batching_enabled=False, message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution)
+        for payload in payloads:
+            producer.send(payload)
+        producer.close()
+        partitions = [f"{topic}-partition-{i}" for i in range(3)]
+        for partition in partitions:
+            wait_quiet([east, west], partition)
+        got = [m for p in partitions for m in read_all(make_client(west.broker.service_url), p)]
+        assert sorted(got) == payloads

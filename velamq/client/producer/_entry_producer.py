@@ -70,6 +70,8 @@ class EntryProducer(ConnectionHandler):
             await connection.request(command, request_id)
         except BaseException as exc:
             connection.remove_producer(self.producer_id, self)
+            if str(exc) != self.refusal:  # once per reason, not at every retry
+                log.warning("%s: producer %s not accepted (%s); retrying", self.topic, self.producer_name, exc)
             self.refusal = str(exc)
             raise
         if self._closing:
@@ -80,8 +82,7 @@ class EntryProducer(ConnectionHandler):
         self.listener.on_connected()
 
     def _retry_after_refusal(self, error: BaseException) -> bool:
-        log.warning("%s: the broker refused producer %s (%s); retrying", self.topic, self.producer_name, error)
-        return True
+        return True  # whatever the refusal: an operator may fix it while this waits
 
     def send(self, sequence_id: int, entry: bytes, num_messages: int = 1, is_chunk: bool = False) -> None:
         """Write one SEND (nothing while disconnected: a loss shows as on_disconnected, not here)."""
