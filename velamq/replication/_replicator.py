@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from velamq.client import AsyncClient
-from velamq.replication._entries import cursor_name, outgoing, producer_name
+from velamq.replication._entries import IncomingMarker, cursor_name, outgoing, producer_name
 from velamq.storage import Entry, ManagedCursor, ManagedLedger, Position
 
 log = logging.getLogger("velamq.replication")
@@ -70,10 +70,13 @@ class Replicator:
     """Replicates one topic's managed ledger to one remote cluster (see the module docstring)."""
 
     def __init__(self, topic_name: str, ledger: ManagedLedger, cursor: ManagedCursor, local: str, remote: str,
-                 client: AsyncClient, on_stopped: Callable[[Replicator], None]) -> None:
-        """on_stopped: called when the replicator stops by itself (its topic's ledger closed)."""
+                 client: AsyncClient, on_stopped: Callable[[Replicator], None],
+                 on_marker: Callable[[Position, IncomingMarker], None]) -> None:
+        """on_stopped: called when the replicator stops by itself (its topic's ledger closed);
+        on_marker: a replicated-subscription marker `remote` wrote, read in the local log."""
         self.topic_name = topic_name
         self._on_stopped = on_stopped
+        self._on_marker = on_marker
         self.ledger = ledger
         self.cursor = cursor
         self.local = local
@@ -98,6 +101,10 @@ class Replicator:
     @property
     def name(self) -> str:
         return cursor_name(self.remote)
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
 
     def start(self) -> None:
         """Start reading (the producer connects on its own, and says when it is ready)."""
@@ -206,6 +213,9 @@ class Replicator:
 
     def _forward(self, entry: Entry) -> None:
         out = outgoing(entry.data, self.local, self.remote)
+        if isinstance(out, IncomingMarker):
+            self._on_marker(entry.position, out)
+            out = None
         if out is None:
             if self._order:
                 self._order.append(_InFlight(entry.position, None))

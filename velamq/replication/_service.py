@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping
-from typing import Protocol
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from typing import Any, Protocol
 
 from velamq._errors import NotFoundError
 from velamq._topic_name import TopicName
@@ -36,7 +36,7 @@ from velamq.protocol import pb
 from velamq.replication._clusters import ClusterError, RemoteCluster, remote_cluster
 from velamq.replication._entries import cursor_name
 from velamq.replication._replicator import Replicator, ReplicatorStats
-from velamq.storage import ManagedLedger
+from velamq.replication._subscriptions import MarkerTopic, ReplicatedSubscriptions
 
 log = logging.getLogger("velamq.replication")
 
@@ -44,14 +44,12 @@ log = logging.getLogger("velamq.replication")
 reconnect_backoff_max_s = 5.0
 
 
-class ReplicatedTopic(Protocol):
+class ReplicatedTopic(MarkerTopic, Protocol):
     """What the service uses of a broker topic."""
 
     name: TopicName
-    full_name: str
     closed: bool
     policies: Policies
-    ledger: ManagedLedger
     entry_watchers: tuple[Callable[[], None], ...]
 
 
@@ -64,6 +62,7 @@ class ReplicationService:
         self.local = local_cluster
         self._clients: dict[str, AsyncClient] = {}
         self._replicators: dict[str, dict[str, Replicator]] = {}  # topic -> remote -> replicator
+        self._subscriptions: dict[str, ReplicatedSubscriptions] = {}  # topic -> its controller
         self._closed = False
         self._reloads: set[asyncio.Task[None]] = set()
 
@@ -92,6 +91,9 @@ class ReplicationService:
             self.broker.loaded.observers.remove(self)
         for topic in list(self._replicators):
             await self._stop_topic(topic)
+        for controller in list(self._subscriptions.values()):
+            await controller.close()
+        self._subscriptions.clear()
         for client in self._clients.values():
             await client.close()
         self._clients.clear()
@@ -147,19 +149,35 @@ class ReplicationService:
             replicator = running.pop(remote)
             await self._close_replicator(topic.full_name, replicator)
             await topic.ledger.delete_cursor(cursor_name(remote))  # Pulsar drops a removed cluster's backlog
+        controller = await self._controller(topic, bool(wanted))
         for remote in wanted:
-            if remote in running:
+            if remote in running or controller is None:
                 continue
             client = await self._client(remote)
             if client is None:
                 continue
             cursor = await topic.ledger.open_cursor(cursor_name(remote), "latest")
-            replicator = Replicator(topic.full_name, topic.ledger, cursor, self.local, remote, client, self._stopped)
+            replicator = Replicator(topic.full_name, topic.ledger, cursor, self.local, remote, client, self._stopped,
+                                    controller.on_marker)
             self._replicators.setdefault(topic.full_name, {})[remote] = replicator
             topic.entry_watchers = (*topic.entry_watchers, replicator.wake)
             replicator.start()
         if not self._replicators.get(topic.full_name):
             self._replicators.pop(topic.full_name, None)
+
+    async def _controller(self, topic: ReplicatedTopic, wanted: bool) -> ReplicatedSubscriptions | None:
+        """The topic's ReplicatedSubscriptions while it replicates (made, or closed, as needed)."""
+        name = topic.full_name
+        controller = self._subscriptions.get(name)
+        if controller is not None and (controller.topic is not topic or not wanted):
+            del self._subscriptions[name]
+            await controller.close()
+            controller = None
+        if controller is None and wanted:
+            controller = ReplicatedSubscriptions(topic, self.local, lambda: self._replicators.get(name, {}))
+            self._subscriptions[name] = controller
+            controller.start()
+        return controller
 
     def _stopped(self, replicator: Replicator) -> None:
         """A replicator's topic closed (unloaded by an admin, or deleted): load the topic again,
@@ -169,10 +187,16 @@ class ReplicationService:
             del by_remote[replicator.remote]
         if not by_remote:
             self._replicators.pop(replicator.topic_name, None)
+            controller = self._subscriptions.pop(replicator.topic_name, None)
+            if controller is not None:
+                self._spawn(controller.close())
         if not self._closed:
-            task = asyncio.get_running_loop().create_task(self._reload(replicator.topic_name))
-            self._reloads.add(task)
-            task.add_done_callback(self._reloads.discard)
+            self._spawn(self._reload(replicator.topic_name))
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
 
     async def _reload(self, topic: str) -> None:
         try:
@@ -189,6 +213,9 @@ class ReplicationService:
     async def _stop_topic(self, topic: str) -> None:
         for replicator in self._replicators.pop(topic, {}).values():
             await self._close_replicator(topic, replicator)
+        controller = self._subscriptions.pop(topic, None)
+        if controller is not None:
+            await controller.close()
 
     async def _client(self, remote: str) -> AsyncClient | None:
         client = self._clients.get(remote)

@@ -8,6 +8,7 @@ import pytest
 from velamq.protocol import build_batch, build_entry, parse_batch, pb, split_entry, verify_entry
 from velamq.replication._entries import (
     LOCAL_ONLY,
+    IncomingMarker,
     cursor_name,
     is_replicator_name,
     outgoing,
@@ -42,7 +43,10 @@ def test_names_are_pulsars() -> None:
         ({"replicate_to": ["east"]}, False),
         ({"replicate_to": [LOCAL_ONLY]}, False),  # disable_replication
         ({"replicated_from": "north"}, False),  # came from elsewhere: never sent on (no loops)
-        ({"marker_type": 10}, False),
+        ({"marker_type": 10}, True),  # a snapshot request goes everywhere
+        ({"marker_type": 11, "replicate_to": ["east"]}, False),  # a response to east only
+        ({"marker_type": 12, "replicate_to": ["east"]}, False),  # a snapshot stays where it was made
+        ({"marker_type": 20}, False),  # other markers (transactions) stay local
     ],
 )
 def test_which_entries_replicate(fields: dict[str, object], expected: bool) -> None:
@@ -78,6 +82,12 @@ def test_a_chunk_is_sent_as_a_chunk() -> None:
     out = outgoing(build_entry(metadata, b"x" * 10), "east", "west")
     assert out is not None and out.is_chunk
     assert split_entry(out.entry)[0].chunk_id == 1
+
+
+def test_a_marker_from_the_remote_is_handed_over_not_sent() -> None:
+    entry = build_entry(_metadata(replicated_from="west", marker_type=13), b"update")
+    assert outgoing(entry, "east", "west") == IncomingMarker(13, b"update")
+    assert outgoing(entry, "east", "north") is None  # only the replicator toward its origin takes it
 
 
 def test_entries_not_for_the_remote_are_not_rebuilt() -> None:

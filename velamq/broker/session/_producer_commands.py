@@ -216,7 +216,7 @@ class ProducerCommands:
             send.num_messages if send.HasField("num_messages") else 1,
             metadata.sequence_id,
             metadata.highest_sequence_id,
-            dedup_checked,
+            dedup_checked and not metadata.HasField("marker_type"),  # markers skip deduplication
             _Receipt(self, producer, send.sequence_id, None),
             dedup_name=origin_name(metadata),
         )

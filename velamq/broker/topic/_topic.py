@@ -36,6 +36,8 @@ from velamq.storage import ManagedCursor, ManagedLedger, Position, Storage
 
 log = logging.getLogger(__name__)
 
+_NO_NAMES: frozenset[str] = frozenset()
+
 # Names of geo-replicators' cursors (pulsar.repl.<remote>) and producers (pulsar.repl.<from>--><to>).
 REPLICATOR_PREFIX = "pulsar.repl."
 
@@ -95,6 +97,7 @@ class Topic:
         "producers",
         "quota_age_exceeded",
         "rate_in",
+        "replicated_subscriptions",
         "storage",
         "subscriptions",
     )
@@ -130,6 +133,9 @@ class Topic:
         # Called after each durable append and when the topic closes: the geo-replicators' wake-ups
         # (velamq.replication). A topic with any is never idle, as a replicated topic in Pulsar.
         self.entry_watchers: tuple[Callable[[], None], ...] = ()
+        # Subscriptions whose consumers asked for replicate_subscription_state: their position is
+        # mirrored to the other clusters (velamq.replication). Shared empty set until one asks.
+        self.replicated_subscriptions: frozenset[str] = _NO_NAMES
 
     # ---- producers -------------------------------------------------------------------------------
 
@@ -227,6 +233,22 @@ class Topic:
             producer, entry, num_messages, sequence_id, highest_sequence_id, dedup_checked, PublishedFuture(future)
         )
         return future
+
+    def append_marker(self, entry: bytes) -> asyncio.Future[Position]:
+        """Append a marker the broker made (replicated subscriptions): no producer, no
+        deduplication, never delivered to consumers; the position once durable."""
+        future: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+        published = PublishedFuture(future)
+        published.appended_to(self, None, "", -1)
+        try:
+            self.ledger.append_with(entry, published)
+        except (StorageError, ValueError) as exc:
+            published.set_exception(exc)
+        return future
+
+    def replicate_subscription(self, name: str) -> None:
+        if name not in self.replicated_subscriptions:
+            self.replicated_subscriptions = self.replicated_subscriptions | {name}
 
     def publish_with(
         self,
