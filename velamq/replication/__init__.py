@@ -8,6 +8,8 @@ this broker acting as a Pulsar client toward them (velamq or Apache Pulsar alike
 
     _service      ReplicationService: which topics replicate where; starts and stops replicators
     _replicator   Replicator: one topic toward one remote (cursor, in-flight window, receipts)
+    _subscriptions  ReplicatedSubscriptions: a topic's replicated subscriptions (snapshots, updates)
+    _markers      Pulsar's replicated-subscription markers 10-13 (sans-IO)
     _entries      what is sent (replicated_from, replicate_to, markers) and the entry rebuilt (sans-IO)
     _clusters     RemoteCluster: a registered cluster's URL, TLS and credentials
 

@@ -1,4 +1,4 @@
-"""The broker's geo-replication: which topics replicate where, and their replicators (RP-1..RP-9).
+"""The broker's geo-replication: which topics replicate where, and their replicators (RP-1..RP-10).
 
 A topic replicates to every cluster of its `replication_clusters` (namespace policy, or the topic's
 own) except the local one, provided the local cluster is in that list (a namespace that does not
@@ -157,6 +157,8 @@ class ReplicationService:
             if client is None:
                 continue
             cursor = await topic.ledger.open_cursor(cursor_name(remote), "latest")
+            if remote in self._replicators.get(topic.full_name, {}) or topic.closed:
+                continue  # another reconcile of this topic got there while this one waited
             replicator = Replicator(topic.full_name, topic.ledger, cursor, self.local, remote, client, self._stopped,
                                     controller.on_marker)
             self._replicators.setdefault(topic.full_name, {})[remote] = replicator
