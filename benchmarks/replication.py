@@ -8,13 +8,16 @@ process it then, for each rate:
 
 1. **full speed (100 %)**: --messages unbatched messages of --size bytes published on east with
    --in-flight sends outstanding; the rate reached is the local publish rate R. A consumer on west
-   timestamps each message: lag = arrival on west - publish time on east (one clock);
+   timestamps each message: lag = arrival on west - publish time on east (one clock). The same
+   run to a topic that does not replicate, its consumer on east, is the side-by-side baseline;
 2. **10 % and 50 % of R**: the same, paced at that rate for as long (10 % and 50 % of the messages);
-3. **the replicator's CPU**: east's CPU seconds (/proc, all its threads) for the run, minus those of
-   the same run to a topic that does not replicate (public/default), per message;
+3. **east's CPU**: its CPU seconds (/proc, all its threads) per message, with and without
+   replication (on a loaded 2-core machine the difference is within the noise: see catch-up);
 4. **failover window** (--failover): at each rate, a fresh pair; east is killed (SIGKILL) in the
    middle of the run; the messages east acknowledged that west does not have are what a failover
-   to west loses at that moment (asynchronous replication), also given as milliseconds of traffic.
+   to west loses at that moment (asynchronous replication), also given as milliseconds of traffic;
+5. **catch-up**: west stopped while east takes the messages, then started: the replicator alone
+   drains the backlog; its rate and east's CPU per message (nothing else runs on east then).
 
 Every figure is the median of --runs runs (default 3); the load average is printed with the table.
 
@@ -53,8 +56,9 @@ class Row:
     repl_mb_s: float
     lag_p50_ms: float
     lag_p99_ms: float
-    cpu_us_per_msg: float
+    cpu_us_per_msg: float  # east's CPU per message published
     local_msg_s: float = 0.0  # the same run to a topic that does not replicate
+    local_cpu_us_per_msg: float = 0.0
     window_msgs: float | None = None
     window_ms: float | None = None
 
@@ -140,10 +144,11 @@ async def one_run(pair: Pair, label: str, n: int, size: int, in_flight: int, rat
     async with AsyncClient(pair.east.service_url) as east, AsyncClient(pair.west.service_url) as west:
         producer = await east.create_producer(topic, batching_enabled=False, max_pending_messages=in_flight,
                                               block_if_queue_full=True)
-        consumer = await west.subscribe(topic, "bench", initial_position="earliest") if replicated else None
+        # The same client work either way: a consumer on west (replicated) or on east (not).
+        consumer = await (west if replicated else east).subscribe(topic, "bench", initial_position="earliest")
         lags: list[float] = []
         arrivals: list[float] = []
-        receiving = asyncio.create_task(_receive(consumer, n, lags, arrivals)) if consumer else None
+        receiving: asyncio.Task[None] | None = asyncio.create_task(_receive(consumer, n, lags, arrivals))
         acked: list[int] = []
         cpu_before = cpu_s(pair.east.pid)
         first_send = time.monotonic()
@@ -192,7 +197,8 @@ def median_row(rows: list[Row]) -> Row:
 
     first = rows[0]
     return Row(first.rate, first.messages, *(med([getattr(r, f) for r in rows]) or 0.0 for f in (
-        "publish_msg_s", "repl_msg_s", "repl_mb_s", "lag_p50_ms", "lag_p99_ms", "cpu_us_per_msg", "local_msg_s")),
+        "publish_msg_s", "repl_msg_s", "repl_mb_s", "lag_p50_ms", "lag_p99_ms", "cpu_us_per_msg", "local_msg_s",
+        "local_cpu_us_per_msg")),
         window_msgs=med([r.window_msgs for r in rows]), window_ms=med([r.window_ms for r in rows]))
 
 
@@ -204,7 +210,7 @@ async def measure(args: argparse.Namespace, root: Path) -> list[Row]:
         try:
             full, _ = await one_run(pair, "100 %", args.messages, args.size, args.in_flight, None, True)
             base, _ = await one_run(pair, "100 % local", args.messages, args.size, args.in_flight, None, False)
-            full.cpu_us_per_msg -= base.cpu_us_per_msg
+            full.local_cpu_us_per_msg = base.cpu_us_per_msg
             full.local_msg_s = base.publish_msg_s
             rows.setdefault("100 %", []).append(full)
             rate = full.publish_msg_s
@@ -214,7 +220,7 @@ async def measure(args: argparse.Namespace, root: Path) -> list[Row]:
                 row, _ = await one_run(pair, label, n, args.size, args.in_flight, rate * fraction, True)
                 local, _ = await one_run(pair, label + " local", n, args.size, args.in_flight, rate * fraction,
                                          False)
-                row.cpu_us_per_msg -= local.cpu_us_per_msg
+                row.local_cpu_us_per_msg = local.cpu_us_per_msg
                 row.local_msg_s = local.publish_msg_s
                 rows.setdefault(label, []).append(row)
         finally:
@@ -244,16 +250,54 @@ async def failover_window(root: Path, args: argparse.Namespace, rate: float | No
         pair.stop()
 
 
+async def catch_up(root: Path, args: argparse.Namespace) -> tuple[float, float, float]:
+    """The replicator alone: west down while east takes --messages, then west back; from the first
+    message on west to the last: (msg/s, MB/s, east's CPU microseconds per message)."""
+    pair = Pair(root)
+    pair.start()
+    try:
+        topic = f"persistent://{NAMESPACE}/catch-up-{time.monotonic_ns()}"
+        async with AsyncClient(pair.east.service_url) as east:
+            producer = await east.create_producer(topic, batching_enabled=False, max_pending_messages=args.in_flight,
+                                                  block_if_queue_full=True)
+            await producer.send(b"first")  # the topic and its replicator exist before west goes
+            pair.west.stop()
+            await _publish(producer, args.messages, args.size, args.in_flight, None, [])
+            await producer.close()
+        pair.west.start()
+        admin = AdminClient(pair.west.admin_url)
+
+        def arrived() -> int:
+            try:
+                return int(admin.request("GET", AdminClient.topic_path(topic, "stats"))["msgInCounter"])
+            except Exception:
+                return 0
+
+        while await asyncio.to_thread(arrived) == 0:
+            await asyncio.sleep(0.01)
+        started, cpu_before, first = time.monotonic(), cpu_s(pair.east.pid), await asyncio.to_thread(arrived)
+        while (count := await asyncio.to_thread(arrived)) < args.messages + 1:
+            await asyncio.sleep(0.05)
+        seconds = time.monotonic() - started
+        cpu = cpu_s(pair.east.pid) - cpu_before
+        sent = count - first
+        return sent / seconds, sent * args.size / seconds / 1e6, cpu / sent * 1e6
+    finally:
+        pair.stop()
+
+
 def table(rows: list[Row]) -> str:
     head = ("| rate of local | messages | publish msg/s | same, not replicated | replicated msg/s | MB/s "
-            "| lag p50 ms | lag p99 ms | replicator CPU us/msg | failover window msgs | = ms of traffic |")
-    lines = [head, "|" + "---|" * 11]
+            "| lag p50 ms | lag p99 ms | east CPU us/msg | same, not replicated | failover window msgs "
+            "| = ms of traffic |")
+    lines = [head, "|" + "---|" * 12]
     for r in rows:
         window = "-" if r.window_msgs is None else f"{r.window_msgs:.0f}"
         window_ms = "-" if r.window_ms is None else f"{r.window_ms:.0f}"
         lines.append(f"| {r.rate} | {r.messages} | {r.publish_msg_s:,.0f} | {r.local_msg_s:,.0f} "
                      f"| {r.repl_msg_s:,.0f} | {r.repl_mb_s:.2f} "
-                     f"| {r.lag_p50_ms:.1f} | {r.lag_p99_ms:.1f} | {r.cpu_us_per_msg:.0f} | {window} | {window_ms} |")
+                     f"| {r.lag_p50_ms:.1f} | {r.lag_p99_ms:.1f} | {r.cpu_us_per_msg:.0f} "
+                     f"| {r.local_cpu_us_per_msg:.0f} | {window} | {window_ms} |")
     return "\n".join(lines)
 
 
@@ -268,12 +312,16 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="velamq-repl-bench-"))
     try:
         rows = asyncio.run(measure(args, root))
+        drains = [asyncio.run(catch_up(root / f"catch-up{run}", args)) for run in range(args.runs)]
     finally:
         shutil.rmtree(root, ignore_errors=True)
     for key, value in machine_facts(["pulsar-client"]):
         print(f"{key}: {value}")
     print(f"load average: {Path('/proc/loadavg').read_text().strip()}")
     print(table(rows))
+    msg_s, mb_s, cpu_us = (statistics.median(d[i] for d in drains) for i in range(3))
+    print(f"\ncatch-up of a {args.messages}-message backlog (the replicator alone, median of {args.runs}): "
+          f"{msg_s:,.0f} msg/s, {mb_s:.2f} MB/s, east CPU {cpu_us:.0f} us per message")
     return 0
 
 
