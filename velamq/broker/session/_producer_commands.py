@@ -209,17 +209,22 @@ class ProducerCommands:
                             metadata: pb.MessageMetadata, dedup_checked: bool) -> None:
         """A geo-replicator's SEND (RP-5): deduplicated by where the message comes from and the
         original producer's name and sequence ids in its metadata, not by the replicator's own
-        names and ids (which only pair the receipt with the send), as Pulsar does."""
-        producer.topic.publish_with(
-            producer,
-            entry,
-            send.num_messages if send.HasField("num_messages") else 1,
-            metadata.sequence_id,
-            metadata.highest_sequence_id,
-            dedup_checked and not metadata.HasField("marker_type"),  # markers skip deduplication
-            _Receipt(self, producer, send.sequence_id, None),
-            dedup_name=origin_name(metadata),
-        )
+        names and ids (which only pair the receipt with the send), as Pulsar does. A replicated
+        marker is appended as a marker: no deduplication, not counted as a message in."""
+        receipt = _Receipt(self, producer, send.sequence_id, None)
+        if metadata.HasField("marker_type"):
+            producer.topic.append_marker_with(entry, receipt)
+        else:
+            producer.topic.publish_with(
+                producer,
+                entry,
+                send.num_messages if send.HasField("num_messages") else 1,
+                metadata.sequence_id,
+                metadata.highest_sequence_id,
+                dedup_checked,
+                receipt,
+                dedup_name=origin_name(metadata),
+            )
         buffer = self._broker.publish_buffer
         if buffer.full:
             self._channel.pause_reading_until_room(buffer)

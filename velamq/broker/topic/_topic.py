@@ -235,16 +235,20 @@ class Topic:
         return future
 
     def append_marker(self, entry: bytes) -> asyncio.Future[Position]:
-        """Append a marker the broker made (replicated subscriptions): no producer, no
-        deduplication, never delivered to consumers; the position once durable."""
+        """Append a marker the broker made (replicated subscriptions): the position once durable."""
         future: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
-        published = PublishedFuture(future)
+        self.append_marker_with(entry, PublishedFuture(future))
+        return future
+
+    def append_marker_with(self, entry: bytes, published: Published) -> None:
+        """Append a marker (made here, or replicated from another cluster): no deduplication, not
+        counted as a message in (replicated subscriptions snapshot only after data came in, as
+        Pulsar's last data publish time), never delivered to consumers."""
         published.appended_to(self, None, "", -1)
         try:
             self.ledger.append_with(entry, published)
         except (StorageError, ValueError) as exc:
             published.set_exception(exc)
-        return future
 
     def replicate_subscription(self, name: str) -> None:
         if name not in self.replicated_subscriptions:
