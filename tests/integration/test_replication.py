@@ -210,3 +210,37 @@ def test_a_partitioned_topic_replicates_partition_by_partition(make_client: Any)
             wait_quiet([east, west], partition)
         got = [m for p in partitions for m in read_all(make_client(west.broker.service_url), p)]
         assert sorted(got) == payloads
+
+
+def test_the_replication_backlog_counts_against_the_backlog_quota(make_client: Any) -> None:
+    """A remote that is down holds the replicator's cursor: the backlog quota sees it as it sees a
+    slow subscription (RP-6), and lets producers in again once the remote has caught up."""
+    with clusters("east", "west") as (east, west):
+        link(east, west)
+        east.admin.request("POST", AdminClient.namespace_path("public/geo", "backlogQuota"),
+                           {"limitSize": 2000, "limitTime": -1, "policy": "producer_exception"})
+        topic = _topic("quota")
+        producer = make_client(east.broker.service_url).create_producer(
+            topic, batching_enabled=False, send_timeout_millis=5000)
+        producer.send(b"first")
+        wait_quiet([east, west], topic)
+        west.broker.stop()
+        sent, failed = 0, False
+        while not failed and sent < 100:
+            try:
+                producer.send(b"x" * 200)
+                sent += 1
+            except pulsar.PulsarException:
+                failed = True
+        assert failed and sent <= 2000 // 200 + 1  # refused within about one entry of the quota
+        west.broker.start()
+        wait_quiet([east, west], topic)
+
+        def sends() -> bool:
+            try:
+                producer.send(b"again")
+                return True
+            except pulsar.PulsarException:
+                return False
+
+        wait_until(sends, what="the producer let in again once west caught up")
