@@ -70,6 +70,10 @@ def test_two_clusters_replicate_both_ways_with_no_loop(make_client: Any) -> None
         assert "pulsar.repl.west" not in east.stats(topic)["subscriptions"]  # a cursor, not a subscription
         assert "pulsar.repl.west" in east.admin.request("GET", AdminClient.topic_path(topic, "internalStats"))[
             "cursors"]
+        console = east.admin.request("GET", "/console/namespaces/public/geo")
+        assert "data-replication-clusters='east, west'" in console and "data-remote='west'" in console
+        page = east.admin.request("GET", "/console/topics/persistent/public/geo/" + topic.rsplit("/", 1)[1])
+        assert "Replication (1)" in page and "data-stat='replicationBacklog' data-value='0'" in page
         metrics = east.admin.request("GET", "/metrics")
         assert 'pulsar_replication_backlog{cluster="east"' in metrics
         assert 'remote_cluster="west"' in metrics
