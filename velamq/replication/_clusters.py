@@ -8,7 +8,7 @@ reads these fields of it (the names are Pulsar's):
     brokerClientTlsEnabled            connect with TLS
     brokerClientTrustCertsFilePath    CA file that signs the remote's certificate
     tlsAllowInsecureConnection        accept any certificate
-    tlsHostnameVerificationEnable     check the certificate's host name
+    tlsHostnameVerificationEnable     check the certificate's host name (velamq's own field)
     brokerClientCertificateFilePath   client certificate (TLS authentication)
     brokerClientKeyFilePath           its key
     authenticationPlugin              "token", "basic", "tls" or Pulsar's Java class names
