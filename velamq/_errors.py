@@ -51,6 +51,7 @@ a builtin, it is named after "also": code that catches the builtin keeps working
     ├── broker.HashRangeOverlapError      a Key_Shared STICKY consumer whose ranges overlap another's
     ├── admin.HttpError                   an HTTP request the admin server answers with an error status
     ├── cli.PerfError                     `velamq perf` cannot run as asked
+    ├── replication.ClusterError          a cluster's data that does not say how to reach it (also ValueError)
     └── spark                             the PySpark data source (velamq.spark)
         ├── VelamqOptionError             an option unknown, missing, malformed or in conflict (also ValueError)
         ├── VelamqSchemaError             a DataFrame to write lacks `value` or has a bad column (also ValueError)

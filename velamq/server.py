@@ -5,9 +5,11 @@
     broker     the Pulsar protocol listener over both               (velamq.broker.BrokerService)
     admin      REST API, lookup, metrics and console, talking to the broker's admin facade
                (velamq.broker.BrokerAdmin) through velamq.admin's BrokerBackend protocol
+    replication  geo-replication to other clusters: a Pulsar client over the broker's topics
+               (velamq.replication), its figures and cluster changes shared with the admin server
 
-Start order is storage and metadata, then the broker, then the admin server; close goes the
-other way, so that nothing is served by a part whose dependencies are gone. The broker never
+Start order is storage and metadata, then the broker, replication, then the admin server; close
+goes the other way, so that nothing is served by a part whose dependencies are gone. The broker never
 imports the admin tier: this module is the only place that knows both.
 
 It also splits the one memory budget (`memoryBudgetBytes`, ME-1): the network's share (unsent
@@ -35,6 +37,7 @@ from velamq.admin import AdminServer
 from velamq.broker import BrokerAdmin, BrokerConfig, BrokerService, DiskUsage
 from velamq.broker.log._offload_rows import PulsarEntryRows
 from velamq.metadata import MetadataStore
+from velamq.replication import ReplicationService
 from velamq.security import AuthenticationService, AuthorizationModel, build_authentication_service
 from velamq.storage import Storage, StorageConfig
 
@@ -113,7 +116,7 @@ class VelamqServer:
         self.config = config
         self.clock = clock
         self.storage = Storage(storage_config(config), clock, PulsarEntryRows())
-        self.metadata = MetadataStore(config.data_dir / "metadata.db")
+        self.metadata = MetadataStore(config.data_dir / "metadata.db", cluster_name=config.cluster_name)
         # One of each for the whole process, shared by the binary port and the admin API. A bad
         # key or password file fails here, at start.
         security = config.security
@@ -134,6 +137,8 @@ class VelamqServer:
             authorization=self.authorization,
         )
         self._asyncio_log = RateLimitedLog(logging.getLogger("asyncio"), clock)
+        # Geo-replication: a client of the other clusters, over the broker's topics (RP-*).
+        self.replication = ReplicationService(self.broker, self.metadata, config.cluster_name)
         self.admin = AdminServer(
             BrokerAdmin(self.broker),
             config.bind_address,
@@ -144,6 +149,7 @@ class VelamqServer:
             authentication=self.authentication,
             authorization=self.authorization,
             security=security,
+            replication=self.replication,
         )
 
     @property
@@ -181,12 +187,14 @@ class VelamqServer:
             await load_authorization(self.authorization, self.metadata)
         await self.storage.start()
         await self.broker.start()
+        await self.replication.start()
         await self.admin.start()
 
     async def close(self) -> None:
         """Clean shutdown: stop serving admin requests, close the broker (persists cursors), flush
         storage, close metadata."""
         await self.admin.close()
+        await self.replication.close()
         await self.broker.close()
         await self.storage.close()
         await self.metadata.close()

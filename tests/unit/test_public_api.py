@@ -27,6 +27,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "BlockingReader", "BrokerError", "BytesSchema", "ChecksumError", "Client", "ClientConfig",
         "ConnectAuthenticationError", "ConnectError", "ConnectionSecurity", "CredentialsError", "Consumer",
         "ConsumerAssignError", "ConsumerBusyError", "ConsumerConfig", "ConsumerNotFoundError", "DeadLetterPolicy",
+        "EntryListener", "EntryProducer",
         "IncompatibleSchemaError", "InvalidConfigurationError", "InvalidTopicError", "JsonSchema", "KeySharedPolicy",
         "MemoryBufferIsFullError", "Message", "MessageId", "MessageRouter", "MessageTooBigError", "Messages",
         "NotAllowedError", "OperationTimeoutError", "OrderedConsumer", "OrderedConsumerMetrics",
@@ -81,6 +82,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "SubscriptionMetrics", "SubscriptionStats", "TopicMetrics", "TopicStats",
     ],
     "velamq.admin": ["AdminServer", "BrokerBackend"],
+    "velamq.replication": ["ReplicationService", "ReplicatorStats"],
     "velamq.testing": ["BrokerProcess", "BrokerThread", "free_port", "run_broker", "run_broker_in_thread"],
     "velamq.cli": [],  # no importable API: its entry point is the `velamq` command
     "velamq.client.schema": [

@@ -31,9 +31,13 @@ PACKAGE_TIERS: dict[str, frozenset[str]] = {
     "client": frozenset({"protocol"}),  # never broker, storage, metadata, security
     "admin": frozenset({"protocol", "storage", "metadata", "security", "broker"}),
     "spark": frozenset({"client"}),
-    "server": frozenset({"protocol", "storage", "metadata", "security", "broker", "admin"}),
+    "server": frozenset({"protocol", "storage", "metadata", "security", "broker", "admin", "replication"}),
     "testing": frozenset({"server", "broker"}),
-    "cli": frozenset({"protocol", "storage", "metadata", "security", "broker", "client", "admin", "server"}),
+    # geo-replication: the broker's topics read by velamq's own client toward the remote cluster
+    "replication": frozenset({"protocol", "storage", "metadata", "security", "broker", "client"}),
+    "cli": frozenset(
+        {"protocol", "storage", "metadata", "security", "broker", "client", "admin", "server", "replication"}
+    ),
     "__main__": frozenset({"cli"}),
 }
 # Tier 0 itself imports tier 0 only.

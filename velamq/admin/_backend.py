@@ -50,6 +50,11 @@ class BrokerBackend(Protocol):
         ...
 
     @property
+    def cluster_name(self) -> str:
+        """The local cluster (clusterName)."""
+        ...
+
+    @property
     def default_policies(self) -> Policies:
         """The broker-wide defaults under namespace and topic policies (?applied=true shows them)."""
         ...

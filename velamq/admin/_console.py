@@ -37,6 +37,7 @@ from velamq.admin._console_html import (
     table,
     topic_href,
 )
+from velamq.admin._console_replication import topic_section
 from velamq.broker import BrokerOverview, RateSeries, TopicMetrics
 from velamq.metadata import TopicListing
 
@@ -163,9 +164,11 @@ def _pager(listing: TopicListing, page_size: int) -> str:
 
 
 def namespace_page(
-    frame: Frame, listing: TopicListing, metrics: Mapping[str, TopicMetrics], page_size: int, href: str
+    frame: Frame, listing: TopicListing, metrics: Mapping[str, TopicMetrics], page_size: int, href: str,
+    extra: Sequence[str] = (),
 ) -> str:
-    """One page of the namespace's topics (already cut by the metadata store)."""
+    """One page of the namespace's topics (already cut by the metadata store); `extra`: sections
+    after them (geo-replication's)."""
     ns = listing.namespace
     first = listing.offset + 1 if listing.topics else 0
     last = listing.offset + len(listing.topics)
@@ -188,6 +191,7 @@ def namespace_page(
         table(headers, rows, cls="topics", empty="no topic" + (" matches" if listing.search else "")),
         _pager(listing, page_size),
         "<p class='note'>Figures are shown for loaded topics; the console never loads a topic to list it.</p>",
+        *extra,
     ]
     return frame.page(f"Namespace {ns}", body, [("overview", "/"), (ns, None)], href)
 
@@ -259,6 +263,7 @@ def topic_page(
         f"<h2>Consumers ({len(consumers)})</h2>",
         table(["consumer", "subscription", "permits", "unacked", "msg/s out", "messages out", "active", "address",
                "connected since"], consumers, cls="consumers"),
+        topic_section(stats.get("replication", {})),
         f"<p class='note'>The same figures as {link(_stats_path(name), 'GET …/stats')}.</p>",
     ]
     crumbs = [*_namespace_crumbs(name.namespace), (name.local_name, None)]

@@ -22,6 +22,7 @@ from velamq.admin._http import HttpError, Request, Response
 
 if TYPE_CHECKING:
     from velamq.admin._backend import BrokerBackend
+    from velamq.admin._replication_control import ReplicationControl
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,7 @@ class Call:
     web_service_url_tls: str | None = None  # "https://host:port" when the server has a TLS port
     caller: Caller = OPEN_CALLER
     security: AdminSecurity | None = None
+    replication: ReplicationControl | None = None  # the server's geo-replication, if it has one
 
 
 Handler = Callable[[Call], Awaitable[Response]]

@@ -103,7 +103,8 @@ async def create_namespace(call: Call) -> Response:
 
 async def get_namespace(call: Call) -> Response:
     stored = await call.backend.metadata.get_policies(namespace_of(call))
-    return Response.json({**copy.deepcopy(POLICY_DEFAULTS), **stored})
+    local = {"replication_clusters": [call.backend.cluster_name]}
+    return Response.json({**copy.deepcopy(POLICY_DEFAULTS), **local, **stored})
 
 
 async def delete_namespace(call: Call) -> Response:

@@ -2,7 +2,7 @@
 
     GET    /admin/v2/clusters                 ["standalone", ...]
     GET    /admin/v2/clusters/{cluster}       ClusterData {serviceUrl, brokerServiceUrl, ...}
-    PUT    /admin/v2/clusters/{cluster}       204, 409 if it exists
+    PUT    /admin/v2/clusters/{cluster}       204, 409 if it exists (POST and DELETE: _routes_replication.py)
     GET    /admin/v2/tenants                  ["public", ...]
     GET    /admin/v2/tenants/{tenant}         TenantInfo {adminRoles, allowedClusters}; 404
     PUT    /admin/v2/tenants/{tenant}         204; 409 exists; 412 unknown cluster
@@ -19,7 +19,6 @@ from velamq.admin._http import HttpError, Response
 from velamq.admin._params import bool_param, object_body
 from velamq.admin._router import Call, Router
 from velamq.admin._routes_permissions import forget_tenant, reload_tenant
-from velamq.metadata import DEFAULT_CLUSTER
 
 
 def _cluster_data(call: Call, stored: dict[str, Any]) -> dict[str, Any]:
@@ -32,7 +31,7 @@ def _cluster_data(call: Call, stored: dict[str, Any]) -> dict[str, Any]:
         "brokerClientTlsEnabled": False,
         "tlsAllowInsecureConnection": False,
     }
-    if call.params["cluster"] != DEFAULT_CLUSTER:
+    if call.params["cluster"] != backend.cluster_name:
         data = {key: "" if isinstance(value, str) else value for key, value in data.items()}
     data.update(stored)
     return data
@@ -49,6 +48,8 @@ async def get_cluster(call: Call) -> Response:
 
 async def create_cluster(call: Call) -> Response:
     await call.backend.metadata.create_cluster(call.params["cluster"], object_body(call) or {})
+    if call.replication is not None:  # replication lists may name it already
+        await call.replication.clusters_changed(call.params["cluster"])
     return Response.no_content()
 
 

@@ -30,6 +30,7 @@ from velamq.admin._http import HttpError, Response
 from velamq.admin._non_persistent_stats import any_partitioned_stats_json, any_stats_json
 from velamq.admin._params import bool_param, partitions_of, require_namespace, require_topic, topic_of
 from velamq.admin._router import Call, Router
+from velamq.admin._routes_replication import add_replication
 from velamq.admin._stats_json import (
     compaction_status_json,
     internal_stats_json,
@@ -83,7 +84,8 @@ async def _existing_topic(call: Call) -> TopicName:
 
 
 async def stats(call: Call) -> Response:
-    return Response.json(any_stats_json(await call.backend.topic_stats(str(await _existing_topic(call)))))
+    name = str(await _existing_topic(call))
+    return Response.json(add_replication(call, name, any_stats_json(await call.backend.topic_stats(name))))
 
 
 async def partitioned_stats(call: Call) -> Response:

@@ -28,11 +28,12 @@ from velamq._errors import InvalidTopicNameError, NotFoundError
 from velamq._topic_name import TopicName
 from velamq.admin import _console, _metrics
 from velamq.admin._console_html import CONTENT_TYPE, SECURITY_HEADERS, namespace_href, topic_href
+from velamq.admin._console_replication import namespace_section
 from velamq.admin._http import HttpError, Response
 from velamq.admin._non_persistent_stats import any_stats_json
 from velamq.admin._params import namespace_of
 from velamq.admin._router import Call, Router
-from velamq.metadata import DEFAULT_CLUSTER
+from velamq.admin._routes_replication import add_replication, replication_metrics
 
 # Namespaces listed on the overview at most (each costs a count in the metadata store).
 overview_namespaces_max: Final = 200
@@ -47,7 +48,8 @@ async def health(call: Call) -> Response:
 
 async def metrics(call: Call) -> Response:
     snapshot = await call.backend.scrape_metrics()
-    text = await asyncio.to_thread(_metrics.render, snapshot, DEFAULT_CLUSTER)
+    text = await asyncio.to_thread(_metrics.render, snapshot, call.backend.cluster_name)
+    text += replication_metrics(call)
     return Response(200, text.encode(), _metrics.CONTENT_TYPE)
 
 
@@ -131,7 +133,15 @@ async def namespace_topics(call: Call, frame: _console.Frame) -> Response:
         listing = await call.backend.metadata.topics_page(ns, search, (number - 1) * size, size)
     loaded = call.backend.loaded_topic_metrics(name for name, _ in listing.topics)
     href = namespace_href(ns, search, number)
-    return _html(_console.namespace_page(frame, listing, loaded, size, href))
+    return _html(_console.namespace_page(frame, listing, loaded, size, href, [await _replication_section(call, ns)]))
+
+
+async def _replication_section(call: Call, ns: str) -> str:
+    clusters = (await call.backend.metadata.get_policies(ns)).get("replication_clusters")
+    figures = [] if call.replication is None else [
+        row for row in call.replication.all_stats() if TopicName.parse(row[0]).namespace == ns
+    ]
+    return namespace_section(clusters if isinstance(clusters, list) else [], call.backend.cluster_name, figures)
 
 
 async def topic(call: Call, frame: _console.Frame) -> Response:
@@ -143,7 +153,7 @@ async def topic(call: Call, frame: _console.Frame) -> Response:
     if partitions > 0:
         metrics_ = call.backend.loaded_topic_metrics(str(name.partition(i)) for i in range(partitions))
         return _html(_console.partitioned_page(frame, full, partitions, metrics_, href))
-    stats = any_stats_json(await call.backend.topic_stats(full))  # the same JSON as GET .../stats
+    stats = add_replication(call, full, any_stats_json(await call.backend.topic_stats(full)))  # as GET .../stats
     history = call.backend.topic_rate_history(full)
     interval_s = call.backend.broker_overview(0).rate_history.interval_s
     return _html(_console.topic_page(frame, full, stats, history, interval_s, href))

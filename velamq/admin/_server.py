@@ -45,6 +45,7 @@ from velamq.admin import (
     _routes_offload,
     _routes_permissions,
     _routes_policies,
+    _routes_replication,
     _routes_schemas,
     _routes_subscriptions,
     _routes_tenants,
@@ -57,6 +58,7 @@ from velamq.admin._access import Need, access_of, check
 from velamq.admin._auth_http import AdminSecurity, Caller
 from velamq.admin._backend import BrokerBackend
 from velamq.admin._http import HttpError, Request, Response, read_request, stream_limit_bytes, write_response
+from velamq.admin._replication_control import ReplicationControl
 from velamq.admin._router import Call, Router
 from velamq.security import (
     AccessDeniedError,
@@ -83,7 +85,7 @@ def build_router() -> Router:
     for module in (
         _routes_brokers, _routes_tenants, _routes_namespaces, _routes_policies, _routes_topics, _routes_topic_ops,
         _routes_subscriptions, _routes_schemas, _routes_web, _routes_messages, _routes_namespace_ops,
-        _routes_permissions, _routes_terminate, _routes_offload,
+        _routes_permissions, _routes_terminate, _routes_offload, _routes_replication,
     ):
         module.register(router)
     return router
@@ -130,8 +132,10 @@ class AdminServer:
         authentication: AuthenticationService | None = None,
         authorization: AuthorizationModel | None = None,
         security: SecuritySettings | None = None,
+        replication: ReplicationControl | None = None,
     ) -> None:
         self._backend = backend
+        self._replication = replication
         self._host = host
         self._advertised_address = advertised_address or host
         self._requested_port = port
@@ -296,7 +300,8 @@ class AdminServer:
             caller = self._caller(access.need, request, peer_cert)
             check(access, caller, params)
             call = Call(
-                self._backend, request, params, self.web_service_url, self.web_service_url_tls, caller, self._security
+                self._backend, request, params, self.web_service_url, self.web_service_url_tls, caller, self._security,
+                self._replication,
             )
             return await asyncio.wait_for(route.handler(call), self._timeout_s)
         except TimeoutError:

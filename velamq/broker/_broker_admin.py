@@ -93,6 +93,10 @@ class BrokerAdmin:
         return await self._broker.scrape_metrics()
 
     @property
+    def cluster_name(self) -> str:
+        return self._broker.config.cluster_name
+
+    @property
     def force_delete_namespace_allowed(self) -> bool:
         return self._broker.config.force_delete_namespace_allowed
 
@@ -326,7 +330,7 @@ class BrokerAdmin:
         if np is not None:
             return non_persistent.list_subscriptions(np)
         t = await self._topic(topic)
-        return sorted(set(t.ledger.cursors) | set(t.subscriptions))
+        return sorted({name for name, _, _ in t.cursors()})
 
     async def create_subscription(self, topic: str, subscription: str, message_id: tuple[int, int] | str) -> None:
         """message_id: "earliest", "latest" or (ledger, entry); AlreadyExistsError if it exists."""

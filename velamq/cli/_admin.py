@@ -6,11 +6,11 @@ Authentication and TLS (_security_args.py): --auth-plugin/--auth-params as pulsa
 --tls-trust-certs-file-path, --tls-allow-insecure, --tls-enable-hostname-verification, and a
 client.conf (--client-conf or $PULSAR_CLIENT_CONF) whose webServiceUrl is the default admin URL.
 
-    clusters    list | get
+    clusters    list | get | create | update | delete           (_admin_replication.py)
     tenants     list | get | create | update | delete
     namespaces  list | topics (destinations) | create | delete | policies | unload | clear-backlog |
-                unsubscribe | set-/get-/remove-auto-topic-creation | <property verbs> |
-                <permission verbs> | <policy verbs>
+                unsubscribe | set-/get-/remove-auto-topic-creation | set-clusters | get-clusters |
+                <property verbs> | <permission verbs> | <policy verbs>
     topics      list | list-partitioned-topics | create | delete | create-partitioned-topic |
                 update-partitioned-topic | delete-partitioned-topic | create-missed-partitions |
                 get-partitioned-topic-metadata | lookup | partitioned-lookup | stats |
@@ -53,6 +53,11 @@ from velamq.cli._admin_output import parse_time_s, render, render_json
 from velamq.cli._admin_permissions import add_namespace_permission_verbs, add_topic_permission_verbs
 from velamq.cli._admin_policies import namespace_path, topic_path, verb
 from velamq.cli._admin_properties import add_namespace_property_verbs, add_topic_property_verbs
+from velamq.cli._admin_replication import (
+    add_cluster_verbs,
+    add_namespace_replication_verbs,
+    add_topic_replication_verbs,
+)
 from velamq.cli._security_args import add_security_arguments, read_client_conf, security_from_args
 from velamq.client import AdminClient, AdminError, CredentialsError
 
@@ -76,12 +81,13 @@ def _parse_message_id(text: str) -> dict[str, int] | None:
 
 
 def _clusters(groups: Any) -> None:
-    group = groups.add_parser("clusters", help="clusters (velamq has one: standalone)").add_subparsers(
+    group = groups.add_parser("clusters", help="this cluster and the remote ones it replicates to").add_subparsers(
         dest="verb", required=True, metavar="VERB"
     )
     verb(group, "list", "list clusters", lambda c, a: c.request("GET", "/admin/v2/clusters"))
     verb(group, "get", "show a cluster", lambda c, a: c.request("GET", AdminClient.path("clusters", a.cluster)),
          lambda p: p.add_argument("cluster"))
+    add_cluster_verbs(group)
 
 
 def _split(text: str | None) -> list[str]:
@@ -161,6 +167,7 @@ def _namespaces(groups: Any) -> None:
     verb(group, "unsubscribe", "delete a subscription from every loaded topic of a namespace",
          lambda c, a: c.request("POST", namespace_path(a.namespace, "unsubscribe", a.subscription)), unsubscribe_args)
     add_namespace_property_verbs(group)
+    add_namespace_replication_verbs(group)
     add_namespace_permission_verbs(group)
     add_auto_topic_creation_verbs(group)
     _admin_policies.add_policy_verbs(group, topic_level=False)
@@ -316,6 +323,7 @@ def _topics(groups: Any) -> None:
     add_message_verbs(group)
     add_offload_verbs(group)
     add_topic_property_verbs(group)
+    add_topic_replication_verbs(group)
     add_topic_permission_verbs(group)
     _admin_policies.add_policy_verbs(group, topic_level=True)
     _admin_schemas.add_topic_schema_verbs(group)

@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     standalone.add_argument("--sync-interval-ms", type=int, help="with --sync-policy interval (default 100)")
     standalone.add_argument("--memory", type=_size, help="memory budget, e.g. 512M or 2G (default 1G)")
     standalone.add_argument("--max-message-size", type=int, help="bytes; told to clients (default 5 MiB)")
+    standalone.add_argument("--cluster-name", help="this node's cluster (clusterName; default standalone)")
     standalone.add_argument("--uvloop", action="store_true", default=None, help="run on uvloop instead of asyncio")
     standalone.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
 

@@ -31,6 +31,7 @@ def load_config(args: argparse.Namespace) -> BrokerConfig:
         memory_bytes=args.memory,
         max_message_bytes=args.max_message_size,
         use_uvloop=args.uvloop,
+        cluster_name=args.cluster_name,
     )
 
 

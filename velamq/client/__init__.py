@@ -73,6 +73,7 @@ from velamq.client.consumer._reader import Reader
 from velamq.client.ordered._consumer import OrderedConsumer
 from velamq.client.ordered._metrics import OrderedConsumerMetrics, OrderedPartitionMetrics
 from velamq.client.producer._boost_hash import boost_hash, java_string_hash, murmur3_32_hash
+from velamq.client.producer._entry_producer import EntryListener, EntryProducer
 from velamq.client.producer._interceptors import ProducerInterceptor
 from velamq.client.producer._producer import Producer
 from velamq.client.producer._routing import MessageRouter, sign_safe_mod
@@ -114,6 +115,8 @@ __all__ = [
     "ConsumerNotFoundError",
     "CredentialsError",
     "DeadLetterPolicy",
+    "EntryListener",
+    "EntryProducer",
     "IncompatibleSchemaError",
     "InvalidConfigurationError",
     "InvalidTopicError",

@@ -37,6 +37,7 @@ from velamq.client._message import MessageId
 from velamq.client.consumer._consumer import Consumer
 from velamq.client.consumer._reader import Reader
 from velamq.client.producer._backpressure import MemoryLimit
+from velamq.client.producer._entry_producer import EntryListener, EntryProducer
 from velamq.client.producer._producer import Producer
 from velamq.client.transport._http_lookup import HttpLookupService, is_http_url
 from velamq.client.transport._lookup import LookupService
@@ -145,6 +146,14 @@ class AsyncClient:
         except BaseException:
             self._producers.discard(producer)
             raise
+        return producer
+
+    def create_entry_producer(self, topic: str, producer_name: str, listener: EntryListener) -> EntryProducer:
+        """A producer of entries already built (a geo-replicator's, see EntryProducer), connecting
+        in the background: `listener` hears when it is ready, of each receipt and of each loss."""
+        self._check_open()
+        producer = EntryProducer(self, str(TopicName.parse(topic)), producer_name, next(self._producer_ids), listener)
+        producer.connect()
         return producer
 
     # ---- consumers and readers -----------------------------------------------------------------

@@ -45,15 +45,16 @@ def _names(conn: sqlite3.Connection, sql: str, *args: Any) -> list[str]:
 # ---------------------------------------------------------------------------- defaults
 
 
-def ensure_defaults(conn: sqlite3.Connection) -> None:
-    """Cluster "standalone", tenant "public" and namespace "public/default" (WC-2).
+def ensure_defaults(conn: sqlite3.Connection, cluster: str = DEFAULT_CLUSTER) -> None:
+    """The local cluster (clusterName, "standalone" by default), tenant "public" and namespace
+    "public/default" (WC-2).
 
     Like Pulsar standalone, this runs at every start and only adds what is missing.
     """
-    conn.execute("INSERT OR IGNORE INTO clusters(name, data) VALUES (?, ?)", (DEFAULT_CLUSTER, "{}"))
+    conn.execute("INSERT OR IGNORE INTO clusters(name, data) VALUES (?, ?)", (cluster, "{}"))
     conn.execute(
         "INSERT OR IGNORE INTO tenants(name, info) VALUES (?, ?)",
-        (DEFAULT_TENANT, _dumps({"adminRoles": [], "allowedClusters": [DEFAULT_CLUSTER]})),
+        (DEFAULT_TENANT, _dumps({"adminRoles": [], "allowedClusters": [cluster]})),
     )
     conn.execute(
         "INSERT OR IGNORE INTO namespaces(name, tenant, policies) VALUES (?, ?, ?)",
@@ -79,6 +80,18 @@ def create_cluster(conn: sqlite3.Connection, name: str, data: Json) -> None:
     if _exists(conn, "clusters", name):
         raise AlreadyExistsError("Cluster already exists")
     conn.execute("INSERT INTO clusters(name, data) VALUES (?, ?)", (name, _dumps(data)))
+
+
+def update_cluster(conn: sqlite3.Connection, name: str, data: Json) -> None:
+    if not _exists(conn, "clusters", name):
+        raise NotFoundError("Cluster does not exist")
+    conn.execute("UPDATE clusters SET data = ? WHERE name = ?", (_dumps(data), name))
+
+
+def delete_cluster(conn: sqlite3.Connection, name: str) -> None:
+    if not _exists(conn, "clusters", name):
+        raise NotFoundError("Cluster does not exist")
+    conn.execute("DELETE FROM clusters WHERE name = ?", (name,))
 
 
 # ---------------------------------------------------------------------------- tenants

@@ -19,6 +19,7 @@ object, a topic in a `TopicPolicies` object (the two use different spellings, as
     max consumers           max_consumers_per_topic           maxConsumerPerTopic        (0 = unlimited)
     max consumers / sub     max_consumers_per_subscription    maxConsumersPerSubscription (0 = unlimited)
     ack-hole redelivery     velamq_ack_hole_redelivery_ms     velamq_ack_hole_redelivery_ms (0 = off; BR-4)
+    replication clusters    replication_clusters              replicationClusters   [cluster, ...] (RP-1)
 
 A partition has no policies of its own: like Pulsar, velamq keeps a partitioned topic's policies
 under the partitioned topic's name and every partition reads those.
@@ -49,6 +50,7 @@ NS_MAX_PRODUCERS: Final = "max_producers_per_topic"
 NS_MAX_CONSUMERS: Final = "max_consumers_per_topic"
 NS_MAX_CONSUMERS_PER_SUBSCRIPTION: Final = "max_consumers_per_subscription"
 NS_ACK_HOLE_REDELIVERY: Final = "velamq_ack_hole_redelivery_ms"
+NS_REPLICATION_CLUSTERS: Final = "replication_clusters"
 
 # Topic-level keys: fields of Pulsar's TopicPolicies.
 TOPIC_RETENTION: Final = "retentionPolicies"
@@ -62,6 +64,7 @@ TOPIC_MAX_PRODUCERS: Final = "maxProducerPerTopic"
 TOPIC_MAX_CONSUMERS: Final = "maxConsumerPerTopic"
 TOPIC_MAX_CONSUMERS_PER_SUBSCRIPTION: Final = "maxConsumersPerSubscription"
 TOPIC_ACK_HOLE_REDELIVERY: Final = "velamq_ack_hole_redelivery_ms"
+TOPIC_REPLICATION_CLUSTERS: Final = "replicationClusters"
 
 # Pulsar's broker default for delayedDeliveryTickTimeMillis, shown when only `active` was given.
 delayed_delivery_tick_ms_default: Final = 1000
@@ -91,6 +94,7 @@ class Policies:
     max_consumers: int = 0
     max_consumers_per_subscription: int = 0
     ack_hole_redelivery_ms: int = 0  # velamq's active redelivery of ack holes (BR-4); 0 = off
+    replication_clusters: tuple[str, ...] = ()  # the clusters it replicates to, the local one included
 
 
 # ---------------------------------------------------------------------------- JSON shapes
@@ -189,6 +193,12 @@ def _bool(value: Any) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
+def _clusters(value: Any) -> tuple[str, ...] | None:
+    if isinstance(value, list) and all(isinstance(c, str) for c in value):
+        return tuple(value)
+    return None
+
+
 def _delayed_active(value: Any) -> bool | None:
     return _bool(value.get("active")) if isinstance(value, Mapping) else None
 
@@ -236,6 +246,10 @@ def resolve_policies(namespace: Mapping[str, Any], topic: Mapping[str, Any] | No
             int_at_least(tp.get(TOPIC_ACK_HOLE_REDELIVERY), 0),
             int_at_least(ns.get(NS_ACK_HOLE_REDELIVERY), 0),
             defaults.ack_hole_redelivery_ms,
+        ),
+        replication_clusters=_first(
+            _clusters(tp.get(TOPIC_REPLICATION_CLUSTERS)), _clusters(ns.get(NS_REPLICATION_CLUSTERS)),
+            defaults.replication_clusters,
         ),
     )
 

@@ -27,7 +27,7 @@ from velamq._errors import InvalidTopicNameError, PreconditionFailedError
 from velamq._topic_name import TopicName
 from velamq.metadata import _ops
 from velamq.metadata._caches import NamespaceCache, ReadCache, namespace_rows_max_default
-from velamq.metadata._schema import connect
+from velamq.metadata._schema import DEFAULT_CLUSTER, connect
 from velamq.metadata._schema_registry import SchemaRegistry
 from velamq.metadata._topic_pages import TopicListing, page_rows_max, topics_page
 from velamq.metadata._worker import SqliteWorker, ops_in_flight_max_default
@@ -125,8 +125,11 @@ class MetadataStore:
         cache_entries_max: int = cache_entries_max_default,
         clock: Clock = system_clock,
         namespace_rows_max: int = namespace_rows_max_default,
+        cluster_name: str = DEFAULT_CLUSTER,
     ) -> None:
+        """cluster_name: the local cluster (clusterName), made at start if missing."""
         self.path = Path(path)
+        self.cluster_name = cluster_name
         self._worker = SqliteWorker(
             functools.partial(connect, self.path), ops_in_flight_max=ops_in_flight_max
         )
@@ -144,9 +147,10 @@ class MetadataStore:
         )
 
     async def start(self) -> None:
-        """Open the file, create the schema, and add what is missing of standalone/public/default."""
+        """Open the file, create the schema, and add what is missing of the local cluster,
+        public and public/default."""
         await self._worker.start()
-        await self._worker.run(_ops.ensure_defaults)
+        await self._worker.run(functools.partial(_ops.ensure_defaults, cluster=_check_tenant(self.cluster_name)))
 
     async def close(self) -> None:
         """Finish the queued operations, then close. Later calls raise MetadataError."""
@@ -201,6 +205,12 @@ class MetadataStore:
 
     async def create_cluster(self, name: str, data: dict[str, Any] | None = None) -> None:
         await self._run(_ops.create_cluster, name=_check_tenant(name), data=dict(data or {}))
+
+    async def update_cluster(self, name: str, data: dict[str, Any]) -> None:
+        await self._run(_ops.update_cluster, name=_check_tenant(name), data=dict(data))
+
+    async def delete_cluster(self, name: str) -> None:
+        await self._run(_ops.delete_cluster, name=_check_tenant(name))
 
     # ------------------------------------------------------------------------ tenants
 

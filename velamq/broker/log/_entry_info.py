@@ -20,6 +20,7 @@ class EntryInfo:
     chunk_uuid: str = ""  # of a chunk: its message's uuid, chunk id and number of chunks (CH-7)
     chunk_id: int = 0
     num_chunks: int = 0
+    marker_type: int = 0  # the broker's own markers (replicated subscriptions): never delivered
 
 
 def entry_info(data: bytes) -> EntryInfo:
@@ -37,6 +38,8 @@ def entry_info(data: bytes) -> EntryInfo:
     else:
         key = NONE_KEY
     deliver_at = metadata.deliver_at_time if metadata.HasField("deliver_at_time") else 0
+    if metadata.HasField("marker_type"):
+        return EntryInfo(1, key, 0, metadata.publish_time, marker_type=metadata.marker_type)
     if not metadata.HasField("chunk_id"):
         return EntryInfo(max(num, 1), key, deliver_at, metadata.publish_time)
     return EntryInfo(

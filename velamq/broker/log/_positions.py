@@ -9,7 +9,7 @@ them mean "earliest" when the ledger id is negative and "latest" when it is 2^63
 from __future__ import annotations
 
 from velamq.broker.log._compaction import CompactedView
-from velamq.broker.log._entry_info import last_batch_index
+from velamq.broker.log._entry_info import entry_info, last_batch_index
 from velamq.protocol import I64_MAX, parse_entry_metadata
 from velamq.storage import Entry, ManagedLedger, Position
 
@@ -58,8 +58,29 @@ async def last_message(ledger: ManagedLedger, compacted: CompactedView | None = 
         return newest if newest is not None else empty
     if last is None:
         return empty
-    entries = await ledger.read_entries(last, 1)
-    return last, last_batch_index(entries[0].data) if entries else -1
+    return await _last_dispatchable(ledger, last)
+
+
+# How far back the newest message is looked for behind trailing markers (a few at most: a snapshot
+# round writes three).
+markers_skipped_max = 32
+
+
+async def _last_dispatchable(ledger: ManagedLedger, last: Position) -> tuple[Position, int]:
+    """The newest entry that is not a marker (markers are never delivered, so a reader asking
+    whether a message is available must not count them, as Pulsar's getLastDispatchablePosition);
+    looked for in the current ledger, behind at most markers_skipped_max markers."""
+    first = Position(last.ledger_id, max(-1, last.entry_id - markers_skipped_max))
+    position = last
+    while True:
+        entries = await ledger.read_entries(position, 1)
+        if not entries:
+            return last, -1
+        if not entry_info(entries[0].data).marker_type:
+            return position, last_batch_index(entries[0].data)
+        if position.entry_id - 1 <= first.entry_id:
+            return Position(position.ledger_id, position.entry_id - 1), -1
+        position = Position(position.ledger_id, position.entry_id - 1)
 
 
 async def read_at(ledger: ManagedLedger, positions: list[Position]) -> list[Entry]:

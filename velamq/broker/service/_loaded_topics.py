@@ -43,6 +43,15 @@ class TopicRows(Protocol):
     async def get_topic_policies(self, topic: str) -> dict[str, Any]: ...
 
 
+class TopicObserver(Protocol):
+    """Told of each topic as it loads (before anyone can publish to it) and after its policies
+    change: the server's geo-replication starts its replicators so. Must not raise."""
+
+    async def topic_loaded(self, topic: Topic) -> None: ...
+
+    async def policies_applied(self, topic: Topic) -> None: ...
+
+
 class LoadedTopics:
     """The loaded topics by full name, and everything that adds to or removes from that table:
     loads (one at a time per name), idle unloads (its IdleUnloader), unloads, deletes, and the
@@ -72,6 +81,7 @@ class LoadedTopics:
             clock, idle_unload_s, lambda t: self.topics.get(t.full_name) is t, self._unload_idle
         )
         self._loading: dict[str, asyncio.Future[Topic]] = {}
+        self.observers: list[TopicObserver] = []
         # namespace -> (its stored policies, their resolution): shared by the topics that have no
         # topic policies of their own, so resolving costs nothing per topic load.
         self._resolved: dict[str, tuple[dict[str, object], Policies]] = {}
@@ -103,6 +113,8 @@ class LoadedTopics:
             ):
                 continue
             await loaded.apply_policies(await self.policies_for(loaded.name))
+            for observer in self.observers:
+                await observer.policies_applied(loaded)
 
     # ---- loading ---------------------------------------------------------------------------------
 
@@ -160,6 +172,8 @@ class LoadedTopics:
             if view is None:  # a compaction that never finished
                 await self.storage.delete_ledger(store_name)
             topic.set_compacted_view(view)
+        for observer in self.observers:
+            await observer.topic_loaded(topic)
         if full in self.deleting:  # a delete started while this load was under way
             await topic.close()
             self._check_not_deleting(full)

@@ -140,6 +140,8 @@ class ConsumerCommands:
         if topic.closed:  # unloaded while this request waited (issue 10): the client retries
             raise BrokerRequestError(pb.ServiceNotReady, f"topic {topic.full_name} was unloaded, retry")
         _check_subscribe(topic, subscription, sub_type, request.subscription)
+        if request.replicate_subscription_state and request.durable and isinstance(topic, Topic):
+            topic.replicate_subscription(request.subscription)
         return topic, subscription
 
     # ---- flow, acks, redelivery ------------------------------------------------------------------

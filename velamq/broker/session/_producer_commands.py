@@ -35,9 +35,10 @@ from velamq.broker.session._context import ProducerBroker
 from velamq.broker.session._strict_metadata import metadata_accepted
 from velamq.broker.session._text_fields import non_utf8_field
 from velamq.broker.session._topic_ports import PublishingTopic
+from velamq.broker.topic._dedup import origin_name
 from velamq.broker.topic._producer import ServerProducer
 from velamq.broker.topic._publish import Published
-from velamq.broker.topic._topic import Topic
+from velamq.broker.topic._topic import REPLICATOR_PREFIX, Topic
 from velamq.protocol import (
     Frame,
     SendReceiptEncoder,
@@ -120,6 +121,7 @@ class ProducerCommands:
             connected_since_ms=broker.clock.now_ms(),
             schema_version=schema_version,
             metadata={kv.key: kv.value for kv in request.metadata},
+            is_replicator=producer_name.startswith(REPLICATOR_PREFIX),
         )
         await topic.apply_policies(await broker.policies_for(name))
         if request.initial_subscription_name and isinstance(topic, Topic):
@@ -200,6 +202,11 @@ class ProducerCommands:
         if limit is not None and not is_chunk and len(entry) > limit + 10:
             self._too_large(producer_id, sequence_id, limit)
             return
+        if producer.is_replicator:  # rare: a geo-replicator's SEND needs its metadata (RP-5)
+            metadata = parse_entry_metadata(entry)
+            dedup_checked = not is_chunk or _chunk_received(producer, metadata, len(entry))
+            self._publish_replicated(producer, entry, send, metadata, dedup_checked)
+            return
         dedup_checked = not is_chunk or _chunk_received(producer, parse_entry_metadata(entry), len(entry))
         has_highest = send.HasField("highest_sequence_id")
         highest_sequence_id = send.highest_sequence_id if has_highest else 0
@@ -218,6 +225,34 @@ class ProducerCommands:
         if buffer.full:
             self._channel.pause_reading_until_room(buffer)
         disk_guard.note_appended(len(entry))
+
+    def _publish_replicated(self, producer: AttachedProducer, entry: bytes, send: pb.CommandSend,
+                            metadata: pb.MessageMetadata, dedup_checked: bool) -> None:
+        """A geo-replicator's SEND (RP-5): deduplicated by where the message comes from and the
+        original producer's name and sequence ids in its metadata, not by the replicator's own
+        names and ids (which only pair the receipt with the send), as Pulsar does. A replicated
+        marker is appended as a marker: no deduplication, not counted as a message in."""
+        receipt = _Receipt(self, producer, send.sequence_id, None)
+        topic = producer.topic
+        if not isinstance(topic, Topic):  # replication is of persistent topics only
+            raise BrokerRequestError(pb.NotAllowedError, f"{topic.full_name} is not replicated")
+        if metadata.HasField("marker_type"):
+            topic.append_marker_with(entry, receipt)
+        else:
+            topic.publish_with(
+                producer,
+                entry,
+                send.num_messages if send.HasField("num_messages") else 1,
+                metadata.sequence_id,
+                metadata.highest_sequence_id,
+                dedup_checked,
+                receipt,
+                dedup_name=origin_name(metadata),
+            )
+        buffer = self._broker.publish_buffer
+        if buffer.full:
+            self._channel.pause_reading_until_room(buffer)
+        self._broker.disk_guard.note_appended(len(entry))
 
     def _send_without_producer(self, producer_id: int) -> None:
         if producer_id not in self._closed_by_broker:

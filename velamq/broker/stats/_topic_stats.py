@@ -196,7 +196,7 @@ def internal_stats(topic: Topic) -> InternalStats:
         pending_add_entries=ledger.pending_appends,
         last_confirmed_entry=last if last is not None else Position(ledger.current_ledger_id, -1),
         ledgers=tuple(LedgerStats(i.ledger_id, i.entries, i.size_bytes, i.offloaded_ms is not None) for i in ledgers),
-        cursors={name: _cursor_stats(topic, cursor, s) for name, cursor, s in topic.cursors()},
+        cursors={name: _cursor_stats(topic, cursor, s) for name, cursor, s in topic.cursors(replicators=True)},
     )
 
 

@@ -183,6 +183,9 @@ class Dispatcher(SubscriptionState):
             if delayed is not None and position in delayed:
                 continue  # a read that started before a run of pending delayed entries
             info = entry_info(entry.data)
+            if info.marker_type:  # never delivered (Pulsar's isServerOnlyMarker): acked at once
+                self.cursor.ack((position,))
+                continue
             if may_delay and info.deliver_at_ms > now and position not in in_flight.redelivery_counts:
                 self._delay(position, info.deliver_at_ms)
                 continue

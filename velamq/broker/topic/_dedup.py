@@ -11,14 +11,27 @@ ever dropped as a duplicate of its siblings.
 
 State is rebuilt when the topic loads by reading the producer name and sequence ids of every
 stored entry. That costs one pass over the log; a snapshot to bound it is future work.
+
+A message that came from another cluster (replicated_from set, sent by a geo-replicator) counts
+under "<origin cluster>/<producer name>" (`origin_name`): the replicator's resends after a restart
+are dropped, and a producer that failed over to this cluster and goes on with the same name and
+sequence ids does not make the primary's messages replicated later look like duplicates.
 """
 
 from __future__ import annotations
 
-from velamq.protocol import parse_entry_metadata
+from velamq.protocol import parse_entry_metadata, pb
 from velamq.storage import ManagedLedger, Position
 
 scan_batch_entries = 1000
+
+
+def origin_name(metadata: pb.MessageMetadata) -> str:
+    """The deduplication key of a stored message: its producer's name, prefixed by the cluster it
+    was replicated from if it was."""
+    if metadata.HasField("replicated_from"):
+        return f"{metadata.replicated_from}/{metadata.producer_name}"
+    return metadata.producer_name
 
 
 class Deduplication:
@@ -45,8 +58,9 @@ class Deduplication:
                 if metadata.HasField("num_chunks_from_msg") and metadata.chunk_id != metadata.num_chunks_from_msg - 1:
                     continue
                 seq = max(metadata.sequence_id, metadata.highest_sequence_id)
-                if seq > self.persisted.get(metadata.producer_name, -1):
-                    self.persisted[metadata.producer_name] = seq
+                name = origin_name(metadata)
+                if seq > self.persisted.get(name, -1):
+                    self.persisted[name] = seq
             position = ledger.next_position(entries[-1].position)
         self.pushed.update(self.persisted)
         self.ready = True

@@ -53,6 +53,8 @@ class ServerProducer:
     metadata: Mapping[str, str] = field(default_factory=dict)  # PRODUCER's metadata (stats show it)
     rate_in: RateCounter = field(default_factory=RateCounter)
     chunks_in: RateCounter = field(default_factory=RateCounter)
+    # A geo-replicator (pulsar.repl.<from>--><to>): deduplicated by each message's origin (RP-5).
+    is_replicator: bool = False
 
     def close_by_broker(self) -> None:
         """Detach from topic and connection and tell the client; it reconnects (or learns it is fenced)."""

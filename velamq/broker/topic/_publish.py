@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from velamq.broker.topic._dedup import Deduplication
@@ -37,7 +37,13 @@ class PublishTarget(Protocol):
     @property
     def subscriptions(self) -> Mapping[str, Wakeable]: ...
 
+    @property
+    def entry_watchers(self) -> Sequence[Callable[[], None]]:
+        """Told after each durable append (the geo-replicators' wake-ups)."""
+        ...
+
     def after_durable(self) -> None: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +84,8 @@ class Published:
             topic = self._topic
             for subscription in topic.subscriptions.values():
                 subscription.wake()
+            for watch in topic.entry_watchers:
+                watch()
             self.durable(position)
             topic.after_durable()  # the backlog quota, checked after the receipt went out
         except Exception:  # never into the write path, which resolves the rest of the group

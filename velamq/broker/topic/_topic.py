@@ -37,6 +37,11 @@ from velamq.storage import ManagedCursor, ManagedLedger, Position, Storage
 
 log = logging.getLogger(__name__)
 
+_NO_NAMES: frozenset[str] = frozenset()
+
+# Names of geo-replicators' cursors (pulsar.repl.<remote>) and producers (pulsar.repl.<from>--><to>).
+REPLICATOR_PREFIX = "pulsar.repl."
+
 
 _NOT_RUN = CompactionStatus()
 
@@ -82,6 +87,7 @@ class Topic:
         "compacted",
         "compaction",
         "dedup",
+        "entry_watchers",
         "full_name",
         "idle_queued",
         "last_used_s",
@@ -92,6 +98,7 @@ class Topic:
         "producers",
         "quota_age_exceeded",
         "rate_in",
+        "replicated_subscriptions",
         "storage",
         "subscriptions",
         "terminated_at",
@@ -130,6 +137,12 @@ class Topic:
         # is the position of its last entry once it is recorded.
         self.terminating = False
         self.terminated_at: Position | None = None
+        # Called after each durable append and when the topic closes: the geo-replicators' wake-ups
+        # (velamq.replication). A topic with any is never idle, as a replicated topic in Pulsar.
+        self.entry_watchers: tuple[Callable[[], None], ...] = ()
+        # Subscriptions whose consumers asked for replicate_subscription_state: their position is
+        # mirrored to the other clusters (velamq.replication). Shared empty set until one asks.
+        self.replicated_subscriptions: frozenset[str] = _NO_NAMES
 
     # ---- producers -------------------------------------------------------------------------------
 
@@ -237,6 +250,26 @@ class Topic:
         )
         return future
 
+    def append_marker(self, entry: bytes) -> asyncio.Future[Position]:
+        """Append a marker the broker made (replicated subscriptions): the position once durable."""
+        future: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+        self.append_marker_with(entry, PublishedFuture(future))
+        return future
+
+    def append_marker_with(self, entry: bytes, published: Published) -> None:
+        """Append a marker (made here, or replicated from another cluster): no deduplication, not
+        counted as a message in (replicated subscriptions snapshot only after data came in, as
+        Pulsar's last data publish time), never delivered to consumers."""
+        published.appended_to(self, None, "", -1)
+        try:
+            self.ledger.append_with(entry, published)
+        except (StorageError, ValueError) as exc:
+            published.set_exception(exc)
+
+    def replicate_subscription(self, name: str) -> None:
+        if name not in self.replicated_subscriptions:
+            self.replicated_subscriptions = self.replicated_subscriptions | {name}
+
     def publish_with(
         self,
         producer: ServerProducer,
@@ -246,16 +279,19 @@ class Topic:
         highest_sequence_id: int,
         dedup_checked: bool,
         published: Published,
+        dedup_name: str | None = None,
     ) -> None:
         """Append an entry; `published` learns the outcome (_publish.py). With deduplication on, a
         duplicate is answered with (-1, -1) on the next loop turn, and nothing is stored.
-        `dedup_checked` is False for all chunks of a chunked message but the last."""
+        `dedup_checked` is False for all chunks of a chunked message but the last; `dedup_name`
+        replaces the producer's name as the deduplication key (a geo-replicator's messages)."""
         dedup = self.dedup
         if dedup is not None and dedup_checked:
-            if dedup.is_duplicate(producer.name, sequence_id, highest_sequence_id):
+            name = producer.name if dedup_name is None else dedup_name
+            if dedup.is_duplicate(name, sequence_id, highest_sequence_id):
                 asyncio.get_running_loop().call_soon(published.durable, DUPLICATE_POSITION)
                 return
-            published.appended_to(self, dedup, producer.name, max(sequence_id, highest_sequence_id))
+            published.appended_to(self, dedup, name, max(sequence_id, highest_sequence_id))
         else:
             published.appended_to(self, None, "", -1)
         try:
@@ -360,6 +396,8 @@ class Topic:
             return False
         if self._subscribe_lock is not None and self._subscribe_lock.locked():
             return False
+        if self.entry_watchers:
+            return False
         return all(s.idle for s in self.subscriptions.values())
 
     def disconnect_clients(self) -> None:
@@ -369,15 +407,19 @@ class Topic:
         for subscription in self.subscriptions.values():
             subscription.disconnect_consumers()
 
-    def cursors(self) -> list[tuple[str, ManagedCursor, Subscription | None]]:
+    def cursors(self, replicators: bool = False) -> list[tuple[str, ManagedCursor, Subscription | None]]:
         """Every subscription as (name, cursor, live subscription or None): the durable cursors
-        (with or without consumers), then the non-durable subscriptions of readers."""
-        found = [(name, cursor, self.subscriptions.get(name)) for name, cursor in self.ledger.cursors.items()]
+        (with or without consumers), then the non-durable subscriptions of readers. The cursors of
+        geo-replicators are not subscriptions (Pulsar's stats do not list them) unless asked for."""
+        found = [(name, cursor, self.subscriptions.get(name)) for name, cursor in self.ledger.cursors.items()
+                 if replicators or not name.startswith(REPLICATOR_PREFIX)]
         found += [(name, s.cursor, s) for name, s in self.subscriptions.items() if name not in self.ledger.cursors]
         return found
 
     async def close(self) -> None:
         self.closed = True
+        for watch in self.entry_watchers:
+            watch()
         if self._compaction_task is not None and not self._compaction_task.done():
             self._compaction_task.cancel()
         if self.compacted is not None:

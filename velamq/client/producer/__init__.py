@@ -10,6 +10,7 @@
     _routing          choosing the partition of a message, as the official clients do
     _boost_hash       the key hashes the official clients route by
     _interceptors     producer interceptors
+    _entry_producer   EntryProducer: entries already built, sent as they are (a geo-replicator's)
 
 May import: transport, schema, the client's root leaves (_config, _errors, _message, _arrow),
 protocol. Imported by: consumer (dead letters), blocking, client/_client.py.

@@ -1,0 +1,223 @@
+"""Replicated subscriptions (Pulsar's PIP-33, RP-10): a subscription's position mirrored to the
+other cluster, so that a consumer that moves there resumes close to where it was.
+
+One ReplicatedSubscriptions per replicated topic, on the broker loop, driven by a timer and by the
+markers its replicators read (_markers.py has the payloads):
+
+    every second   if a subscription of the topic is replicated (its consumer subscribed with
+                   replicate_subscription_state), data came in since the last request, the remote
+                   replicator is connected and no snapshot is pending: write a REQUEST marker
+    REQUEST in     (from the remote) write a RESPONSE to it with this log's last position
+    RESPONSE in    the remote's position for our pending snapshot: write a SNAPSHOT marker (local
+                   only) pairing the response's position here with the remote's position there
+    every second   for each replicated subscription whose mark-delete passed a snapshot newer than
+                   the last one it sent: write an UPDATE marker with that snapshot's remote position
+    UPDATE in      the named subscription here (made at earliest if missing) is acknowledged
+                   cumulatively up to our position in it: never backwards
+
+Why a consumer loses nothing: a snapshot (L here, W there) is written once the remote's response
+came back through the replication stream, so everything the remote held up to W (its own messages
+and those it had from here) is in this log before L; a subscription acknowledged past L has had
+all of it. Moving the remote subscription to W skips only that. Messages after W are delivered
+again there (duplicates, as Pulsar documents).
+
+Limits: two clusters per topic (with three or more Pulsar needs a second round of requests to
+keep that argument; velamq does not snapshot then), a pending snapshot is given up after 30 s,
+the last 100 snapshots are kept, and a subscription is replicated from the moment a consumer asks
+for it (not remembered across a broker restart until the consumer subscribes again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from velamq.replication import _markers
+from velamq.replication._entries import IncomingMarker
+from velamq.storage import ManagedCursor, ManagedLedger, Position
+
+log = logging.getLogger("velamq.replication")
+
+snapshot_interval_s = 1.0  # Pulsar's replicatedSubscriptionsSnapshotFrequencyMillis
+snapshot_timeout_s = 30.0  # replicatedSubscriptionsSnapshotTimeoutSeconds
+snapshots_kept = 100
+
+
+class _Counter(Protocol):
+    @property
+    def messages_total(self) -> int: ...
+
+
+class _Subscription(Protocol):
+    @property
+    def cursor(self) -> ManagedCursor: ...
+
+    def acknowledge_cumulative(self, position: Position, ack_set: list[int] | None) -> None: ...
+
+
+class MarkerTopic(Protocol):
+    """What the controller uses of a broker topic (velamq.broker's Topic)."""
+
+    @property
+    def full_name(self) -> str: ...
+
+    @property
+    def ledger(self) -> ManagedLedger: ...
+
+    @property
+    def replicated_subscriptions(self) -> frozenset[str]: ...
+
+    @property
+    def rate_in(self) -> _Counter: ...
+
+    @property
+    def subscriptions(self) -> Mapping[str, _Subscription]: ...
+
+    def append_marker(self, entry: bytes) -> asyncio.Future[Position]: ...
+
+
+class RemoteLink(Protocol):
+    @property
+    def connected(self) -> bool: ...
+
+
+@dataclass
+class _Pending:
+    snapshot_id: str
+    started_s: float
+    responses: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+class ReplicatedSubscriptions:
+    def __init__(self, topic: MarkerTopic, local: str, remotes: Callable[[], Mapping[str, RemoteLink]]) -> None:
+        self.topic = topic
+        self.local = local
+        self._remotes = remotes
+        self._pending: _Pending | None = None
+        self._requested_after = -1  # messages_in_total when the last request was written
+        self._snapshots: deque[tuple[Position, dict[str, tuple[int, int]]]] = deque(maxlen=snapshots_kept)
+        self._sent: dict[str, Position] = {}  # subscription -> local position of its last UPDATE
+        self._task: asyncio.Task[None] | None = None
+        self._writes: set[asyncio.Task[None]] = set()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="replicated-subscriptions")
+
+    async def close(self) -> None:
+        for task in [self._task, *self._writes]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(snapshot_interval_s)
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the topic closed, a write failed: next time
+                log.debug("replicated subscriptions of %s: %s", self.topic.full_name, exc)
+
+    async def tick(self) -> None:
+        if not self.topic.replicated_subscriptions:
+            return
+        await self._request_snapshot()
+        await self._send_updates()
+
+    # ---- snapshots -------------------------------------------------------------------------------
+
+    async def _request_snapshot(self) -> None:
+        remotes = self._remotes()
+        if len(remotes) != 1 or not all(r.connected for r in remotes.values()):
+            return
+        pending = self._pending
+        if pending is not None and time.monotonic() - pending.started_s < snapshot_timeout_s:
+            return
+        published = self.topic.rate_in.messages_total  # data only: markers are not counted
+        if published == self._requested_after:
+            return  # nothing new since the last snapshot
+        self._requested_after = published
+        snapshot_id = uuid.uuid4().hex
+        self._pending = _Pending(snapshot_id, time.monotonic())
+        await self.topic.append_marker(_markers.request_entry(snapshot_id, self.local))
+
+    def on_marker(self, position: Position, incoming: IncomingMarker) -> None:
+        """A marker the remote wrote, read by the replicator toward it (on the loop)."""
+        marker = _markers.decode(incoming.marker_type, incoming.payload)
+        if marker is None:
+            return
+        if marker.marker_type == _markers.REQUEST and marker.source_cluster:
+            self._write(self._respond(marker.snapshot_id, marker.source_cluster))
+        elif marker.marker_type == _markers.RESPONSE:
+            self._responded(position, marker)
+        elif marker.marker_type == _markers.UPDATE:
+            for cluster, at in marker.clusters:
+                if cluster == self.local:
+                    self._write(self._apply(marker.subscription, Position(*at)))
+
+    async def _respond(self, snapshot_id: str, reply_to: str) -> None:
+        last = self.topic.ledger.last_confirmed or Position(-1, -1)
+        entry = _markers.response_entry(snapshot_id, reply_to, self.local, (last.ledger_id, last.entry_id))
+        await self.topic.append_marker(entry)
+
+    def _responded(self, position: Position, marker: _markers.Marker) -> None:
+        pending = self._pending
+        if pending is None or pending.snapshot_id != marker.snapshot_id:
+            return  # late, or not ours
+        pending.responses.update(marker.clusters)
+        if set(pending.responses) >= set(self._remotes()):
+            self._pending = None
+            remotes = dict(pending.responses)
+            self._snapshots.append((position, remotes))
+            self._write(self._store_snapshot(pending.snapshot_id, position, remotes))
+
+    async def _store_snapshot(self, snapshot_id: str, position: Position, remotes: dict[str, tuple[int, int]]) -> None:
+        entry = _markers.snapshot_entry(snapshot_id, self.local, (position.ledger_id, position.entry_id), remotes)
+        await self.topic.append_marker(entry)
+
+    # ---- updates -----------------------------------------------------------------------------------
+
+    async def _send_updates(self) -> None:
+        cursors = self.topic.ledger.cursors
+        for name in self.topic.replicated_subscriptions:
+            cursor = cursors.get(name)
+            if cursor is None:
+                continue
+            mark_delete = cursor.mark_delete_position
+            passed = [s for s in self._snapshots if s[0] <= mark_delete]
+            if not passed:
+                continue
+            local, remotes = passed[-1]
+            if name in self._sent and local <= self._sent[name]:
+                continue
+            self._sent[name] = local
+            await self.topic.append_marker(_markers.update_entry(name, remotes))
+
+    async def _apply(self, subscription: str, position: Position) -> None:
+        """The remote's consumers passed `position` of this log: acknowledge up to it here."""
+        ledger = self.topic.ledger
+        last = ledger.last_confirmed
+        if last is None:
+            return
+        target = min(position, last)
+        live = self.topic.subscriptions.get(subscription)
+        if live is not None:
+            if target > live.cursor.mark_delete_position:
+                live.acknowledge_cumulative(target, None)
+            return
+        cursor = ledger.cursors.get(subscription) or await ledger.open_cursor(subscription, "earliest")
+        cursor.ack_cumulative(target)
+
+    def _write(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
