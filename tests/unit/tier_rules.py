@@ -46,6 +46,7 @@ PUBLIC_ONLY: dict[str, frozenset[str]] = {"spark": frozenset({"client"})}
 ROOM_LAYERS: dict[str, list[set[str]]] = {
     "broker": [
         {"_broker_admin"},
+        {"_offload_admin"},
         {"_service"},
         {"session", "service", "stats"},
         {"topic"},
