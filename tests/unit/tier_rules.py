@@ -50,6 +50,7 @@ PUBLIC_ONLY: dict[str, frozenset[str]] = {"spark": frozenset({"client"})}
 ROOM_LAYERS: dict[str, list[set[str]]] = {
     "broker": [
         {"_broker_admin"},
+        {"_offload_admin"},
         {"_service"},
         {"nonpersistent"},
         {"session", "service", "stats"},

@@ -18,6 +18,7 @@ from typing import Any
 from velamq._errors import AlreadyExistsError, NotFoundError, PreconditionFailedError
 from velamq._topic_name import TopicName
 from velamq.broker._errors import BrokerRequestError
+from velamq.broker._offload_admin import OffloadAdmin
 from velamq.broker._service import BrokerService
 from velamq.broker.log import _positions
 from velamq.broker.log._compaction import CompactionStatus
@@ -44,7 +45,7 @@ from velamq.broker.subscription._subscription import Subscription
 from velamq.broker.topic._terminate import terminate
 from velamq.broker.topic._topic import Topic
 from velamq.metadata import MetadataStore, Policies
-from velamq.storage import ManagedCursor, OffloadStatus, Position
+from velamq.storage import ManagedCursor, Position
 
 _EARLIEST = "earliest"
 # Topics a namespace force-delete deletes at once (their deletions share journal groups and
@@ -52,7 +53,7 @@ _EARLIEST = "earliest"
 namespace_delete_batch = 500
 
 
-class BrokerAdmin:
+class BrokerAdmin(OffloadAdmin):
     """Admin operations on one BrokerService: topic lifecycle (create, delete, unload, compact),
     stats, and subscription operations (create, delete, skip, expire, reset, peek). Plain metadata
     reads and writes go to `metadata` directly; whatever must also act on live topics comes here,
@@ -249,16 +250,6 @@ class BrokerAdmin:
     def compaction_status(self, topic: str) -> CompactionStatus:
         loaded = self._broker.loaded_topic(str(TopicName.parse(topic)))
         return loaded.compaction if loaded is not None else CompactionStatus()
-
-    async def trigger_offload(self, topic: str, up_to: Position) -> bool:
-        """Offload the topic's sealed ledgers before up_to, in the background (docs/offload.md)."""
-        storage = self._broker.storage
-        if not storage.offload_enabled:
-            raise PreconditionFailedError("offloading is not configured: set managedLedgerOffloadDriver")
-        return storage.request_offload((await self._topic(topic)).ledger, up_to)
-
-    def offload_status(self, topic: str) -> OffloadStatus:
-        return self._broker.storage.offload_status(str(TopicName.parse(topic)))
 
     # ---- stats ---------------------------------------------------------------------------------
 
