@@ -257,6 +257,26 @@ class ReceiptCounter:
         raise RuntimeError(f"unexpected reply: {command}")
 
 
+def create_subscription(host: str, port: int, topic: str, name: str) -> None:
+    """A durable subscription on `topic`, its consumer gone again (as pulsar-perf and
+    produce_consume.py leave one before producing)."""
+    sock = socket.create_connection((host, port))
+    connect = pb.BaseCommand(type=T.CONNECT)
+    connect.connect.client_version = "lean-publish"
+    connect.connect.protocol_version = 21
+    sock.sendall(encode_command(connect))
+    if _read_command(sock).type != T.CONNECTED:
+        raise RuntimeError("CONNECT refused")
+    command = pb.BaseCommand(type=T.SUBSCRIBE)
+    sub = command.subscribe
+    sub.topic, sub.subscription, sub.subType = topic, name, pb.CommandSubscribe.Exclusive
+    sub.consumer_id, sub.request_id = 1, 1
+    sock.sendall(encode_command(command))
+    if _read_command(sock).type != T.SUCCESS:
+        raise RuntimeError("SUBSCRIBE refused")
+    sock.close()
+
+
 def msg_in_counter(admin_url: str, topic: str) -> int:
     url = f"{admin_url}/admin/v2/persistent/public/default/{topic}/stats"
     with urllib.request.urlopen(url, timeout=30) as response:
@@ -412,6 +432,8 @@ def velamq_run(broker_port: int, admin_url: str, pid: int, args: argparse.Namesp
     topic = f"lean-{uuid.uuid4().hex[:10]}"
     full = f"persistent://public/default/{topic}"
     entries = args.messages // args.batch // connections
+    if args.subscribe:
+        create_subscription("127.0.0.1", broker_port, full, "lean")
     streams = []
     for c in range(connections):
         sock, name = velamq_connect("127.0.0.1", broker_port, full, c + 1)
@@ -504,6 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=1, help="messages per entry (1: unbatched)")
     ap.add_argument("--window", type=int, default=5000, help="sends in flight per connection")
     ap.add_argument("--chunk", type=int, default=1000, help="frames per write at most")
+    ap.add_argument("--subscribe", action="store_true",
+                    help="leave a durable subscription (no consumer) on each topic before publishing")
     ap.add_argument("--runs", type=int, default=3, help="runs per setting (the median is printed)")
     ap.add_argument("--connections", default="1,4", help="connection counts")
     ap.add_argument("--policies", default="fsync,none", help="velamq --sync-policy values")

@@ -71,7 +71,14 @@ class _Receipt(Published):
         self._highest = highest
 
     def durable(self, position: Position) -> None:
-        self._commands.send_receipt(self._producer, self._sequence_id, self._highest, position)
+        # SEND_RECEIPT, once per unbatched entry: straight to the channel, no call in between.
+        commands = self._commands
+        channel = commands._channel
+        if not channel.closed:
+            ledger_id, entry_id = position
+            channel.write(commands._receipts.encode(
+                self._producer.producer_id, self._sequence_id, self._highest, ledger_id, entry_id
+            ))
 
     def failed(self, exception: BaseException) -> None:
         self._commands.send_failed(self._producer, self._sequence_id, exception)
@@ -223,14 +230,6 @@ class ProducerCommands:
         reply.send_error.error = code  # type: ignore[assignment]
         reply.send_error.message = message
         self._channel.send_command(reply)
-
-    def send_receipt(self, producer: ServerProducer, sequence_id: int, highest: int | None, position: Position) -> None:
-        """The entry is durable (or a duplicate, at (-1, -1)): SEND_RECEIPT."""
-        if self._channel.closed:
-            return
-        self._channel.write(
-            self._receipts.encode(producer.producer_id, sequence_id, highest, position.ledger_id, position.entry_id)
-        )
 
     def send_failed(self, producer: ServerProducer, sequence_id: int, error: BaseException) -> None:
         """The append failed (run from the loop, not from inside storage's write path)."""
