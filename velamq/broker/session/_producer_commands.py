@@ -93,6 +93,7 @@ class ProducerCommands:
         self._broker = broker
         self._producers: dict[int, ServerProducer] = {}
         self._closed_by_broker: dict[int, None] = {}  # insertion-ordered set
+        self._appended_bytes = 0  # entry bytes appended during the current read (after_read)
 
     async def on_producer(self, frame: Frame) -> None:
         request = frame.command.producer
@@ -207,12 +208,23 @@ class ProducerCommands:
             dedup_checked,
             _Receipt(self, producer, sequence_id, highest_sequence_id if has_highest else None),
         )
-        # ME-2: above the broker-wide publish buffer (bytes received, not yet durable), stop reading
-        # from this producer's socket until storage has drained; producers see backpressure.
+        self._appended_bytes += len(entry)  # after_read: the publish buffer and the disk guard
+
+    def after_read(self) -> None:
+        """Once per read of the socket, after its frames (not once per SEND, issue 22). ME-2: above
+        the broker-wide publish buffer (bytes received, not yet durable), stop reading from this
+        socket until storage has drained; producers see backpressure. The buffer only grows while
+        a read's frames are handled (appends resolve between loop iterations), so it is full now if
+        it was after any SEND of the read, and reading pauses before the next read either way."""
+        appended = self._appended_bytes
+        if not appended:
+            return
+        self._appended_bytes = 0
+        broker = self._broker
         buffer = broker.publish_buffer
         if buffer.full:
             self._channel.pause_reading_until_room(buffer)
-        disk_guard.note_appended(len(entry))
+        broker.disk_guard.note_appended(appended)
 
     def _send_without_producer(self, producer_id: int) -> None:
         if producer_id not in self._closed_by_broker:
