@@ -519,7 +519,10 @@ def median_run(runs: list[Run]) -> Run:
     return sorted(runs, key=lambda r: r.us_per_message)[len(runs) // 2]
 
 
-def main(argv: list[str] | None = None) -> int:
+Result = tuple[str, str, int, Run]  # (server, setting, connections, the median run)
+
+
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=200_000, help="messages per run (all connections)")
     ap.add_argument("--size", type=int, default=100, help="payload bytes per message")
@@ -540,21 +543,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nats-sync-messages", type=int, default=20_000,
                     help="messages per run with sync_interval: always (a few thousand per second)")
     ap.add_argument("--nats", default=shutil.which("nats-server") or "", help="nats-server binary ('' to skip)")
-    args = ap.parse_args(argv)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    trees = [t.split("=", 1) for t in args.tree] or [["this", here]]
-    conns = [int(c) for c in args.connections.split(",") if c]
-    policies = [p for p in args.policies.split(",") if p]
+    return ap
 
-    load_before = os.getloadavg()
-    profiles: list[str] = []
-    results: list[tuple[str, str, int, Run]] = []  # (server, setting, connections, median)
-    for policy in policies:
+
+def velamq_results(args: argparse.Namespace, trees: list[list[str]], conns: list[int],
+                   profiles: list[str]) -> list[Result]:
+    """Every policy and connection count against every tree, runs alternating between the trees
+    (so they see the same load); with --profile, one extra profiled run per tree and setting."""
+    results: list[Result] = []
+    for policy in [p for p in args.policies.split(",") if p]:
         for c in conns:
             per_tree: dict[str, list[Run]] = {name: [] for name, _ in trees}
-            for _ in range(args.runs):  # runs alternate between the trees: they see the same load
+            for _ in range(args.runs):
                 for name, path in trees:
-                    if args.profile and not per_tree[name] and not any(f"{name} {policy} {c}" in p for p in profiles):
+                    if args.profile and not per_tree[name]:
                         profiles.append(profiled(name, path, policy, c, args))
                     with velamq_broker(path, policy) as (port, admin_url, pid):
                         per_tree[name].append(velamq_run(port, admin_url, pid, args, c))
@@ -563,19 +565,26 @@ def main(argv: list[str] | None = None) -> int:
                           f"{last.us_per_message:.1f} µs", file=sys.stderr, flush=True)
             for name, _ in trees:
                 results.append((f"velamq ({name})", f"--sync-policy {policy}", c, median_run(per_tree[name])))
-    if args.nats and args.batch == 1:
-        for sync_always, label in ((False, "default (background sync)"), (True, "sync_interval: always")):
-            for c in conns:
-                runs = []
-                for _ in range(args.runs):
-                    with nats_server(args.nats, sync_always) as (port, pid):
-                        runs.append(nats_run(port, pid, args, c, args.nats_sync_messages if sync_always
-                                             else args.messages))
-                    print(f"  nats {label} {c} conn: {runs[-1].rate:,.0f} msg/s, {runs[-1].us_per_message:.1f} µs",
-                          file=sys.stderr, flush=True)
-                results.append(("NATS JetStream", label, c, median_run(runs)))
-    load_after = os.getloadavg()
+    return results
 
+
+def nats_results(args: argparse.Namespace, conns: list[int]) -> list[Result]:
+    results: list[Result] = []
+    for sync_always, label in ((False, "default (background sync)"), (True, "sync_interval: always")):
+        messages = args.nats_sync_messages if sync_always else args.messages
+        for c in conns:
+            runs = []
+            for _ in range(args.runs):
+                with nats_server(args.nats, sync_always) as (port, pid):
+                    runs.append(nats_run(port, pid, args, c, messages))
+                print(f"  nats {label} {c} conn: {runs[-1].rate:,.0f} msg/s, {runs[-1].us_per_message:.1f} µs",
+                      file=sys.stderr, flush=True)
+            results.append(("NATS JetStream", label, c, median_run(runs)))
+    return results
+
+
+def report(args: argparse.Namespace, results: list[Result], profiles: list[str],
+           load_before: tuple[float, float, float], load_after: tuple[float, float, float]) -> None:
     facts = machine_facts(["protobuf", "uvloop"])
     if args.nats:
         facts.append(("nats-server", nats_version(args.nats)))
@@ -595,6 +604,19 @@ def main(argv: list[str] | None = None) -> int:
               f"| {loop_us:.2f} ({loop_sys_us:.2f}) | {others} | {run.client_cpu_s / run.messages * 1e6:.2f} |")
     for profile in profiles:
         print(f"\n{profile}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    trees = [t.split("=", 1) for t in args.tree] or [["this", here]]
+    conns = [int(c) for c in args.connections.split(",") if c]
+    load_before = os.getloadavg()
+    profiles: list[str] = []
+    results = velamq_results(args, trees, conns, profiles)
+    if args.nats and args.batch == 1:
+        results += nats_results(args, conns)
+    report(args, results, profiles, load_before, os.getloadavg())
     return 0
 
 
