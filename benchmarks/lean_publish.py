@@ -34,7 +34,6 @@ import selectors
 import shutil
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +43,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from _machine import machine_facts
+from _nats import NatsAckCounter, nats_connect, nats_request, nats_server, nats_version
 from _pyspy import py_spy_path, recording, top_table
 
 from velamq.protocol import build_batch, build_entry, encode_command, encode_payload_command, pb
@@ -257,118 +257,30 @@ class ReceiptCounter:
         raise RuntimeError(f"unexpected reply: {command}")
 
 
+def create_subscription(host: str, port: int, topic: str, name: str) -> None:
+    """A durable subscription on `topic`, its consumer gone again (as pulsar-perf and
+    produce_consume.py leave one before producing)."""
+    sock = socket.create_connection((host, port))
+    connect = pb.BaseCommand(type=T.CONNECT)
+    connect.connect.client_version = "lean-publish"
+    connect.connect.protocol_version = 21
+    sock.sendall(encode_command(connect))
+    if _read_command(sock).type != T.CONNECTED:
+        raise RuntimeError("CONNECT refused")
+    command = pb.BaseCommand(type=T.SUBSCRIBE)
+    sub = command.subscribe
+    sub.topic, sub.subscription, sub.subType = topic, name, pb.CommandSubscribe.Exclusive
+    sub.consumer_id, sub.request_id = 1, 1
+    sock.sendall(encode_command(command))
+    if _read_command(sock).type != T.SUCCESS:
+        raise RuntimeError("SUBSCRIBE refused")
+    sock.close()
+
+
 def msg_in_counter(admin_url: str, topic: str) -> int:
     url = f"{admin_url}/admin/v2/persistent/public/default/{topic}/stats"
     with urllib.request.urlopen(url, timeout=30) as response:
         return int(json.load(response)["msgInCounter"])
-
-
-# ---- NATS JetStream ----------------------------------------------------------------------------
-
-
-class NatsAckCounter:
-    """Counts MSG deliveries (JetStream publish acks) in a NATS byte stream; answers PING; an ack
-    with an error, or -ERR, fails the run."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-        self._buf = b""
-
-    def __call__(self, data: bytes) -> int:
-        buf = self._buf + data
-        offset, count = 0, 0
-        while True:
-            eol = buf.find(b"\r\n", offset)
-            if eol < 0:
-                break
-            line = buf[offset:eol]
-            if line.startswith(b"MSG "):
-                size = int(line.rsplit(b" ", 1)[1])
-                if len(buf) < eol + 2 + size + 2:
-                    break
-                if b'"error"' in buf[eol + 2:eol + 2 + size]:
-                    raise RuntimeError(f"JetStream refused: {buf[eol + 2:eol + 2 + size]!r}")
-                count += 1
-                offset = eol + 2 + size + 2
-                continue
-            if line == b"PING":
-                self._sock.sendall(b"PONG\r\n")
-            elif line.startswith(b"-ERR"):
-                raise RuntimeError(f"NATS: {line!r}")
-            offset = eol + 2
-        self._buf = buf[offset:]
-        return count
-
-
-def _nats_request(sock: socket.socket, subject: str, body: bytes) -> dict[str, object]:
-    inbox = f"_INBOX.setup.{uuid.uuid4().hex}"
-    sock.sendall(f"SUB {inbox} 99\r\nPUB {subject} {inbox} {len(body)}\r\n".encode() + body + b"\r\n")
-    buf = b""
-    while True:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise RuntimeError("nats-server closed the connection")
-        buf += chunk
-        start = buf.find(b"MSG ")
-        if start >= 0:
-            eol = buf.find(b"\r\n", start)
-            if eol > 0:
-                size = int(buf[start:eol].rsplit(b" ", 1)[1])
-                if len(buf) >= eol + 2 + size:
-                    sock.sendall(b"UNSUB 99\r\n")
-                    reply: dict[str, object] = json.loads(buf[eol + 2:eol + 2 + size])
-                    return reply
-        if b"-ERR" in buf:
-            raise RuntimeError(f"NATS: {buf!r}")
-
-
-def nats_connect(port: int) -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", port))
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    buf = b""
-    while b"\r\n" not in buf:
-        buf += sock.recv(65536)
-    if not buf.startswith(b"INFO "):
-        raise RuntimeError(f"not a NATS server: {buf!r}")
-    sock.sendall(b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"protocol":1}\r\n')
-    return sock
-
-
-@contextlib.contextmanager
-def nats_server(binary: str, sync_always: bool) -> Iterator[tuple[int, int]]:
-    """(port, pid) of a JetStream server with a fresh file store."""
-    tmp = tempfile.mkdtemp(prefix="lean-nats-")
-    port = _free_port()
-    sync = "    sync_interval: always\n" if sync_always else ""
-    conf = os.path.join(tmp, "nats.conf")
-    with open(conf, "w") as f:
-        f.write(f"port: {port}\nhttp_port: {_free_port()}\njetstream {{\n    store_dir: {tmp}/js\n{sync}}}\n")
-    proc = subprocess.Popen([binary, "-c", conf], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            with contextlib.suppress(OSError):
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"nats-server did not start: {proc.stderr.read() if proc.stderr else ''!r}")
-            time.sleep(0.1)
-        yield port, proc.pid
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def nats_version(binary: str) -> str:
-    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False)
-    return (out.stdout or out.stderr).strip()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # ---- runs --------------------------------------------------------------------------------------
@@ -412,6 +324,8 @@ def velamq_run(broker_port: int, admin_url: str, pid: int, args: argparse.Namesp
     topic = f"lean-{uuid.uuid4().hex[:10]}"
     full = f"persistent://public/default/{topic}"
     entries = args.messages // args.batch // connections
+    if args.subscribe:
+        create_subscription("127.0.0.1", broker_port, full, "lean")
     streams = []
     for c in range(connections):
         sock, name = velamq_connect("127.0.0.1", broker_port, full, c + 1)
@@ -433,7 +347,7 @@ def nats_run(port: int, pid: int, args: argparse.Namespace, connections: int, me
     stream_name = f"LEAN{uuid.uuid4().hex[:8]}"
     subject = f"lean.{stream_name}"
     control = nats_connect(port)
-    created = _nats_request(control, f"$JS.API.STREAM.CREATE.{stream_name}",
+    created = nats_request(control, f"$JS.API.STREAM.CREATE.{stream_name}",
                             json.dumps({"name": stream_name, "subjects": [subject], "storage": "file"}).encode())
     if "error" in created:
         raise RuntimeError(f"stream not created: {created}")
@@ -451,7 +365,7 @@ def nats_run(port: int, pid: int, args: argparse.Namespace, connections: int, me
     run = timed(pid, streams, count * connections)
     for s in streams:
         s.sock.close()
-    info = _nats_request(control, f"$JS.API.STREAM.INFO.{stream_name}", b"")
+    info = nats_request(control, f"$JS.API.STREAM.INFO.{stream_name}", b"")
     state = info.get("state")
     stored = state.get("messages") if isinstance(state, dict) else None
     control.close()
@@ -497,13 +411,18 @@ def median_run(runs: list[Run]) -> Run:
     return sorted(runs, key=lambda r: r.us_per_message)[len(runs) // 2]
 
 
-def main(argv: list[str] | None = None) -> int:
+Result = tuple[str, str, int, Run]  # (server, setting, connections, the median run)
+
+
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=200_000, help="messages per run (all connections)")
     ap.add_argument("--size", type=int, default=100, help="payload bytes per message")
     ap.add_argument("--batch", type=int, default=1, help="messages per entry (1: unbatched)")
     ap.add_argument("--window", type=int, default=5000, help="sends in flight per connection")
     ap.add_argument("--chunk", type=int, default=1000, help="frames per write at most")
+    ap.add_argument("--subscribe", action="store_true",
+                    help="leave a durable subscription (no consumer) on each topic before publishing")
     ap.add_argument("--runs", type=int, default=3, help="runs per setting (the median is printed)")
     ap.add_argument("--connections", default="1,4", help="connection counts")
     ap.add_argument("--policies", default="fsync,none", help="velamq --sync-policy values")
@@ -516,21 +435,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nats-sync-messages", type=int, default=20_000,
                     help="messages per run with sync_interval: always (a few thousand per second)")
     ap.add_argument("--nats", default=shutil.which("nats-server") or "", help="nats-server binary ('' to skip)")
-    args = ap.parse_args(argv)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    trees = [t.split("=", 1) for t in args.tree] or [["this", here]]
-    conns = [int(c) for c in args.connections.split(",") if c]
-    policies = [p for p in args.policies.split(",") if p]
+    return ap
 
-    load_before = os.getloadavg()
-    profiles: list[str] = []
-    results: list[tuple[str, str, int, Run]] = []  # (server, setting, connections, median)
-    for policy in policies:
+
+def velamq_results(args: argparse.Namespace, trees: list[list[str]], conns: list[int],
+                   profiles: list[str]) -> list[Result]:
+    """Every policy and connection count against every tree, runs alternating between the trees
+    (so they see the same load); with --profile, one extra profiled run per tree and setting."""
+    results: list[Result] = []
+    for policy in [p for p in args.policies.split(",") if p]:
         for c in conns:
             per_tree: dict[str, list[Run]] = {name: [] for name, _ in trees}
-            for _ in range(args.runs):  # runs alternate between the trees: they see the same load
+            for _ in range(args.runs):
                 for name, path in trees:
-                    if args.profile and not per_tree[name] and not any(f"{name} {policy} {c}" in p for p in profiles):
+                    if args.profile and not per_tree[name]:
                         profiles.append(profiled(name, path, policy, c, args))
                     with velamq_broker(path, policy) as (port, admin_url, pid):
                         per_tree[name].append(velamq_run(port, admin_url, pid, args, c))
@@ -539,19 +457,26 @@ def main(argv: list[str] | None = None) -> int:
                           f"{last.us_per_message:.1f} µs", file=sys.stderr, flush=True)
             for name, _ in trees:
                 results.append((f"velamq ({name})", f"--sync-policy {policy}", c, median_run(per_tree[name])))
-    if args.nats and args.batch == 1:
-        for sync_always, label in ((False, "default (background sync)"), (True, "sync_interval: always")):
-            for c in conns:
-                runs = []
-                for _ in range(args.runs):
-                    with nats_server(args.nats, sync_always) as (port, pid):
-                        runs.append(nats_run(port, pid, args, c, args.nats_sync_messages if sync_always
-                                             else args.messages))
-                    print(f"  nats {label} {c} conn: {runs[-1].rate:,.0f} msg/s, {runs[-1].us_per_message:.1f} µs",
-                          file=sys.stderr, flush=True)
-                results.append(("NATS JetStream", label, c, median_run(runs)))
-    load_after = os.getloadavg()
+    return results
 
+
+def nats_results(args: argparse.Namespace, conns: list[int]) -> list[Result]:
+    results: list[Result] = []
+    for sync_always, label in ((False, "default (background sync)"), (True, "sync_interval: always")):
+        messages = args.nats_sync_messages if sync_always else args.messages
+        for c in conns:
+            runs = []
+            for _ in range(args.runs):
+                with nats_server(args.nats, sync_always) as (port, pid):
+                    runs.append(nats_run(port, pid, args, c, messages))
+                print(f"  nats {label} {c} conn: {runs[-1].rate:,.0f} msg/s, {runs[-1].us_per_message:.1f} µs",
+                      file=sys.stderr, flush=True)
+            results.append(("NATS JetStream", label, c, median_run(runs)))
+    return results
+
+
+def report(args: argparse.Namespace, results: list[Result], profiles: list[str],
+           load_before: tuple[float, float, float], load_after: tuple[float, float, float]) -> None:
     facts = machine_facts(["protobuf", "uvloop"])
     if args.nats:
         facts.append(("nats-server", nats_version(args.nats)))
@@ -571,6 +496,19 @@ def main(argv: list[str] | None = None) -> int:
               f"| {loop_us:.2f} ({loop_sys_us:.2f}) | {others} | {run.client_cpu_s / run.messages * 1e6:.2f} |")
     for profile in profiles:
         print(f"\n{profile}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    trees = [t.split("=", 1) for t in args.tree] or [["this", here]]
+    conns = [int(c) for c in args.connections.split(",") if c]
+    load_before = os.getloadavg()
+    profiles: list[str] = []
+    results = velamq_results(args, trees, conns, profiles)
+    if args.nats and args.batch == 1:
+        results += nats_results(args, conns)
+    report(args, results, profiles, load_before, os.getloadavg())
     return 0
 
 

@@ -24,12 +24,13 @@ _HEADER = struct.Struct(">II")
 class SendReceiptEncoder:
     """Encodes SEND_RECEIPT frames from one kept BaseCommand. One per connection (not thread-safe)."""
 
-    __slots__ = ("_command", "_message_id", "_receipt")
+    __slots__ = ("_command", "_has_highest", "_message_id", "_receipt")
 
     def __init__(self) -> None:
         self._command = pb.BaseCommand(type=pb.BaseCommand.SEND_RECEIPT)
         self._receipt = self._command.send_receipt
         self._message_id = self._receipt.message_id
+        self._has_highest = False  # whether highest_sequence_id is set in the kept message
 
     def encode(self, producer_id: int, sequence_id: int, highest_sequence_id: int | None,
                ledger_id: int, entry_id: int) -> bytes:
@@ -38,9 +39,12 @@ class SendReceiptEncoder:
         receipt.producer_id = producer_id
         receipt.sequence_id = sequence_id
         if highest_sequence_id is None:
-            receipt.ClearField("highest_sequence_id")
+            if self._has_highest:  # cleared only when set: most producers never send it
+                receipt.ClearField("highest_sequence_id")
+                self._has_highest = False
         else:
             receipt.highest_sequence_id = highest_sequence_id
+            self._has_highest = True
         message_id = self._message_id
         message_id.ledgerId = ledger_id % U64
         message_id.entryId = entry_id % U64

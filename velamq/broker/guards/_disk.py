@@ -94,6 +94,9 @@ class DiskState(Enum):
     READ_ONLY = 2
 
 
+_READ_ONLY = DiskState.READ_ONLY
+
+
 class DiskGuard:
     """Decides whether producers may write, from disk usage and storage's write health, and tells
     the broker when that changes (`on_read_only`). One per broker, on its loop."""
@@ -133,7 +136,7 @@ class DiskGuard:
 
     @property
     def read_only(self) -> bool:
-        return self.state is DiskState.READ_ONLY
+        return self.state is _READ_ONLY  # asked once per SEND: a module global, not an Enum lookup
 
     async def start(self) -> None:
         """The first check before anything is served (a broker started on a full disk starts

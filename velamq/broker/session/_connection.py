@@ -146,7 +146,7 @@ class ServerConnection(asyncio.Protocol):
         self._flow.partial_frame(self._decoder.buffered_bytes)
         for frame in frames:
             if self.state is State.CLOSED:
-                return
+                break
             try:
                 self._handle(frame)
             except ProtocolError as exc:
@@ -157,6 +157,7 @@ class ServerConnection(asyncio.Protocol):
                     exc_info=True,
                 )
                 self.close()
+        self._producers.after_read()
 
     def _first_frame(self, data: bytes) -> bytes:
         """Before CONNECT: gather the first frame (at most handshake_frame_bytes_max), handle it,

@@ -81,7 +81,14 @@ class _Receipt(Published):
         self._highest = highest
 
     def durable(self, position: Position) -> None:
-        self._commands.send_receipt(self._producer, self._sequence_id, self._highest, position)
+        # SEND_RECEIPT, once per unbatched entry: straight to the channel, no call in between.
+        commands = self._commands
+        channel = commands._channel
+        if not channel.closed:
+            ledger_id, entry_id = position
+            channel.write(commands._receipts.encode(
+                self._producer.producer_id, self._sequence_id, self._highest, ledger_id, entry_id
+            ))
 
     def failed(self, exception: BaseException) -> None:
         self._commands.send_failed(self._producer, self._sequence_id, exception)
@@ -96,6 +103,7 @@ class ProducerCommands:
         self._broker = broker
         self._producers: dict[int, AttachedProducer] = {}
         self._closed_by_broker: dict[int, None] = {}  # insertion-ordered set
+        self._appended_bytes = 0  # entry bytes appended during the current read (after_read)
 
     async def on_producer(self, frame: Frame) -> None:
         request = frame.command.producer
@@ -219,12 +227,23 @@ class ProducerCommands:
             dedup_checked,
             _Receipt(self, producer, sequence_id, highest_sequence_id if has_highest else None),
         )
-        # ME-2: above the broker-wide publish buffer (bytes received, not yet durable), stop reading
-        # from this producer's socket until storage has drained; producers see backpressure.
+        self._appended_bytes += len(entry)  # after_read: the publish buffer and the disk guard
+
+    def after_read(self) -> None:
+        """Once per read of the socket, after its frames (not once per SEND, issue 22). ME-2: above
+        the broker-wide publish buffer (bytes received, not yet durable), stop reading from this
+        socket until storage has drained; producers see backpressure. The buffer only grows while
+        a read's frames are handled (appends resolve between loop iterations), so it is full now if
+        it was after any SEND of the read, and reading pauses before the next read either way."""
+        appended = self._appended_bytes
+        if not appended:
+            return
+        self._appended_bytes = 0
+        broker = self._broker
         buffer = broker.publish_buffer
         if buffer.full:
             self._channel.pause_reading_until_room(buffer)
-        disk_guard.note_appended(len(entry))
+        broker.disk_guard.note_appended(appended)
 
     def _publish_replicated(self, producer: AttachedProducer, entry: bytes, send: pb.CommandSend,
                             metadata: pb.MessageMetadata, dedup_checked: bool) -> None:
@@ -270,16 +289,6 @@ class ProducerCommands:
         reply.send_error.error = code  # type: ignore[assignment]
         reply.send_error.message = message
         self._channel.send_command(reply)
-
-    def send_receipt(
-        self, producer: AttachedProducer, sequence_id: int, highest: int | None, position: Position
-    ) -> None:
-        """The entry is durable (or a duplicate, at (-1, -1)): SEND_RECEIPT."""
-        if self._channel.closed:
-            return
-        self._channel.write(
-            self._receipts.encode(producer.producer_id, sequence_id, highest, position.ledger_id, position.entry_id)
-        )
 
     def send_failed(self, producer: AttachedProducer, sequence_id: int, error: BaseException) -> None:
         """The append failed (run from the loop, not from inside storage's write path)."""

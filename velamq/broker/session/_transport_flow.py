@@ -80,7 +80,10 @@ class TransportFlow:
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self.flush)
-        if self._was_writable and not self.writable:
+        # `writable` spelled out (once per receipt or message): not closed is known here.
+        if self._was_writable and (
+            self._out_bytes >= self._high or self._transport_paused or self._network.outbound_full
+        ):
             self._was_writable = False
 
     def flush(self) -> None:

@@ -162,6 +162,7 @@ class WritePath:
         resolved: list[tuple[AppendWaiter, Position]] = []
         cache.start_active()
         add = active.add
+        new_position = tuple.__new__
         count = len(appends)
         while end < count and active.size_bytes < half_bytes_max:
             op = appends[end]
@@ -183,7 +184,7 @@ class WritePath:
                 run[1] += 1
                 run[2] += RECORD_HEADER_BYTES + size
                 active_tail = tail_active[handle]
-            position = Position(ledger_id, entry_id)
+            position = new_position(Position, (ledger_id, entry_id))  # Position(...) without its Python __new__
             if active_tail:
                 tail_put(position, data)
             else:
