@@ -101,7 +101,7 @@ class ReplicatedSubscriptions:
         self.local = local
         self._remotes = remotes
         self._pending: _Pending | None = None
-        self._requested_after = -1  # messages_in_total when the last request was written
+        self._requested_after = 0  # the topic's messages in when the last request was written
         self._snapshots: deque[tuple[Position, dict[str, tuple[int, int]]]] = deque(maxlen=snapshots_kept)
         self._sent: dict[str, Position] = {}  # subscription -> local position of its last UPDATE
         self._task: asyncio.Task[None] | None = None
