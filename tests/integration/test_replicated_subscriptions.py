@@ -32,11 +32,13 @@ def test_a_consumer_resumes_on_the_other_cluster_near_its_position(make_client: 
         first = [f"m-{i:03d}".encode() for i in range(50)]
         second = [f"m-{i:03d}".encode() for i in range(50, 100)]
         east_client = make_client(east.broker.service_url)
-        consumer = east_client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared,
-                                         replicate_subscription_state_enabled=True)
         _send(east_client, topic, first)
-        # A snapshot: east's request, west's response (replicated back), east's snapshot marker.
-        wait_until(lambda: _entries(east.admin, topic) >= 53, what="a snapshot after the first half")
+        # The subscription is replicated from now on: the next snapshot comes after the first half,
+        # as east's request, west's response (replicated back) and east's snapshot marker.
+        consumer = east_client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared,
+                                         initial_position=pulsar.InitialPosition.Earliest,
+                                         replicate_subscription_state_enabled=True)
+        wait_until(lambda: _entries(east.admin, topic) == 53, what="a snapshot after the first half")
         _send(east_client, topic, second)
         for _ in first:
             consumer.acknowledge(consumer.receive(10_000))

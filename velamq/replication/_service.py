@@ -23,6 +23,7 @@ topic held before.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any, Protocol
@@ -36,7 +37,7 @@ from velamq.protocol import pb
 from velamq.replication._clusters import ClusterError, RemoteCluster, remote_cluster
 from velamq.replication._entries import cursor_name
 from velamq.replication._replicator import Replicator, ReplicatorStats
-from velamq.replication._subscriptions import MarkerTopic, ReplicatedSubscriptions
+from velamq.replication._subscriptions import MarkerTopic, ReplicatedSubscriptions, snapshot_interval_s
 
 log = logging.getLogger("velamq.replication")
 
@@ -65,16 +66,25 @@ class ReplicationService:
         self._subscriptions: dict[str, ReplicatedSubscriptions] = {}  # topic -> its controller
         self._closed = False
         self._reloads: set[asyncio.Task[None]] = set()
+        self._timer: asyncio.Task[None] | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
         self.broker.loaded.observers.append(self)
+        self._timer = asyncio.get_running_loop().create_task(self._snapshots(), name="replicated-subscriptions")
         for tenant in await self.metadata.list_tenants():
             for namespace in await self.metadata.list_namespaces(tenant):
                 policies = await self.metadata.get_policies(namespace)
                 if self._remotes(policies.get("replication_clusters")):
                     await self._load_namespace(namespace)
+
+    async def _snapshots(self) -> None:
+        """One timer for every topic's replicated subscriptions (a topic without any returns at once)."""
+        while True:
+            await asyncio.sleep(snapshot_interval_s)
+            for controller in list(self._subscriptions.values()):
+                await controller.tick()
 
     async def _load_namespace(self, namespace: str) -> None:
         for name in await self.broker.topics_of_namespace(namespace, pb.CommandGetTopicsOfNamespace.PERSISTENT):
@@ -85,8 +95,10 @@ class ReplicationService:
 
     async def close(self) -> None:
         self._closed = True
-        for task in list(self._reloads):
+        for task in [*self._reloads, *([self._timer] if self._timer else [])]:
             task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         if self in self.broker.loaded.observers:
             self.broker.loaded.observers.remove(self)
         for topic in list(self._replicators):
@@ -178,7 +190,6 @@ class ReplicationService:
         if controller is None and wanted:
             controller = ReplicatedSubscriptions(topic, self.local, lambda: self._replicators.get(name, {}))
             self._subscriptions[name] = controller
-            controller.start()
         return controller
 
     def _stopped(self, replicator: Replicator) -> None:

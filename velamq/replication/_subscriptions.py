@@ -1,8 +1,9 @@
 """Replicated subscriptions (Pulsar's PIP-33, RP-10): a subscription's position mirrored to the
 other cluster, so that a consumer that moves there resumes close to where it was.
 
-One ReplicatedSubscriptions per replicated topic, on the broker loop, driven by a timer and by the
-markers its replicators read (_markers.py has the payloads):
+One ReplicatedSubscriptions per replicated topic, on the broker loop, driven by the service's one
+timer (every topic, every second) and by the markers its replicators read (_markers.py has the
+payloads):
 
     every second   if a subscription of the topic is replicated (its consumer subscribed with
                    replicate_subscription_state), data came in since the last request, the remote
@@ -96,42 +97,34 @@ class _Pending:
 
 
 class ReplicatedSubscriptions:
+    """One topic's replicated subscriptions: its pending snapshot, the snapshots kept, the updates
+    sent (see the module docstring)."""
+
     def __init__(self, topic: MarkerTopic, local: str, remotes: Callable[[], Mapping[str, RemoteLink]]) -> None:
         self.topic = topic
         self.local = local
         self._remotes = remotes
         self._pending: _Pending | None = None
-        self._requested_after = -1  # messages_in_total when the last request was written
+        self._requested_after = 0  # the topic's messages in when the last request was written
         self._snapshots: deque[tuple[Position, dict[str, tuple[int, int]]]] = deque(maxlen=snapshots_kept)
         self._sent: dict[str, Position] = {}  # subscription -> local position of its last UPDATE
-        self._task: asyncio.Task[None] | None = None
         self._writes: set[asyncio.Task[None]] = set()
 
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="replicated-subscriptions")
-
     async def close(self) -> None:
-        for task in [self._task, *self._writes]:
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(snapshot_interval_s)
-            try:
-                await self.tick()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the topic closed, a write failed: next time
-                log.debug("replicated subscriptions of %s: %s", self.topic.full_name, exc)
+        for task in list(self._writes):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def tick(self) -> None:
+        """The timer's work (the service calls it every snapshot_interval_s for every topic)."""
         if not self.topic.replicated_subscriptions:
             return
-        await self._request_snapshot()
-        await self._send_updates()
+        try:
+            await self._request_snapshot()
+            await self._send_updates()
+        except Exception as exc:  # the topic closed, a write failed: next time
+            log.debug("replicated subscriptions of %s: %s", self.topic.full_name, exc)
 
     # ---- snapshots -------------------------------------------------------------------------------
 
