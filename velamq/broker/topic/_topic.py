@@ -234,15 +234,8 @@ class Topic:
             if self.dedup is None:
                 self.dedup = dedup
 
-    def publish(
-        self,
-        producer: ServerProducer,
-        entry: bytes,
-        num_messages: int,
-        sequence_id: int,
-        highest_sequence_id: int,
-        dedup_checked: bool,
-    ) -> asyncio.Future[Position]:
+    def publish(self, producer: ServerProducer, entry: bytes, num_messages: int, sequence_id: int,
+                highest_sequence_id: int, dedup_checked: bool) -> asyncio.Future[Position]:
         """`publish_with` answering with a future: the entry's position once durable."""
         future: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
         self.publish_with(
