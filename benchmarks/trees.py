@@ -84,8 +84,14 @@ def _loadavg() -> str:
 
 
 def run_once(tree: Path, command: list[str]) -> str:
+    # Run from the tree's root: a broker started with `python -m velamq` (velamq.testing) imports
+    # from its working directory before PYTHONPATH, so a broker started elsewhere runs another tree.
     env = dict(os.environ, PYTHONPATH=str(tree.resolve()))
-    result = subprocess.run([sys.executable, *command], capture_output=True, text=True, env=env, timeout=3600)
+    script, *args = command
+    command = [str(Path(script).resolve()), *args]
+    result = subprocess.run(
+        [sys.executable, *command], capture_output=True, text=True, env=env, timeout=3600, cwd=tree.resolve()
+    )
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} against {tree} exited {result.returncode}:\n{result.stderr[-2000:]}")
     return result.stdout
