@@ -99,7 +99,10 @@ class ProcessLink:
         self._progress[base + 2] = 1 if producers_done else 0
 
     def stop_requested(self) -> bool:
-        return bool(self._stop.is_set())
+        # A parent that is gone (killed) cannot set stop: the worker then stops by itself rather
+        # than run on as an orphan.
+        parent = multiprocessing.parent_process()
+        return bool(self._stop.is_set()) or (parent is not None and not parent.is_alive())
 
 
 def child_main(plan: WorkerPlan, reports: Any, go: Any, start: Any, stop: Any, progress: Any) -> None:
@@ -126,9 +129,14 @@ def run_in_processes(plans: Sequence[WorkerPlan], rule: StopRule, aggregator: Ag
     ]
     for child in children:
         child.start()
+    # Ctrl-C only sets a flag that the coordinating loop reads: a KeyboardInterrupt raised at any
+    # point could land inside a queue operation and leave its lock held (a run that never ends).
+    interrupted: list[bool] = []
+    previous = signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
     try:
-        _coordinate(children, reports, go, start, stop, progress, rule, aggregator)
+        _coordinate(children, reports, go, start, stop, progress, rule, aggregator, interrupted)
     finally:
+        signal.signal(signal.SIGINT, previous)
         stop.set()
         for child in children:
             child.join(child_exit_timeout_s)
@@ -138,10 +146,13 @@ def run_in_processes(plans: Sequence[WorkerPlan], rule: StopRule, aggregator: Ag
 
 
 def _coordinate(children: list[SpawnProcess], reports: Any, go: Any, start: Any, stop: Any, progress: Any,
-                rule: StopRule, aggregator: Aggregator) -> None:
+                rule: StopRule, aggregator: Aggregator, interrupted: list[bool]) -> None:
     n = len(children)
     while not aggregator.finished:
         try:
+            if interrupted and not stop.is_set():
+                stop.set()
+                _go(go, start)
             try:
                 aggregator.accept(reports.get(timeout=coordinator_poll_s))
                 continue
