@@ -25,7 +25,13 @@ from velamq.broker.log._entry_info import NONE_KEY, entry_info
 from velamq.broker.nonpersistent._subscription import NON_PERSISTENT_POSITION, NonPersistentSubscription
 from velamq.broker.subscription._selector import SubType
 from velamq.broker.topic._dedup import Deduplication
-from velamq.broker.topic._producer import ProducerAccess, ServerProducer, check_shared
+from velamq.broker.topic._producer import (
+    ProducerAccess,
+    ServerProducer,
+    check_shared,
+    register_producer,
+    unregister_producer,
+)
 from velamq.broker.topic._publish import Published
 from velamq.metadata import Policies
 from velamq.protocol import pb
@@ -91,19 +97,10 @@ class NonPersistentTopic:
 
     def add_producer(self, producer: ServerProducer) -> str | None:
         """Register a producer; returns an error text (ProducerBusy) instead of raising."""
-        existing = self.producers.get(producer.name)
-        if existing is not None and existing is not producer:
-            if existing.channel is producer.channel or producer.epoch <= existing.epoch:
-                return f"producer with name '{producer.name}' is already connected to topic {self.full_name}"
-            existing.channel.forget_producer(existing)
-        self.producers[producer.name] = producer
-        return None
+        return register_producer(self.producers, producer, self.full_name)
 
     def remove_producer(self, producer: ServerProducer) -> None:
-        if self.producers.get(producer.name) is producer:
-            del self.producers[producer.name]
-            if self._access is not None:
-                self._access.left(producer.name)
+        if unregister_producer(self.producers, producer, self._access):
             self.last_used_s = self.clock.monotonic_s()
 
     async def admit_producer(

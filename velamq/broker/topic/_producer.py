@@ -66,6 +66,32 @@ class ServerProducer:
         self.channel.send_command(command)
 
 
+def register_producer(producers: dict[str, ServerProducer], producer: ServerProducer, topic: str) -> str | None:
+    """Register a producer in a topic's table (either kind of topic); an error text (ProducerBusy)
+    instead of raising when the name is taken by another live producer."""
+    existing = producers.get(producer.name)
+    if existing is not None and existing is not producer:
+        if existing.channel is producer.channel or producer.epoch <= existing.epoch:
+            return f"producer with name '{producer.name}' is already connected to topic {topic}"
+        # A reconnecting producer (higher epoch) replaces its stale registration.
+        existing.channel.forget_producer(existing)
+    producers[producer.name] = producer
+    return None
+
+
+def unregister_producer(
+    producers: dict[str, ServerProducer], producer: ServerProducer, access: ProducerAccess | None
+) -> bool:
+    """Take a producer out of its topic's table (and out of the access modes' bookkeeping); False
+    if another producer holds the name now."""
+    if producers.get(producer.name) is not producer:
+        return False
+    del producers[producer.name]
+    if access is not None:
+        access.left(producer.name)
+    return True
+
+
 def check_shared(exclusive: str | None, producer: ServerProducer) -> None:
     """A Shared producer is refused (ProducerBusy) while another producer holds the topic."""
     if exclusive not in (None, producer.name):

@@ -29,7 +29,13 @@ from velamq.broker.subscription._selector import SubType
 from velamq.broker.subscription._subscription import Subscription
 from velamq.broker.topic._backlog_quota import check_quota_on_publish, quota_exceeded
 from velamq.broker.topic._dedup import DUPLICATE_POSITION, Deduplication
-from velamq.broker.topic._producer import ProducerAccess, ServerProducer, check_shared
+from velamq.broker.topic._producer import (
+    ProducerAccess,
+    ServerProducer,
+    check_shared,
+    register_producer,
+    unregister_producer,
+)
 from velamq.broker.topic._publish import Published, PublishedFuture
 from velamq.metadata import Policies
 from velamq.protocol import pb
@@ -148,20 +154,10 @@ class Topic:
 
     def add_producer(self, producer: ServerProducer) -> str | None:
         """Register a producer; returns an error text (ProducerBusy) instead of raising."""
-        existing = self.producers.get(producer.name)
-        if existing is not None and existing is not producer:
-            if existing.channel is producer.channel or producer.epoch <= existing.epoch:
-                return f"producer with name '{producer.name}' is already connected to topic {self.full_name}"
-            # A reconnecting producer (higher epoch) replaces its stale registration.
-            existing.channel.forget_producer(existing)
-        self.producers[producer.name] = producer
-        return None
+        return register_producer(self.producers, producer, self.full_name)
 
     def remove_producer(self, producer: ServerProducer) -> None:
-        if self.producers.get(producer.name) is producer:
-            del self.producers[producer.name]
-            if self._access is not None:
-                self._access.left(producer.name)
+        if unregister_producer(self.producers, producer, self._access):
             self.last_used_s = self.clock.monotonic_s()
 
     async def admit_producer(
