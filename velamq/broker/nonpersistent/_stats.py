@@ -20,13 +20,12 @@ from velamq.broker.nonpersistent._topic import NonPersistentTopic
 from velamq.broker.stats._records import (
     ConsumerStats,
     NamespaceMetrics,
-    PublisherStats,
     SubscriptionMetrics,
     SubscriptionStats,
     TopicMetrics,
     TopicStats,
 )
-from velamq.protocol import pb
+from velamq.broker.stats._topic_stats import publisher_stats
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,20 +54,7 @@ def non_persistent_topic_stats(topic: NonPersistentTopic) -> NonPersistentTopicS
         msg_chunk_published=topic.chunks_published > 0,
         storage_size_bytes=0,
         backlog_size_bytes=0,
-        publishers=tuple(
-            PublisherStats(
-                producer_id=p.producer_id,
-                producer_name=p.name,
-                access_mode=pb.ProducerAccessMode.Name(p.access_mode),  # type: ignore[arg-type]
-                msg_rate_in=p.rate_in.message_rate,
-                msg_throughput_in=p.rate_in.byte_rate,
-                average_msg_size=p.rate_in.bytes_total / p.rate_in.messages_total if p.rate_in.messages_total else 0.0,
-                chunked_message_rate=p.chunks_in.message_rate,
-                address=p.channel.remote_address,
-                connected_since_ms=p.connected_since_ms,
-            )
-            for p in topic.producers.values()
-        ),
+        publishers=tuple(publisher_stats(p) for p in topic.producers.values()),
         subscriptions={name: _subscription_stats(s) for name, s in topic.subscriptions.items()},
         deduplication_enabled=False,
         topic_epoch=topic.topic_epoch,

@@ -18,6 +18,7 @@ from velamq.broker.stats._records import (
     TopicStats,
 )
 from velamq.broker.subscription._subscription import Subscription
+from velamq.broker.topic._producer import ServerProducer
 from velamq.broker.topic._topic import Topic
 from velamq.protocol import pb
 from velamq.storage import ManagedCursor, Position
@@ -85,24 +86,26 @@ def _subscription_metrics(name: str, cursor: ManagedCursor, s: Subscription | No
 # ---- TopicStats -----------------------------------------------------------------------------------
 
 
+def publisher_stats(p: ServerProducer) -> PublisherStats:
+    """One producer's figures, as Pulsar's PublisherStats (either kind of topic)."""
+    return PublisherStats(
+        producer_id=p.producer_id,
+        producer_name=p.name,
+        access_mode=pb.ProducerAccessMode.Name(p.access_mode),  # type: ignore[arg-type]
+        msg_rate_in=p.rate_in.message_rate,
+        msg_throughput_in=p.rate_in.byte_rate,
+        average_msg_size=p.rate_in.bytes_total / p.rate_in.messages_total if p.rate_in.messages_total else 0.0,
+        chunked_message_rate=p.chunks_in.message_rate,
+        address=p.channel.remote_address,
+        connected_since_ms=p.connected_since_ms,
+        client_version=p.channel.client_version,
+        metadata=dict(p.metadata),
+    )
+
+
 def topic_stats(topic: Topic) -> TopicStats:
     average_entry = _average_entry_bytes(topic)
-    publishers = tuple(
-        PublisherStats(
-            producer_id=p.producer_id,
-            producer_name=p.name,
-            access_mode=pb.ProducerAccessMode.Name(p.access_mode),  # type: ignore[arg-type]
-            msg_rate_in=p.rate_in.message_rate,
-            msg_throughput_in=p.rate_in.byte_rate,
-            average_msg_size=p.rate_in.bytes_total / p.rate_in.messages_total if p.rate_in.messages_total else 0.0,
-            chunked_message_rate=p.chunks_in.message_rate,
-            address=p.channel.remote_address,
-            connected_since_ms=p.connected_since_ms,
-            client_version=p.channel.client_version,
-            metadata=dict(p.metadata),
-        )
-        for p in topic.producers.values()
-    )
+    publishers = tuple(publisher_stats(p) for p in topic.producers.values())
     subscriptions = {name: _subscription_stats(cursor, s, average_entry) for name, cursor, s in topic.cursors()}
     backlog = max((s.msg_backlog for s in subscriptions.values()), default=0)
     rate_in = topic.rate_in
