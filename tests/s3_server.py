@@ -8,9 +8,10 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from wait_helpers import wait_until
 
 from velamq.testing import free_port
 
@@ -33,15 +34,18 @@ class S3Server:
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + start_timeout_s
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.5).close()
-                return
-            except OSError:
-                if self._proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("moto's S3 server did not start") from None
-                time.sleep(0.05)
+        proc = self._proc
+        wait_until(lambda: proc.poll() is not None or self._accepting(), "moto's S3 server listening",
+                   timeout_s=start_timeout_s)
+        if proc.poll() is not None:
+            raise RuntimeError(f"moto's S3 server exited with code {proc.returncode} before listening")
+
+    def _accepting(self) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.port), 0.5).close()
+            return True
+        except OSError:
+            return False
 
     def stop(self) -> None:
         if self._proc is not None:

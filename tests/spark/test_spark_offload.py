@@ -7,7 +7,6 @@ inside offloaded batches; Spark's own Parquet reader counts what was offloaded."
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 import pytest
 from spark_helpers import admin, create_partitioned, produce, source_options
+from wait_helpers import wait_until
 
 from velamq.storage.offload._store import topic_dir
 from velamq.testing import BrokerProcess, run_broker
@@ -39,13 +39,6 @@ def row_groups_read(broker: BrokerProcess) -> float:
 def offloaded(broker: BrokerProcess, partition: str) -> list[dict[str, Any]]:
     stats = admin(broker.admin_url, "GET", f"/admin/v2/persistent/public/default/{partition}/internalStats")
     return [ledger for ledger in stats["ledgers"] if ledger["offloaded"]]
-
-
-def wait_for(condition: Any, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
 
 
 def rows(df: Any) -> list[tuple[Any, ...]]:
@@ -74,10 +67,10 @@ def test_offloaded_ledgers_are_read_from_their_files(spark: Any, tmp_path: Path)
         produce(broker.service_url, topic, range(n), batch=100, properties=True)
         partitions = [f"{topic}-partition-{i}" for i in range(2)]
         for p in partitions:
-            wait_for(lambda p=p: len(offloaded(broker, p)) >= 2)
+            wait_until(lambda p=p: len(offloaded(broker, p)) >= 2, timeout_s=120)
         # Every offloaded ledger's local copy gone: a broker read of them reads row groups.
         total = sum(len(offloaded(broker, p)) for p in partitions)
-        wait_for(lambda: metric(broker, "velamq_storage_offload_local_deleted_total") >= total)
+        wait_until(lambda: metric(broker, "velamq_storage_offload_local_deleted_total") >= total, timeout_s=120)
         through_broker = spark.read.format("velamq").options(**source_options(broker, topic=topic)).load()
         expected = rows(through_broker)
         assert len(expected) == n and row_groups_read(broker) > 0
