@@ -16,8 +16,6 @@ backlog quotas, deduplication) is simply absent here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from velamq._clock import Clock
 from velamq._topic_name import TopicName
 from velamq.broker._rates import NO_RATE, RateCounter
@@ -25,20 +23,13 @@ from velamq.broker.log._entry_info import NONE_KEY, entry_info
 from velamq.broker.nonpersistent._subscription import NON_PERSISTENT_POSITION, NonPersistentSubscription
 from velamq.broker.subscription._selector import SubType
 from velamq.broker.topic._dedup import Deduplication
-from velamq.broker.topic._producer import (
-    ProducerAccess,
-    ServerProducer,
-    check_shared,
-    register_producer,
-    unregister_producer,
-)
+from velamq.broker.topic._producer import ProducerAccess, ProducerHost, ServerProducer
 from velamq.broker.topic._publish import Published
 from velamq.metadata import Policies
-from velamq.protocol import pb
 from velamq.storage import Position
 
 
-class NonPersistentTopic:
+class NonPersistentTopic(ProducerHost):
     """One loaded non-persistent topic. Everything here runs on the broker loop."""
 
     __slots__ = (
@@ -95,37 +86,6 @@ class NonPersistentTopic:
 
     # ---- producers -------------------------------------------------------------------------------
 
-    def add_producer(self, producer: ServerProducer) -> str | None:
-        """Register a producer; returns an error text (ProducerBusy) instead of raising."""
-        return register_producer(self.producers, producer, self.full_name)
-
-    def remove_producer(self, producer: ServerProducer) -> None:
-        if unregister_producer(self.producers, producer, self._access):
-            self.last_used_s = self.clock.monotonic_s()
-
-    async def admit_producer(
-        self, producer: ServerProducer, request_epoch: int | None, on_queued: Callable[[], None]
-    ) -> None:
-        """Producer access modes as on a persistent topic; the epoch lives in memory only (Pulsar
-        keeps a non-persistent topic's epoch in memory too)."""
-        if producer.access_mode == pb.Shared:
-            check_shared(self.exclusive_producer, producer)
-            return
-        if self._access is None:
-            self._access = ProducerAccess()
-        await self._access.admit(self.producers, producer, request_epoch, on_queued)
-
-    def not_registered(self, name: str) -> None:
-        if self._access is not None and self._access.exclusive == name and name not in self.producers:
-            self._access.exclusive = None
-
-    @property
-    def exclusive_producer(self) -> str | None:
-        return None if self._access is None else self._access.exclusive
-
-    @property
-    def topic_epoch(self) -> int:
-        return 0 if self._access is None else self._access.epoch
 
     # ---- publishing ------------------------------------------------------------------------------
 

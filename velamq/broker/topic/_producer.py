@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from velamq._clock import Clock
 from velamq.broker._channel import NO_REQUEST_ID, Channel
 from velamq.broker._errors import BrokerRequestError
 from velamq.broker._rates import RateCounter
@@ -64,32 +65,6 @@ class ServerProducer:
         command.close_producer.producer_id = self.producer_id
         command.close_producer.request_id = NO_REQUEST_ID
         self.channel.send_command(command)
-
-
-def register_producer(producers: dict[str, ServerProducer], producer: ServerProducer, topic: str) -> str | None:
-    """Register a producer in a topic's table (either kind of topic); an error text (ProducerBusy)
-    instead of raising when the name is taken by another live producer."""
-    existing = producers.get(producer.name)
-    if existing is not None and existing is not producer:
-        if existing.channel is producer.channel or producer.epoch <= existing.epoch:
-            return f"producer with name '{producer.name}' is already connected to topic {topic}"
-        # A reconnecting producer (higher epoch) replaces its stale registration.
-        existing.channel.forget_producer(existing)
-    producers[producer.name] = producer
-    return None
-
-
-def unregister_producer(
-    producers: dict[str, ServerProducer], producer: ServerProducer, access: ProducerAccess | None
-) -> bool:
-    """Take a producer out of its topic's table (and out of the access modes' bookkeeping); False
-    if another producer holds the name now."""
-    if producers.get(producer.name) is not producer:
-        return False
-    del producers[producer.name]
-    if access is not None:
-        access.left(producer.name)
-    return True
 
 
 def check_shared(exclusive: str | None, producer: ServerProducer) -> None:
@@ -165,3 +140,64 @@ class ProducerAccess:
             self.exclusive = None
         if self._changed is not None:
             self._changed.set()
+
+
+class ProducerHost:
+    """What a topic of either kind (the persistent Topic, velamq/broker/nonpersistent's) does with
+    its producers: the table by name, the access modes (a ProducerAccess made by the first
+    exclusive producer) and the topic epoch. The topic class declares the slots."""
+
+    __slots__ = ()
+
+    producers: dict[str, ServerProducer]
+    _access: ProducerAccess | None
+    full_name: str
+    clock: Clock
+    last_used_s: float
+
+    def add_producer(self, producer: ServerProducer) -> str | None:
+        """Register a producer; returns an error text (ProducerBusy) instead of raising."""
+        existing = self.producers.get(producer.name)
+        if existing is not None and existing is not producer:
+            if existing.channel is producer.channel or producer.epoch <= existing.epoch:
+                return f"producer with name '{producer.name}' is already connected to topic {self.full_name}"
+            # A reconnecting producer (higher epoch) replaces its stale registration.
+            existing.channel.forget_producer(existing)
+        self.producers[producer.name] = producer
+        return None
+
+    def remove_producer(self, producer: ServerProducer) -> None:
+        if self.producers.get(producer.name) is producer:
+            del self.producers[producer.name]
+            if self._access is not None:
+                self._access.left(producer.name)
+            self.last_used_s = self.clock.monotonic_s()  # type: ignore[misc]  # a slot of the topic class
+
+    async def admit_producer(
+        self, producer: ServerProducer, request_epoch: int | None, on_queued: Callable[[], None]
+    ) -> None:
+        """Apply the producer access mode (ProducerAccess): raises BrokerRequestError with
+        ProducerBusy or ProducerFenced; WaitForExclusive calls `on_queued` once and waits its turn."""
+        if producer.access_mode == pb.Shared:
+            check_shared(self.exclusive_producer, producer)
+            return
+        if self._access is None:
+            self._access = ProducerAccess()  # type: ignore[misc]  # a slot of the topic class
+        await self._access.admit(self.producers, producer, request_epoch, on_queued)
+
+    def not_registered(self, name: str) -> None:
+        """An admitted producer was not registered after all (its connection closed, or its name
+        is taken): it does not hold the topic."""
+        if self._access is not None and self._access.exclusive == name and name not in self.producers:
+            self._access.exclusive = None
+
+    @property
+    def exclusive_producer(self) -> str | None:
+        """The name of the producer holding the topic (an exclusive access mode), if any."""
+        return None if self._access is None else self._access.exclusive
+
+    @property
+    def topic_epoch(self) -> int:
+        """Moves each time an exclusive producer takes the topic (a producer reconnecting with an
+        older epoch has been fenced)."""
+        return 0 if self._access is None else self._access.epoch

@@ -29,13 +29,7 @@ from velamq.broker.subscription._selector import SubType
 from velamq.broker.subscription._subscription import Subscription
 from velamq.broker.topic._backlog_quota import check_quota_on_publish, quota_exceeded
 from velamq.broker.topic._dedup import DUPLICATE_POSITION, Deduplication
-from velamq.broker.topic._producer import (
-    ProducerAccess,
-    ServerProducer,
-    check_shared,
-    register_producer,
-    unregister_producer,
-)
+from velamq.broker.topic._producer import ProducerAccess, ProducerHost, ServerProducer
 from velamq.broker.topic._publish import Published, PublishedFuture
 from velamq.metadata import Policies
 from velamq.protocol import pb
@@ -77,7 +71,7 @@ class _NonDurableOwner:
         pass
 
 
-class Topic:
+class Topic(ProducerHost):
     """One loaded topic: its managed ledger, the producers publishing to it and the subscriptions
     reading it, plus the topic-wide state policies need (deduplication, backlog quota, producer
     access mode and epoch, compacted view). It is the only writer of its ledger; everything here
@@ -152,27 +146,13 @@ class Topic:
 
     # ---- producers -------------------------------------------------------------------------------
 
-    def add_producer(self, producer: ServerProducer) -> str | None:
-        """Register a producer; returns an error text (ProducerBusy) instead of raising."""
-        return register_producer(self.producers, producer, self.full_name)
-
-    def remove_producer(self, producer: ServerProducer) -> None:
-        if unregister_producer(self.producers, producer, self._access):
-            self.last_used_s = self.clock.monotonic_s()
-
     async def admit_producer(
         self, producer: ServerProducer, request_epoch: int | None, on_queued: Callable[[], None]
     ) -> None:
-        """Apply the producer access mode (_producer.py): raises BrokerRequestError with
-        ProducerBusy or ProducerFenced; WaitForExclusive calls `on_queued` once and waits its turn.
-        A terminated topic admits nobody (TopicTerminatedError, _terminate.py)."""
+        """ProducerHost's access modes; a terminated topic admits nobody (TopicTerminatedError,
+        _terminate.py), also a WaitForExclusive producer whose wait ended after the termination."""
         self._check_not_terminated()
-        if producer.access_mode == pb.Shared:
-            check_shared(self.exclusive_producer, producer)
-            return
-        if self._access is None:
-            self._access = ProducerAccess()
-        await self._access.admit(self.producers, producer, request_epoch, on_queued)
+        await super().admit_producer(producer, request_epoch, on_queued)
         if self.terminating:  # terminated while it waited its turn
             self.not_registered(producer.name)
             self._check_not_terminated()
@@ -180,23 +160,6 @@ class Topic:
     def _check_not_terminated(self) -> None:
         if self.terminating:  # as Pulsar's AbstractTopic.addProducer (TopicTerminatedException)
             raise BrokerRequestError(pb.TopicTerminatedError, f"Topic {self.full_name} was already terminated")
-
-    def not_registered(self, name: str) -> None:
-        """An admitted producer was not registered after all (its connection closed, or its name
-        is taken): it does not hold the topic."""
-        if self._access is not None and self._access.exclusive == name and name not in self.producers:
-            self._access.exclusive = None
-
-    @property
-    def exclusive_producer(self) -> str | None:
-        """The name of the producer holding the topic (an exclusive access mode), if any."""
-        return None if self._access is None else self._access.exclusive
-
-    @property
-    def topic_epoch(self) -> int:
-        """Moves each time an exclusive producer takes the topic (a producer reconnecting with an
-        older epoch has been fenced)."""
-        return 0 if self._access is None else self._access.epoch
 
     # ---- backlog quota (BR-3) --------------------------------------------------------------------
 
