@@ -18,14 +18,13 @@ from velamq._topic_name import TopicName
 from velamq.broker.nonpersistent._subscription import NON_PERSISTENT_POSITION, NonPersistentSubscription
 from velamq.broker.nonpersistent._topic import NonPersistentTopic
 from velamq.broker.stats._records import (
-    ConsumerStats,
     NamespaceMetrics,
     SubscriptionMetrics,
     SubscriptionStats,
     TopicMetrics,
     TopicStats,
 )
-from velamq.broker.stats._topic_stats import publisher_stats
+from velamq.broker.stats._topic_stats import consumer_stats, publisher_stats
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,23 +67,7 @@ def non_persistent_topic_stats(topic: NonPersistentTopic) -> NonPersistentTopicS
 
 
 def _subscription_stats(s: NonPersistentSubscription) -> SubscriptionStats:
-    consumers = tuple(
-        ConsumerStats(
-            consumer_name=c.name,
-            msg_rate_out=c.out.message_rate,
-            msg_throughput_out=c.out.byte_rate,
-            bytes_out_counter=c.out.bytes_total,
-            msg_out_counter=c.out.messages_total,
-            chunked_message_rate=c.chunks_out.message_rate,
-            available_permits=c.permits,
-            unacked_messages=0,
-            address=c.channel.remote_address,
-            connected_since_ms=c.connected_since_ms,
-            key_hash_ranges=tuple(c.hash_ranges),
-            is_active=s.is_active(c),
-        )
-        for c in s.consumers
-    )
+    consumers = tuple(consumer_stats(c, s.is_active(c)) for c in s.consumers)  # never anything unacked
     return SubscriptionStats(
         type=s.sub_type.pulsar_name,
         is_durable=s.durable,

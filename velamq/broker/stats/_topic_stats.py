@@ -17,6 +17,7 @@ from velamq.broker.stats._records import (
     TopicMetrics,
     TopicStats,
 )
+from velamq.broker.subscription._consumer import ServerConsumer
 from velamq.broker.subscription._subscription import Subscription
 from velamq.broker.topic._producer import ServerProducer
 from velamq.broker.topic._topic import Topic
@@ -103,6 +104,31 @@ def publisher_stats(p: ServerProducer) -> PublisherStats:
     )
 
 
+def consumer_stats(c: ServerConsumer, active: bool, joined_at: Position | None = None) -> ConsumerStats:
+    """One consumer's figures, as Pulsar's ConsumerStats (either kind of topic)."""
+    return ConsumerStats(
+        consumer_name=c.name,
+        msg_rate_out=c.out.message_rate,
+        msg_throughput_out=c.out.byte_rate,
+        bytes_out_counter=c.out.bytes_total,
+        msg_out_counter=c.out.messages_total,
+        chunked_message_rate=c.chunks_out.message_rate,
+        available_permits=c.permits,
+        unacked_messages=c.unacked_messages,
+        address=c.channel.remote_address,
+        connected_since_ms=c.connected_since_ms,
+        key_hash_ranges=tuple(c.hash_ranges),
+        is_active=active,
+        client_version=c.channel.client_version,
+        metadata=dict(c.metadata),
+        last_acked_ms=c.last_acked_ms,
+        last_consumed_ms=c.last_consumed_ms,
+        last_consumed_flow_ms=c.last_flow_ms,
+        msg_rate_redeliver=c.redelivered.message_rate,
+        read_position_when_joining=joined_at,
+    )
+
+
 def topic_stats(topic: Topic) -> TopicStats:
     average_entry = _average_entry_bytes(topic)
     publishers = tuple(publisher_stats(p) for p in topic.producers.values())
@@ -138,30 +164,7 @@ def _subscription_stats(cursor: ManagedCursor, s: Subscription | None, average_e
     )
     if s is None:
         return common
-    consumers = tuple(
-        ConsumerStats(
-            consumer_name=c.name,
-            msg_rate_out=c.out.message_rate,
-            msg_throughput_out=c.out.byte_rate,
-            bytes_out_counter=c.out.bytes_total,
-            msg_out_counter=c.out.messages_total,
-            chunked_message_rate=c.chunks_out.message_rate,
-            available_permits=c.permits,
-            unacked_messages=c.unacked_messages,
-            address=c.channel.remote_address,
-            connected_since_ms=c.connected_since_ms,
-            key_hash_ranges=tuple(c.hash_ranges),
-            is_active=s.is_active(c),
-            client_version=c.channel.client_version,
-            metadata=dict(c.metadata),
-            last_acked_ms=c.last_acked_ms,
-            last_consumed_ms=c.last_consumed_ms,
-            last_consumed_flow_ms=c.last_flow_ms,
-            msg_rate_redeliver=c.redelivered.message_rate,
-            read_position_when_joining=s.joined_at(c),
-        )
-        for c in s.consumers
-    )
+    consumers = tuple(consumer_stats(c, s.is_active(c), s.joined_at(c)) for c in s.consumers)
     return SubscriptionStats(
         type=common.type,
         is_durable=common.is_durable,
