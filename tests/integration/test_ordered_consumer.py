@@ -18,7 +18,7 @@ import urllib.request
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from wait_helpers import until, wait_until
@@ -491,29 +491,39 @@ def test_process_handlers_keep_order_per_key_and_handle_each_message_once(
 
 def test_process_handlers_that_fail_are_retried_in_place_then_dead_lettered(
         broker: BrokerProcess, topic: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    keys = [f"k{i % 3}" for i in range(30)]
-    dlq = f"{topic}-dlq"
     monkeypatch.setenv("VELAMQ_TEST_RECORDS", str(tmp_path))
+    m, poison, by_key = run_poison(broker, topic, tmp_path, fail_on_k1_4, keys=3, processes=1, max_attempts=2)
+    assert (m.handler_failures, m.retries, m.dead_lettered) == (2, 1, 1)
+    assert poison == ["k1", 4]
+    assert by_key["k0"] == by_key["k2"] == list(range(10))
+    assert by_key["k1"] == [s for s in range(10) if s != 4]
+
+
+def run_poison(broker: BrokerProcess, topic: str, tmp_path: Path, handler: Callable[[Message], None], *,
+               keys: int, processes: int, max_attempts: int) -> tuple[Any, Any, dict[str, list[int]]]:
+    """Ten messages per key through a process handler with a dead-letter topic: the first
+    partition's metrics, the one dead-lettered message's value and what each key ran, in order."""
+    sent = [f"k{i % keys}" for i in range(10 * keys)]
+    dlq = f"{topic}-dlq"
+    result: list[Any] = []
 
     async def body(client: AsyncClient) -> None:
-        await produce(client, topic, keys)
+        await produce(client, topic, sent)
         dead = await client.subscribe(dlq, "check", initial_position="earliest")
-        async with OrderedConsumer(client, topic, "s", fail_on_k1_4, handler_mode="process", processes=1,
-                                   partition_parallelism=3, initial_position="earliest", max_attempts=2,
-                                   retry_initial_backoff_ms=1, dead_letter_topic=dlq) as consumer:
-            await until(lambda: consumer.metrics().acknowledged == len(keys), "every message acknowledged")
-            m = consumer.metrics().partitions[0]
-        assert (m.handler_failures, m.retries, m.dead_lettered) == (2, 1, 1)
-        poison = await dead.receive(10_000)
-        assert json.loads(poison.value) == ["k1", 4]
+        async with OrderedConsumer(client, topic, "s", handler, handler_mode="process", processes=processes,
+                                   partition_parallelism=keys, initial_position="earliest",
+                                   max_attempts=max_attempts, retry_initial_backoff_ms=1,
+                                   dead_letter_topic=dlq) as consumer:
+            await until(lambda: consumer.metrics().acknowledged == len(sent), "every message acknowledged")
+            result.append(consumer.metrics().partitions[0])
+        result.append(json.loads((await dead.receive(10_000)).value))
         await dead.close()
 
     run(broker, body)
     by_key: dict[str, list[int]] = defaultdict(list)
     for key, seq, _ in process_records(tmp_path):
         by_key[key].append(seq)
-    assert by_key["k0"] == by_key["k2"] == list(range(10))
-    assert by_key["k1"] == [s for s in range(10) if s != 4]
+    return result[0], result[1], by_key
 
 
 def fail_on_k1_4(message: Message) -> None:
@@ -532,28 +542,11 @@ def crash_on_k2_3(message: Message) -> None:
 
 def test_a_message_that_kills_its_process_every_time_is_dead_lettered_after_max_attempts(
         broker: BrokerProcess, topic: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    keys = [f"k{i % 4}" for i in range(40)]
-    dlq = f"{topic}-dlq"
     monkeypatch.setenv("VELAMQ_TEST_RECORDS", str(tmp_path))
-
-    async def body(client: AsyncClient) -> None:
-        await produce(client, topic, keys)
-        dead = await client.subscribe(dlq, "check", initial_position="earliest")
-        async with OrderedConsumer(client, topic, "s", crash_on_k2_3, handler_mode="process", processes=2,
-                                   partition_parallelism=4, initial_position="earliest", max_attempts=3,
-                                   retry_initial_backoff_ms=1, dead_letter_topic=dlq) as consumer:
-            await until(lambda: consumer.metrics().acknowledged == len(keys), "every message acknowledged")
-            m = consumer.metrics().partitions[0]
-        # Three crashes, the first two followed by a new attempt, the third by the dead-letter topic.
-        assert (m.handler_failures, m.retries, m.dead_lettered) == (3, 2, 1)
-        poison = await dead.receive(10_000)
-        assert json.loads(poison.value) == ["k2", 3]
-        await dead.close()
-
-    run(broker, body)
-    by_key: dict[str, list[int]] = defaultdict(list)
-    for key, seq, _ in process_records(tmp_path):
-        by_key[key].append(seq)
+    m, poison, by_key = run_poison(broker, topic, tmp_path, crash_on_k2_3, keys=4, processes=2, max_attempts=3)
+    # Three crashes, the first two followed by a new attempt, the third by the dead-letter topic.
+    assert (m.handler_failures, m.retries, m.dead_lettered) == (3, 2, 1)
+    assert poison == ["k2", 3]
     assert by_key["k0"] == by_key["k1"] == by_key["k3"] == list(range(10))
     assert by_key["k2"] == [s for s in range(10) if s != 3]  # the rest of k2, once each, in order
 
