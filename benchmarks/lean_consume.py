@@ -25,7 +25,6 @@ import argparse
 import os
 import selectors
 import socket
-import struct
 import sys
 import time
 import uuid
@@ -37,7 +36,6 @@ from _machine import machine_facts
 from velamq.protocol import encode_command, pb
 
 T = pb.BaseCommand
-_U32 = struct.Struct(">I")
 _MESSAGE_PREFIX = bytes((0x08, T.MESSAGE))
 
 
@@ -61,21 +59,10 @@ class Consumer:
     def on_data(self, data: bytes) -> None:
         buf = self._buf
         buf += data
-        offset, end, count, last = 0, len(buf), 0, -1
-        while end - offset >= 4:
-            (total,) = _U32.unpack_from(buf, offset)
-            if end - offset - 4 < total:
-                break
-            if buf[offset + 8:offset + 10] == _MESSAGE_PREFIX:
-                count += 1
-                last = offset
-            else:
-                self._other(buf, offset)
-            offset += 4 + total
+        offset, count, last = lean.scan_frames(buf, _MESSAGE_PREFIX, self._other)
         replies = []
         if last >= 0:
-            (size,) = _U32.unpack_from(buf, last + 4)
-            command = pb.BaseCommand.FromString(bytes(buf[last + 8:last + 8 + size]))
+            command = pb.BaseCommand.FromString(lean.command_bytes(buf, last))
             ack = pb.BaseCommand(type=T.ACK)
             ack.ack.consumer_id = 1
             ack.ack.ack_type = pb.CommandAck.Cumulative
@@ -90,9 +77,8 @@ class Consumer:
         if replies:
             self.out = memoryview(bytes(self.out) + b"".join(replies))
 
-    def _other(self, buf: bytearray, offset: int) -> None:
-        (size,) = _U32.unpack_from(buf, offset + 4)
-        command = pb.BaseCommand.FromString(bytes(buf[offset + 8:offset + 8 + size]))
+    def _other(self, body: bytes) -> None:
+        command = pb.BaseCommand.FromString(body)
         if command.type == T.PING:
             self.sock.sendall(encode_command(pb.BaseCommand(type=T.PONG, pong=pb.CommandPong())))
         elif command.type != T.ACK_RESPONSE:

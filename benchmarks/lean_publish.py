@@ -212,6 +212,30 @@ def velamq_connect(host: str, port: int, topic: str, producer_id: int) -> tuple[
     return sock, reply.producer_success.producer_name
 
 
+def scan_frames(buf: bytearray, prefix: bytes, other: Callable[[bytes], None]) -> tuple[int, int, int]:
+    """The whole frames at the start of `buf`, without decoding the common ones: (bytes they take,
+    how many have a command starting with `prefix`, the offset of the last of those or -1); every
+    other frame's command bytes go to `other`."""
+    offset, end, count, last = 0, len(buf), 0, -1
+    while end - offset >= 4:
+        (total,) = _U32.unpack_from(buf, offset)
+        if end - offset - 4 < total:
+            break
+        if buf[offset + 8:offset + 8 + len(prefix)] == prefix:
+            count += 1
+            last = offset
+        else:
+            other(command_bytes(buf, offset))
+        offset += 4 + total
+    return offset, count, last
+
+
+def command_bytes(buf: bytearray, offset: int) -> bytes:
+    """The command of the frame at `offset` (after its total and command sizes)."""
+    (size,) = _U32.unpack_from(buf, offset + 4)
+    return bytes(buf[offset + 8:offset + 8 + size])
+
+
 class ReceiptCounter:
     """Counts SEND_RECEIPT frames in a byte stream; anything else but a PING is an error. The last
     receipt of each read is decoded: its sequence id must be above the previous one checked."""
@@ -224,19 +248,9 @@ class ReceiptCounter:
     def __call__(self, data: bytes) -> int:
         buf = self._buf
         buf += data
-        offset, end, count, last = 0, len(buf), 0, -1
-        while end - offset >= 4:
-            (total,) = _U32.unpack_from(buf, offset)
-            if end - offset - 4 < total:
-                break
-            if buf[offset + 8:offset + 10] == _RECEIPT_PREFIX:
-                count += 1
-                last = offset
-            else:
-                self._other(bytes(buf[offset + 8:offset + 4 + total]))
-            offset += 4 + total
+        offset, count, last = scan_frames(buf, _RECEIPT_PREFIX, self._other)
         if last >= 0:
-            self._check_order(bytes(buf[last + 8:last + 4 + _U32.unpack_from(buf, last)[0]]))
+            self._check_order(command_bytes(buf, last))
         del buf[:offset]
         return count
 
