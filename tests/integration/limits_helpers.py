@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import threading
 import urllib.request
 from typing import Any
 
@@ -89,3 +90,37 @@ def http(method: str, url: str, body: Any = None) -> tuple[int, Any]:
             return exc.code, raw.decode(errors="replace")
 
 
+def stalled_consumer(port: int, topic: str) -> socket.socket:
+    """A raw consumer on `topic` with a 4 KiB receive buffer that grants a million permits and
+    never reads again: the slowest consumer a broker can meet."""
+    slow = socket.socket()
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow.connect(("127.0.0.1", port))
+    slow.sendall(command(T.CONNECT, "connect", client_version="t", protocol_version=20)
+                 + command(T.SUBSCRIBE, "subscribe", topic=topic, subscription="slow", subType=0,
+                           consumer_id=1, request_id=1))
+    read_frames(slow, 2)  # CONNECTED, SUCCESS: the consumer exists
+    slow.sendall(command(T.FLOW, "flow", consumer_id=1, messagePermits=1_000_000))  # and never reads again
+    return slow
+
+
+class PeakRss:
+    """Samples a process's RSS in a thread; `peak` is the highest seen."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = rss_bytes(pid)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, rss_bytes(self.pid))
+            self._stop.wait(0.02)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_bytes(self.pid))
+        return self.peak

@@ -14,13 +14,19 @@ from __future__ import annotations
 import os
 import socket
 import struct
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from limits_helpers import T, command, frame_header, handshake, metrics, read_frames, rss_bytes
+from limits_helpers import (
+    PeakRss,
+    frame_header,
+    handshake,
+    metrics,
+    rss_bytes,
+    stalled_consumer,
+)
 from wait_helpers import wait_until
 
 from velamq.testing import run_broker
@@ -34,39 +40,10 @@ slow_consumer_bytes = int(os.environ.get("VELAMQ_SLOW_CONSUMER_BYTES", 512 * MIB
 message_bytes = 64 * 1024
 
 
-class PeakRss:
-    """Samples a process's RSS in a thread; `peak` is the highest seen."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.peak = rss_bytes(pid)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, rss_bytes(self.pid))
-            self._stop.wait(0.02)
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, rss_bytes(self.pid))
-        return self.peak
-
-
 def test_a_consumer_that_never_reads_does_not_grow_the_broker(tmp_path: Path, make_client: Any) -> None:
     with run_broker(tmp_path / "data", ["--memory", "256M", "--sync-policy", "none"]) as broker:
         topic = "persistent://public/default/never-read"
-        slow = socket.socket()
-        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        slow.connect(("127.0.0.1", broker.broker_port))
-        slow.sendall(command(T.CONNECT, "connect", client_version="t", protocol_version=20)
-                     + command(T.SUBSCRIBE, "subscribe", topic=topic, subscription="slow", subType=0,
-                               consumer_id=1, request_id=1))
-        read_frames(slow, 2)  # CONNECTED, SUCCESS: the consumer exists
-        slow.sendall(command(T.FLOW, "flow", consumer_id=1, messagePermits=1_000_000))  # and never reads again
+        slow = stalled_consumer(broker.broker_port, topic)
         client = make_client(broker.service_url)
         producer = client.create_producer(topic, batching_enabled=False, block_if_queue_full=True,
                                           max_pending_messages=200)

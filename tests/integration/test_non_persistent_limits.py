@@ -17,13 +17,11 @@ its connection, which the network's share of the memory budget bounds.
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
-from limits_helpers import T, command, http, metrics, read_frames, rss_bytes
-from test_limits_memory import PeakRss
+from limits_helpers import PeakRss, http, metrics, rss_bytes, stalled_consumer
 
 from velamq.testing import run_broker
 
@@ -69,14 +67,7 @@ def test_a_consumer_that_never_reads_is_bounded_by_the_budget(tmp_path: Path, ma
     budget_bytes, slack_bytes, message_bytes = 256 * MIB, 150 * MIB, 64 * 1024
     with run_broker(tmp_path / "data", ["--memory", "256M"]) as broker:
         topic = "non-persistent://public/default/never-read"
-        slow = socket.socket()
-        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        slow.connect(("127.0.0.1", broker.broker_port))
-        slow.sendall(command(T.CONNECT, "connect", client_version="t", protocol_version=20)
-                     + command(T.SUBSCRIBE, "subscribe", topic=topic, subscription="slow", subType=0,
-                               consumer_id=1, request_id=1))
-        read_frames(slow, 2)  # CONNECTED, SUCCESS: the consumer exists
-        slow.sendall(command(T.FLOW, "flow", consumer_id=1, messagePermits=1_000_000))  # and never reads again
+        slow = stalled_consumer(broker.broker_port, topic)
         client = make_client(broker.service_url)
         producer = client.create_producer(topic, batching_enabled=False, block_if_queue_full=True,
                                           max_pending_messages=200)
