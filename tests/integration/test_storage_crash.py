@@ -31,6 +31,7 @@ from typing import Any
 
 import pulsar
 import pytest
+from interop_helpers import close_after_kill
 
 from velamq.client import AdminClient
 from velamq.testing import BrokerProcess, run_broker
@@ -142,7 +143,7 @@ def produce_and_kill(broker: BrokerProcess, round_: int, rng: random.Random) -> 
         s.stop.set()
     for t in threads:
         t.join(10)
-    client.close()  # fails what is pending; nothing is resent to the restarted broker
+    close_after_kill(client)  # fails what is pending; nothing is resent to the restarted broker
     return senders
 
 
