@@ -18,7 +18,6 @@ unloads, and the record goes when the topic is deleted.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any, Protocol
 
@@ -30,9 +29,6 @@ log = logging.getLogger(__name__)
 
 # The topic policy that records where a topic was terminated ("ledger:entry"); velamq's own key.
 _KEY = "velamqTerminatedAt"
-# How often terminate looks whether the appends it waits for are durable (a rare admin call: the
-# appends already submitted are durable within one journal group commit).
-_append_poll_s = 0.002
 
 
 class TopicPolicyReader(Protocol):
@@ -71,7 +67,7 @@ async def terminate(topic: Topic, metadata: TerminationRows) -> Position:
         producer.close_by_broker()
     ledger = topic.ledger
     while ledger.pending_appends:  # what was sent before is durable before the end is taken
-        await asyncio.sleep(_append_poll_s)
+        await ledger.appends_settled()
     end = ledger.last_confirmed or Position(ledger.current_ledger_id, -1)
     await metadata.set_topic_policy(topic.full_name, _key(topic), f"{end.ledger_id}:{end.entry_id}")
     set_terminated(topic, end)

@@ -318,6 +318,13 @@ class ManagedLedger:
         """None while open; else a future that resolves once the close is done."""
         return self._closed
 
+    async def appends_settled(self) -> None:
+        """Wait until every append and operation made so far is durable or failed: one journal
+        barrier behind them (the journal delivers its queue in order), no polling."""
+        barrier: asyncio.Future[None] = self._loop.create_future()
+        self._ctx.journal.submit(BarrierOp(barrier))
+        await barrier
+
     async def close(self) -> None:
         """Wait for appends in flight, journal dirty cursors, wait for the flush that puts it all in
         the entry logs and the storage database, then let go of everything this object holds.
@@ -335,9 +342,7 @@ class ManagedLedger:
         self._closed = self._loop.create_future()
         try:
             await self._persistence.close(persist=persist)
-            barrier: asyncio.Future[None] = self._loop.create_future()
-            self._ctx.journal.submit(BarrierOp(barrier))
-            await barrier  # every append and operation of this log is in the write cache now
+            await self.appends_settled()  # every append and operation of this log is in the write cache now
             write_path = self._ctx.write_path
             if flush and self.last_generation > write_path.flushed_generation:
                 await write_path.wait_flushed(self.last_generation)
