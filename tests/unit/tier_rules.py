@@ -19,7 +19,7 @@ import ast
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-TIER0 = frozenset({"velamq", "_errors", "_limits", "_clock", "_topic_name", "_hashing", "_log_limit"})
+TIER0 = frozenset({"velamq", "_errors", "_limits", "_clock", "_topic_name", "_hashing", "_log_limit", "_bundles"})
 
 # package -> the packages (besides its own and tier 0) it may import
 PACKAGE_TIERS: dict[str, frozenset[str]] = {
