@@ -60,7 +60,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "InvalidSchemaDataError", "MetadataStore", "Policies", "SchemaData", "SchemaRegistry", "SchemaType",
         "StoredSchema", "Strategy", "TopicOpen", "allow_auto_update", "decode_version", "effective_strategy",
         "encode_version", "get_schema_response", "partitions_max", "resolve_policies", "schema_from_payload",
-        "schema_id", "validation_enforced", "TopicListing",
+        "schema_id", "validation_enforced", "TopicListing", "WorkerInfo",
     ],
     "velamq.security": [
         "ALGORITHMS", "family_of", "key_family",
