@@ -62,6 +62,8 @@ from velamq.admin._backend import BrokerBackend
 from velamq.admin._http import HttpError, Request, Response, read_request, stream_limit_bytes, write_response
 from velamq.admin._replication_control import ReplicationControl
 from velamq.admin._router import Call, Router
+from velamq.admin._routing import peer_ssl_context
+from velamq.admin._worker_routing import WorkerRouting
 from velamq.security import (
     AccessDeniedError,
     AuthenticationFailedError,
@@ -146,12 +148,15 @@ class AdminServer:
         authorization: AuthorizationModel | None = None,
         security: SecuritySettings | None = None,
         replication: ReplicationControl | None = None,
+        routing: WorkerRouting | None = None,
         sockets: AdminSockets | None = None,
     ) -> None:
         self._sockets = sockets  # a worker's, made by its supervisor: `port` and `host` unused
         self._shared_servers: list[asyncio.Server] = []
         self._backend = backend
         self._replication = replication
+        self._routing = routing
+        self._peer_ssl = peer_ssl_context(security) if routing is not None else None
         self._host = host
         self._advertised_address = advertised_address or host
         self._requested_port = port
@@ -288,7 +293,7 @@ class AdminServer:
                 await write_response(writer, Response.error(503, "Too many connections"), keep_alive=False)
                 return
             peer_cert = self._tls_connection(writer) if tls else None
-            await self._serve(reader, writer, peer_cert)
+            await self._serve(reader, writer, peer_cert, tls)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             pass  # the peer went away or stopped reading: nothing to answer
         except asyncio.CancelledError:
@@ -313,7 +318,9 @@ class AdminServer:
         cert = ssl_object.getpeercert(binary_form=True)
         return bytes(cert) if cert else None
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer_cert: bytes | None) -> None:
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer_cert: bytes | None, tls: bool = False
+    ) -> None:
         while True:
             try:
                 request = await read_request(reader, writer)
@@ -322,7 +329,7 @@ class AdminServer:
                 return
             if request is None:
                 return
-            response = await self._respond(request, peer_cert)
+            response = await self._respond(request, peer_cert, tls)
             serving = self._server is not None or self._tls_server is not None
             keep_alive = request.keep_alive and not response.close and serving
             await write_response(writer, response, head_only=request.method == "HEAD", keep_alive=keep_alive)
@@ -335,7 +342,7 @@ class AdminServer:
             return security.open_caller()
         return security.authenticate(request, peer_cert, console=need is Need.CONSOLE)
 
-    async def _respond(self, request: Request, peer_cert: bytes | None = None) -> Response:
+    async def _respond(self, request: Request, peer_cert: bytes | None = None, tls: bool = False) -> Response:
         try:
             route, params = self._router.resolve_route(request.method, request.segments)
             access = access_of(request.method, route.pattern, params)
@@ -343,7 +350,7 @@ class AdminServer:
             check(access, caller, params)
             call = Call(
                 self._backend, request, params, self.web_service_url, self.web_service_url_tls, caller, self._security,
-                self._replication,
+                self._replication, self._routing, tls, self._peer_ssl,
             )
             return await asyncio.wait_for(route.handler(call), self._timeout_s)
         except TimeoutError:
