@@ -25,7 +25,7 @@ import asyncio
 import logging
 import os
 import resource
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from velamq import _limits
 from velamq._clock import Clock, system_clock
 from velamq._log_limit import RateLimitedLog
-from velamq.admin import AdminServer, AdminSockets
+from velamq.admin import AdminServer, AdminSockets, WorkerRouting
 from velamq.broker import BrokerAdmin, BrokerConfig, BrokerService, DiskUsage, ListenSockets, Ownership
 from velamq.broker.log._offload_rows import PulsarEntryRows
 from velamq.metadata import MetadataStore
@@ -98,7 +98,7 @@ def _usage_with_ballast(stat: Callable[[Path], DiskUsage], storage: Storage, pat
     return DiskUsage(usage.total_bytes, usage.available_bytes + storage.ballast_bytes)
 
 
-class BundleOwnership(Ownership, Protocol):
+class BundleOwnership(Ownership, WorkerRouting, Protocol):
     """What a worker's ownership also does for the server: start, and follow other workers'
     changes of the shared metadata."""
 
@@ -142,7 +142,7 @@ class VelamqServer:
             config.data_dir / "metadata.db",
             cluster_name=config.cluster_name,
             shared=role is not None,
-            default_bundles=config.default_namespace_bundles,
+            default_bundles_count=config.default_namespace_bundles,
         )
         self.ownership = None if role is None else role.ownership(self.metadata)
         self.storage: LedgerStore

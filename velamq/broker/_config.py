@@ -78,6 +78,7 @@ _KEYS = {
     "allowAutoTopicCreation": "allow_auto_topic_creation",
     "allowAutoTopicCreationType": "auto_topic_creation_type",
     "defaultNumPartitions": "default_num_partitions",
+    "defaultNumberOfNamespaceBundles": "default_namespace_bundles",
     "policyCheckIntervalSeconds": "policy_check_interval_s",
     "defaultRetentionTimeInMinutes": "default_retention_time_minutes",
     "defaultRetentionSizeInMB": "default_retention_size_mb",
@@ -148,6 +149,9 @@ class BrokerConfig:
     # with no subscription at all, at once; -1 keeps them without limit.
     default_retention_time_minutes: int = 0
     default_retention_size_mb: int = 0
+    # Bundles a new namespace is cut into (Pulsar's default 4): the unit a worker of several owns
+    # (docs/workers.md); set at the namespace's creation, unless its creation names a count.
+    default_namespace_bundles: int = 4
     # How often TTL, backlog quota, retention, ack-hole redelivery and rates are checked.
     policy_check_interval_s: float = 5.0
     # How often the console's rate history takes a point (it keeps 120: ten minutes at 5 s).
@@ -211,6 +215,8 @@ class BrokerConfig:
             raise ValueError("disk usage thresholds: expected 0 < diskUsageLwmThreshold <= diskUsageThreshold <= 1")
         if not 0 < self.disk_usage_warn_threshold <= 1:
             raise ValueError("diskUsageWarnThreshold must be in (0, 1]")
+        if not 1 <= self.default_namespace_bundles <= 1024:
+            raise ValueError("defaultNumberOfNamespaceBundles must be 1 to 1024")
         if self.max_connections < 0 or self.max_connections_per_ip < 0:
             raise ValueError("brokerMaxConnections and brokerMaxConnectionsPerIp must not be negative")
         if not 0 <= self.write_buffer_low_bytes <= self.write_buffer_high_bytes:

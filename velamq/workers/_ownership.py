@@ -50,9 +50,9 @@ class WorkerOwnership:
         await self._metadata.register_worker(
             WorkerInfo(
                 id=me.worker_id,
-                broker_url=me.broker_url,
+                broker_url=me.broker_url or me.broker_url_tls or "",
                 broker_url_tls=me.broker_url_tls,
-                web_url=me.web_url,
+                web_url=me.web_url or me.web_url_tls or "",
                 web_url_tls=me.web_url_tls,
                 pid=os.getpid(),
                 started_ms=int(time.time() * 1000),
