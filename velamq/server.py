@@ -40,7 +40,7 @@ from velamq.broker.log._offload_rows import PulsarEntryRows
 from velamq.metadata import MetadataStore
 from velamq.replication import ReplicationService
 from velamq.security import AuthenticationService, AuthorizationModel, build_authentication_service
-from velamq.storage import Storage, StorageConfig
+from velamq.storage import LedgerStore, Storage, StorageConfig
 
 log = logging.getLogger("velamq.server")
 
@@ -91,7 +91,7 @@ def _statvfs_usage(path: Path) -> DiskUsage:
     return DiskUsage(st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize)
 
 
-def _usage_with_ballast(stat: Callable[[Path], DiskUsage], storage: Storage, path: Path) -> DiskUsage:
+def _usage_with_ballast(stat: Callable[[Path], DiskUsage], storage: LedgerStore, path: Path) -> DiskUsage:
     """Disk usage as the disk guard should see it: storage's emergency ballast is space held back
     for a start on a full disk (velamq/storage/startup/_ballast.py), counted as free."""
     usage = stat(path)

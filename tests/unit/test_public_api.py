@@ -51,9 +51,9 @@ PUBLIC_API: dict[str, list[str]] = {
         "check_workers", "register", "source_schema",
     ],
     "velamq.storage": [
-        "CursorOwner", "Entry", "EntryRows", "LedgerInfo", "ManagedCursor", "ManagedLedger", "MemoryBudget",
-        "OffloadConfig", "OffloadStatus", "Position", "PublishBuffer", "RangeSet", "RowColumns", "Storage",
-        "StorageConfig",
+        "CursorOwner", "Entry", "EntryRows", "LedgerInfo", "LedgerStore", "ManagedCursor", "ManagedLedger",
+        "MemoryBudget", "OffloadConfig", "OffloadStatus", "Position", "PublishBuffer", "RangeSet", "RowColumns",
+        "ShardedStorage", "Storage", "StorageConfig",
     ],
     "velamq.metadata": [
         "BacklogQuota", "DEFAULT_CLUSTER", "DEFAULT_NAMESPACE", "DEFAULT_TENANT", "SchemaCompatibilityError",

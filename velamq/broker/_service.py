@@ -57,7 +57,7 @@ from velamq.metadata import MetadataStore, Policies
 from velamq.metadata._auto_creation import AutoTopicCreation
 from velamq.protocol import pb
 from velamq.security import AuthenticationService, AuthorizationModel, ReloadingServerContext
-from velamq.storage import PublishBuffer, Storage
+from velamq.storage import LedgerStore, PublishBuffer
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class BrokerService:
     def __init__(
         self,
         config: BrokerConfig,
-        storage: Storage,
+        storage: LedgerStore,
         metadata: MetadataStore,
         clock: Clock = system_clock,
         *,
@@ -399,7 +399,7 @@ class BrokerService:
             task.cancel()
 
 
-def _loaded_topics(config: BrokerConfig, storage: Storage, metadata: MetadataStore, clock: Clock) -> LoadedTopics:
+def _loaded_topics(config: BrokerConfig, storage: LedgerStore, metadata: MetadataStore, clock: Clock) -> LoadedTopics:
     """The table of loaded topics, under the broker's default policies and its topic settings."""
     defaults = Policies(
         retention_time_minutes=config.default_retention_time_minutes,

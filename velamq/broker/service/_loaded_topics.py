@@ -29,7 +29,7 @@ from velamq.broker.topic._terminate import set_terminated, stored_termination
 from velamq.broker.topic._topic import Topic
 from velamq.metadata import Policies, TopicOpen, resolve_policies
 from velamq.protocol import pb
-from velamq.storage import Storage
+from velamq.storage import LedgerStore
 
 
 class TopicRows(Protocol):
@@ -60,7 +60,7 @@ class LoadedTopics:
 
     def __init__(
         self,
-        storage: Storage,
+        storage: LedgerStore,
         metadata: TopicRows,
         clock: Clock,
         *,
