@@ -116,7 +116,10 @@ class VelamqServer:
         self.config = config
         self.clock = clock
         self.storage = Storage(storage_config(config), clock, PulsarEntryRows())
-        self.metadata = MetadataStore(config.data_dir / "metadata.db", cluster_name=config.cluster_name)
+        self.metadata = MetadataStore(
+            config.data_dir / "metadata.db", cluster_name=config.cluster_name,
+            default_bundles_count=config.default_namespace_bundles,
+        )
         # One of each for the whole process, shared by the binary port and the admin API. A bad
         # key or password file fails here, at start.
         security = config.security

@@ -7,12 +7,14 @@
     GET /admin/v2/brokers/version                                velamq's version, as text
     GET /admin/v2/brokers/configuration                          [] (no setting changes at run time)
     GET /admin/v2/brokers/configuration/values                   {} (likewise)
-    GET /admin/v2/namespaces/{tenant}/{namespace}/bundles        {"boundaries", "numBundles": 1}
+    GET /admin/v2/namespaces/{tenant}/{namespace}/bundles        the namespace's BundlesData
+                                                                 {"boundaries", "numBundles"}
     GET /admin/v2/{domain}/{tenant}/{namespace}/{topic}/bundle   the namespace's one bundle range
 
-One broker owns everything, and a namespace is one bundle (0x00000000_0xffffffff): pulsar-admin's
-brokers list, leader-broker, namespaces, version, namespaces bundles and topics bundle-range get
-the answers a single-broker Pulsar cluster with one bundle per namespace would give, and
+`namespaces bundles` answers the namespace's bundles as stored at its creation. Otherwise one
+broker owns everything, as one bundle (0x00000000_0xffffffff): pulsar-admin's brokers list,
+leader-broker, namespaces, version and topics bundle-range get the answers a single-broker Pulsar
+cluster with one bundle per namespace would give, and
 list-dynamic-config / get-all-dynamic-config say that no setting can change at run time (settings
 are read at start). An unknown cluster, broker or namespace is 404.
 """
@@ -28,7 +30,6 @@ from velamq.admin._params import require_namespace, topic_of
 from velamq.admin._router import Call, Router
 
 FULL_RANGE: Final = "0x00000000_0xffffffff"
-BOUNDARIES: Final = ["0x00000000", "0xffffffff"]
 
 
 def broker_id(call: Call) -> str:
@@ -77,8 +78,10 @@ async def dynamic_configuration_values(call: Call) -> Response:
 
 
 async def namespace_bundles(call: Call) -> Response:
-    await require_namespace(call, f"{call.params['tenant']}/{call.params['namespace']}")
-    return Response.json({"boundaries": BOUNDARIES, "numBundles": 1})
+    """The namespace's BundlesData, as stored at its creation (docs/workers.md)."""
+    ns = f"{call.params['tenant']}/{call.params['namespace']}"
+    await require_namespace(call, ns)
+    return Response.json((await call.backend.metadata.get_namespace_bundles(ns)).to_policy())
 
 
 async def topic_bundle(call: Call) -> Response:

@@ -31,6 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
     standalone.add_argument("--memory", type=_size, help="memory budget, e.g. 512M or 2G (default 1G)")
     standalone.add_argument("--max-message-size", type=int, help="bytes; told to clients (default 5 MiB)")
     standalone.add_argument("--cluster-name", help="this node's cluster (clusterName; default standalone)")
+    standalone.add_argument(
+        "--default-namespace-bundles", type=int,
+        help="bundles of a namespace created without a count (defaultNumberOfNamespaceBundles; default 4)",
+    )
     standalone.add_argument("--uvloop", action="store_true", default=None, help="run on uvloop instead of asyncio")
     standalone.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
 

@@ -39,9 +39,9 @@ def test_version_and_dynamic_configuration(admin: Admin) -> None:
     assert admin.request("GET", "/admin/v2/brokers/configuration/values").json() == {}
 
 
-def test_a_namespace_is_one_bundle(admin: Admin) -> None:
+def test_bundles_of_a_namespace(admin: Admin) -> None:
     assert admin.request("GET", "/admin/v2/namespaces/public/default/bundles").json() == {
-        "boundaries": ["0x00000000", "0xffffffff"], "numBundles": 1}
+        "boundaries": ["0x00000000", "0x40000000", "0x80000000", "0xc0000000", "0xffffffff"], "numBundles": 4}
     assert admin.request("GET", "/admin/v2/namespaces/public/ghost/bundles").status == 404
     reply = admin.request("GET", "/admin/v2/non-persistent/public/default/t/bundle")
     assert (reply.status, reply.body.decode()) == (200, FULL)
