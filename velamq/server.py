@@ -40,7 +40,7 @@ from velamq.broker.log._offload_rows import PulsarEntryRows
 from velamq.metadata import MetadataStore
 from velamq.replication import ReplicationService
 from velamq.security import AuthenticationService, AuthorizationModel, build_authentication_service
-from velamq.storage import LedgerStore, Storage, StorageConfig
+from velamq.storage import LedgerStore, ShardedStorage, Storage, StorageConfig
 
 log = logging.getLogger("velamq.server")
 

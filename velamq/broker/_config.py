@@ -50,7 +50,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Final
 
-from velamq import _limits
+from velamq import _bundles, _limits
 from velamq.metadata import partitions_max
 from velamq.security import SECURITY_KEYS, SecuritySettings
 from velamq.storage import OffloadConfig, StorageConfig
@@ -143,15 +143,15 @@ class BrokerConfig:
     # default_num_partitions partitions (a namespace's autoTopicCreation policy overrides all three).
     auto_topic_creation_type: str = "non-partitioned"
     default_num_partitions: int = 1
+    # Bundles of a namespace created without a count (Pulsar's defaultNumberOfNamespaceBundles):
+    # the units worker processes own (docs/workers.md). Stored with the namespace at creation.
+    default_namespace_bundles: int = _bundles.default_bundles
     use_uvloop: bool = False
     # Broker-wide retention defaults (namespace and topic policies override them). As in Pulsar, 0/0
     # deletes closed ledgers as soon as every subscription acknowledged them -- and, on a topic
     # with no subscription at all, at once; -1 keeps them without limit.
     default_retention_time_minutes: int = 0
     default_retention_size_mb: int = 0
-    # Bundles a new namespace is cut into (Pulsar's default 4): the unit a worker of several owns
-    # (docs/workers.md); set at the namespace's creation, unless its creation names a count.
-    default_namespace_bundles: int = 4
     # How often TTL, backlog quota, retention, ack-hole redelivery and rates are checked.
     policy_check_interval_s: float = 5.0
     # How often the console's rate history takes a point (it keeps 120: ten minutes at 5 s).
@@ -215,8 +215,6 @@ class BrokerConfig:
             raise ValueError("disk usage thresholds: expected 0 < diskUsageLwmThreshold <= diskUsageThreshold <= 1")
         if not 0 < self.disk_usage_warn_threshold <= 1:
             raise ValueError("diskUsageWarnThreshold must be in (0, 1]")
-        if not 1 <= self.default_namespace_bundles <= 1024:
-            raise ValueError("defaultNumberOfNamespaceBundles must be 1 to 1024")
         if self.max_connections < 0 or self.max_connections_per_ip < 0:
             raise ValueError("brokerMaxConnections and brokerMaxConnectionsPerIp must not be negative")
         if not 0 <= self.write_buffer_low_bytes <= self.write_buffer_high_bytes:
@@ -229,6 +227,8 @@ class BrokerConfig:
             raise ValueError("allowAutoTopicCreationType must be non-partitioned or partitioned")
         if not 0 < self.default_num_partitions <= partitions_max:
             raise ValueError(f"defaultNumPartitions must be between 1 and {partitions_max}")
+        if not 1 <= self.default_namespace_bundles <= _bundles.bundles_max:
+            raise ValueError(f"defaultNumberOfNamespaceBundles must be between 1 and {_bundles.bundles_max}")
         if self.broker_port is None and self.security.broker_port_tls is None:
             raise ValueError("no binary port: set brokerServicePort or brokerServicePortTls")
         _ = self.offload  # a bad offload setting fails here, with its key's name

@@ -57,7 +57,7 @@ from velamq.metadata import MetadataStore, Policies
 from velamq.metadata._auto_creation import AutoTopicCreation
 from velamq.protocol import pb
 from velamq.security import AuthenticationService, AuthorizationModel, ReloadingServerContext
-from velamq.storage import LedgerStore, PublishBuffer
+from velamq.storage import LedgerStore, PublishBuffer, ShardedStorage
 
 log = logging.getLogger(__name__)
 
@@ -325,7 +325,7 @@ class BrokerService:
         for full_name, topic in list(self.non_persistent.topics.items()):
             if in_bundle(topic.name):
                 await self.non_persistent.unload(full_name)
-        if self.ownership is not None:
+        if self.ownership is not None and isinstance(self.storage, ShardedStorage):
             await self.storage.close_shard(self.ownership.bundle_shard(namespace, bundle))
 
     async def delete(self, topic: str) -> None:

@@ -37,6 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     standalone.add_argument("--max-message-size", type=int, help="bytes; told to clients (default 5 MiB)")
     standalone.add_argument("--cluster-name", help="this node's cluster (clusterName; default standalone)")
+    standalone.add_argument(
+        "--default-namespace-bundles", type=int,
+        help="bundles of a namespace created without a count (defaultNumberOfNamespaceBundles; default 4)",
+    )
     standalone.add_argument("--uvloop", action="store_true", default=None, help="run on uvloop instead of asyncio")
     standalone.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
 

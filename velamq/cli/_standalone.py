@@ -32,6 +32,7 @@ def load_config(args: argparse.Namespace) -> BrokerConfig:
         max_message_bytes=args.max_message_size,
         use_uvloop=args.uvloop,
         cluster_name=args.cluster_name,
+        default_namespace_bundles=args.default_namespace_bundles,
     )
 
 
