@@ -110,7 +110,7 @@ def test_velamq_client_follows_the_owner(workers2: BrokerProcess, topic: str) ->
                 await producer.send(name.encode())
                 message = await consumer.receive(20_000)
                 await consumer.acknowledge(message)
-                got.append(message.data)
+                got.append(message.value)
                 await producer.close()
                 await consumer.close()
             return got
@@ -158,7 +158,9 @@ def test_bundle_unload_moves_it_without_loss_and_in_order(topic: str, make_clien
         assert lookup(admin, topic)["brokerUrl"] == urls[before]
         client = make_client(broker.service_url)
         consumer = client.subscribe(name, "sub")
-        producer = client.create_producer(name, batching_enabled=False, max_pending_messages=500)
+        producer = client.create_producer(
+            name, batching_enabled=False, max_pending_messages=500, block_if_queue_full=True
+        )
         acked: list[int] = []
         lock = threading.Lock()
 

@@ -26,8 +26,10 @@ class BrokerUrls(NamedTuple):
 
 
 class Ownership(Protocol):
-    async def owner_of(self, full_topic: str) -> BrokerUrls | None:
-        """The URLs of the worker that serves this topic; None when it is this one."""
+    async def owner_of(self, full_topic: str, fresh: bool = False) -> BrokerUrls | None:
+        """The URLs of the worker that serves this topic; None when it is this one. `fresh`: not
+        from what this worker remembers of moves (before refusing a client sent here by a move
+        that the shared metadata's change watch has not reported yet)."""
         ...
 
     async def bundle_of(self, full_topic: str) -> tuple[str, BundleRange]:

@@ -294,7 +294,15 @@ class BrokerService:
         return self.ownership is None or await self.ownership.owner_of(topic) is None
 
     async def _check_owned(self, name: TopicName) -> None:
-        if await self.owner_of(name) is not None:
+        ownership = self.ownership
+        full = str(name)
+        # Refused only if a fresh read agrees: a client sent here by a move may come before this
+        # worker's watch of the shared metadata reports the move.
+        if (
+            ownership is not None
+            and await ownership.owner_of(full) is not None
+            and await ownership.owner_of(full, fresh=True) is not None
+        ):
             # Retryable: the client looks the topic up again and goes to its owner.
             raise BrokerRequestError(
                 pb.ServiceNotReady, f"{name} belongs to a bundle another worker serves: look it up again"

@@ -85,18 +85,18 @@ class WorkerOwnership:
         bundles = await self.namespace_bundles(namespace)
         return namespace, bundles.bundle_of(full_topic)
 
-    async def owner_id(self, namespace: str, bundle: BundleRange) -> int:
-        """The worker that owns a bundle now."""
+    async def owner_id(self, namespace: str, bundle: BundleRange, fresh: bool = False) -> int:
+        """The worker that owns a bundle now (`fresh`: moves read again from the metadata)."""
         bundles = await self.namespace_bundles(namespace)
         index = bundles.index_of_range(bundle)
-        moved = (await self._metadata.get_bundle_owners(namespace)).get(bundle.name)
+        moved = (await self._metadata.get_bundle_owners(namespace, fresh)).get(bundle.name)
         if moved is not None and 0 <= moved < self._workers:
             return moved
         return default_owner(namespace, index, self._workers)
 
-    async def owner_of_topic(self, full_topic: str) -> WorkerAddress:
+    async def owner_of_topic(self, full_topic: str, fresh: bool = False) -> WorkerAddress:
         namespace, bundle = await self.bundle_of(full_topic)
-        return self._addresses[await self.owner_id(namespace, bundle)]
+        return self._addresses[await self.owner_id(namespace, bundle, fresh)]
 
     async def owned_bundles(self, namespaces: list[str]) -> dict[str, list[str]]:
         """The bundles of these namespaces this worker owns, by namespace (for its start line)."""
@@ -110,8 +110,8 @@ class WorkerOwnership:
 
     # ---- velamq.broker.Ownership ------------------------------------------------------------------
 
-    async def owner_of(self, full_topic: str) -> BrokerUrls | None:
-        owner = await self.owner_of_topic(full_topic)
+    async def owner_of(self, full_topic: str, fresh: bool = False) -> BrokerUrls | None:
+        owner = await self.owner_of_topic(full_topic, fresh)
         if owner.worker_id == self.worker_id:
             return None
         return BrokerUrls(owner.broker_url, owner.broker_url_tls)
