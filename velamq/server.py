@@ -33,7 +33,7 @@ from typing import Any
 from velamq import _limits
 from velamq._clock import Clock, system_clock
 from velamq._log_limit import RateLimitedLog
-from velamq.admin import AdminServer
+from velamq.admin import AdminServer, WorkerRouting
 from velamq.broker import BrokerAdmin, BrokerConfig, BrokerService, DiskUsage
 from velamq.broker.log._offload_rows import PulsarEntryRows
 from velamq.metadata import MetadataStore
@@ -109,10 +109,12 @@ class VelamqServer:
         admin_timeout_s: float = _limits.admin_timeout_s,
         admin_connections_max: int | None = None,
         disk_stat: Callable[[Path], DiskUsage] | None = None,
+        admin_routing: WorkerRouting | None = None,
     ) -> None:
         """admin_timeout_s bounds one admin request; admin_connections_max the admin connections
         served at once (the AdminServer's default if None); disk_stat replaces statvfs for the
-        disk guard (tests: a filesystem that fills up on demand)."""
+        disk guard (tests: a filesystem that fills up on demand); admin_routing tells the admin
+        server which worker owns what when the broker runs several (None: one process)."""
         self.config = config
         self.clock = clock
         self.storage = Storage(storage_config(config), clock, PulsarEntryRows())
@@ -150,6 +152,7 @@ class VelamqServer:
             authorization=self.authorization,
             security=security,
             replication=self.replication,
+            routing=admin_routing,
         )
 
     @property

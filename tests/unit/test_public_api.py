@@ -81,7 +81,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "LedgerStats", "NamespaceMetrics", "NonPersistentTopicStats", "PublisherStats", "RateSeries",
         "SubscriptionMetrics", "SubscriptionStats", "TopicMetrics", "TopicStats",
     ],
-    "velamq.admin": ["AdminServer", "BrokerBackend"],
+    "velamq.admin": ["AdminServer", "BrokerBackend", "WorkerRouting"],
     "velamq.replication": ["ReplicationService", "ReplicatorStats"],
     "velamq.testing": ["BrokerProcess", "BrokerThread", "free_port", "run_broker", "run_broker_in_thread"],
     "velamq.cli": [],  # no importable API: its entry point is the `velamq` command
