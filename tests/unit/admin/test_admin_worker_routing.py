@@ -258,3 +258,24 @@ def test_metrics_cover_every_worker_with_a_worker_label(workers: Workers) -> Non
     families = _scrape(workers, 0)
     assert families["velamq_worker_metrics_up"].samples[(("cluster", "standalone"), ("worker", "2"))] == 0
     assert {dict(labels)["worker"] for labels in families["pulsar_active_connections"].samples} == {"0", "1"}
+
+
+def test_namespace_unload_reaches_every_worker(workers: Workers) -> None:
+    here = "persistent://public/default/on-worker-0"
+    workers.cluster.topic_owners[TOPIC] = 1
+    _produce(workers, 0, here, 1)
+    _produce(workers, 1, TOPIC, 1)
+    assert here in workers.loaded(0) and TOPIC in workers.loaded(1)
+    workers.admin(0).request("PUT", AdminClient.namespace_path("public/default", "unload"))
+    assert here not in workers.loaded(0)
+    assert TOPIC not in workers.loaded(1)
+
+
+def test_owned_namespaces_are_the_bundles_each_worker_owns(workers: Workers) -> None:
+    ranges = [r.name for r in NamespaceBundles.even(4).ranges]
+    workers.cluster.bundle_owners[("public/default", ranges[2])] = 1
+    ids = {w: urlsplit(url).netloc for w, url in workers.cluster.web_urls.items()}
+    owned = {w: workers.admin(0).request("GET", f"/admin/v2/brokers/standalone/{ids[w]}/ownedNamespaces")
+             for w in (0, 1)}
+    assert set(owned[1]) == {f"public/default/{ranges[2]}"}
+    assert set(owned[0]) == {f"public/default/{r}" for r in ranges if r != ranges[2]}
