@@ -4,13 +4,10 @@
     await server.start(); server.port; server.web_service_url; await server.close()
 
 The HTTP/1.1 server is our own, on asyncio streams (_http.py); routes live in _routes_*.py.
-In a broker of several worker processes, `AdminServer(..., routing=...)` takes a WorkerRouting
-(who owns which topic and bundle): calls about another worker's topic answer 307 to it, /metrics
-gathers every worker's (_routing.py, _metrics_gather.py).
 """
 
 from velamq.admin._backend import BrokerBackend
-from velamq.admin._server import AdminServer
+from velamq.admin._server import AdminServer, AdminSockets
 from velamq.admin._worker_routing import WorkerRouting
 
-__all__ = ["AdminServer", "BrokerBackend", "WorkerRouting"]
+__all__ = ["AdminServer", "AdminSockets", "BrokerBackend", "WorkerRouting"]

@@ -27,7 +27,9 @@ import asyncio
 import contextlib
 import functools
 import logging
-from typing import Final
+import socket
+from dataclasses import dataclass
+from typing import Any, Final
 
 from velamq import _limits
 from velamq._errors import (
@@ -110,6 +112,17 @@ def error_response(exc: BaseException) -> Response:
     return Response.error(500, "Internal server error")
 
 
+@dataclass(frozen=True)
+class AdminSockets:
+    """Listening sockets made by the supervisor of several workers: this worker's own admin ports
+    (its web URLs, where 307 redirects point) and the shared ones every worker accepts on."""
+
+    own: socket.socket | None
+    own_tls: socket.socket | None
+    shared: socket.socket | None
+    shared_tls: socket.socket | None
+
+
 class AdminServer:
     """The admin tier's HTTP listener: Pulsar's admin REST API, HTTP lookup, /metrics and the
     console, over one BrokerBackend, on a plain port, a TLS port or both. It serves requests
@@ -136,7 +149,10 @@ class AdminServer:
         security: SecuritySettings | None = None,
         replication: ReplicationControl | None = None,
         routing: WorkerRouting | None = None,
+        sockets: AdminSockets | None = None,
     ) -> None:
+        self._sockets = sockets  # a worker's, made by its supervisor: `port` and `host` unused
+        self._shared_servers: list[asyncio.Server] = []
         self._backend = backend
         self._replication = replication
         self._routing = routing
@@ -204,6 +220,9 @@ class AdminServer:
     async def start(self) -> None:
         if self._server is not None or self._tls_server is not None:
             raise RuntimeError("admin server already started")
+        if self._sockets is not None:
+            await self._start_on(self._sockets)
+            return
         settings = self._security.settings
         if self._tls_port_requested is not None and settings is not None and settings.tls is not None:
             self._tls = ReloadingServerContext(settings.tls)
@@ -221,9 +240,32 @@ class AdminServer:
                 await self.close()
                 raise
 
+    async def _start_on(self, sockets: AdminSockets) -> None:
+        """A worker of several: its own sockets give its URLs; the shared ones only take requests."""
+        plain = functools.partial(self._on_connection, tls=False)
+        if sockets.own is not None:
+            self._server = await asyncio.start_server(plain, sock=sockets.own, limit=stream_limit_bytes)
+        if sockets.shared is not None:
+            self._shared_servers.append(
+                await asyncio.start_server(plain, sock=sockets.shared, limit=stream_limit_bytes)
+            )
+        settings = self._security.settings
+        if settings is None or settings.tls is None:
+            return
+        self._tls = ReloadingServerContext(settings.tls)
+        secure = functools.partial(self._on_connection, tls=True)
+        options: dict[str, Any] = {
+            "limit": stream_limit_bytes, "ssl": self._tls.context, "ssl_handshake_timeout": tls_handshake_timeout_s
+        }
+        if sockets.own_tls is not None:
+            self._tls_server = await asyncio.start_server(secure, sock=sockets.own_tls, **options)
+        if sockets.shared_tls is not None:
+            self._shared_servers.append(await asyncio.start_server(secure, sock=sockets.shared_tls, **options))
+
     async def close(self) -> None:
-        servers = [s for s in (self._server, self._tls_server) if s is not None]
+        servers = [s for s in (self._server, self._tls_server, *self._shared_servers) if s is not None]
         self._server = self._tls_server = None
+        self._shared_servers = []
         if not servers:
             return
         for server in servers:

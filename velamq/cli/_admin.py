@@ -8,7 +8,7 @@ client.conf (--client-conf or $PULSAR_CLIENT_CONF) whose webServiceUrl is the de
 
     clusters    list | get | create | update | delete           (_admin_replication.py)
     tenants     list | get | create | update | delete
-    namespaces  list | topics (destinations) | create | delete | policies | unload | clear-backlog |
+    namespaces  list | topics (destinations) | create [--bundles N] | delete | policies | unload | clear-backlog |
                 unsubscribe | set-/get-/remove-auto-topic-creation | set-clusters | get-clusters |
                 <property verbs> | <permission verbs> | <policy verbs>
     topics      list | list-partitioned-topics | create | delete | create-partitioned-topic |
@@ -140,7 +140,16 @@ def _namespaces(groups: Any) -> None:
          lambda c, a: c.request("GET", AdminClient.path("namespaces", a.tenant)), lambda p: p.add_argument("tenant"))
     verb(group, "topics", "list the topics of a namespace (partitions included)",
          lambda c, a: c.request("GET", namespace_path(a.namespace, "topics")), ns_arg, aliases=["destinations"])
-    verb(group, "create", "create a namespace", lambda c, a: c.request("PUT", namespace_path(a.namespace), {}), ns_arg)
+
+    def create_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("namespace", help="tenant/namespace")
+        p.add_argument("--bundles", "-b", type=int, help="number of bundles (default: the broker's)")
+
+    def create(c: AdminClient, a: argparse.Namespace) -> Any:
+        body = {} if a.bundles is None else {"bundles": {"numBundles": a.bundles}}
+        return c.request("PUT", namespace_path(a.namespace), body)
+
+    verb(group, "create", "create a namespace", create, create_args)
     verb(group, "delete", "delete a namespace (it must have no topics)",
          lambda c, a: c.request("DELETE", namespace_path(a.namespace)), ns_arg)
     verb(group, "policies", "show every policy of a namespace",

@@ -1,6 +1,6 @@
 """The admin API of a broker made of several workers (admin/_routing.py), on two real in-process
-brokers whose admin servers are given a WorkerRouting over a shared table of owners: the boundary
-the worker supervisor implements over the shared metadata. Each broker has its own data dir, so a
+brokers, each with an admin server given a WorkerRouting over a shared table of owners: the
+boundary the workers implement over the shared metadata. Each broker has its own data dir, so a
 call served by the wrong one would find nothing there.
 
 - a call about a topic the other worker owns answers 307 to the owner's admin URL with the same
@@ -26,6 +26,8 @@ import pytest
 from test_admin_api_metrics import parse_prometheus
 
 from velamq._bundles import NamespaceBundles
+from velamq.admin import AdminServer
+from velamq.broker import BrokerAdmin
 from velamq.client import AdminClient, Client
 from velamq.testing import BrokerThread, free_port
 
@@ -81,10 +83,11 @@ class TableRouting:
 class Workers:
     cluster: Cluster
     brokers: list[BrokerThread]
+    admins: list[AdminServer]  # each broker's admin API with the routing (the supervisor's part)
     clients: list[Client] = field(default_factory=list)
 
     def admin(self, worker: int) -> AdminClient:
-        return AdminClient(self.brokers[worker].admin_url)
+        return AdminClient(self.cluster.web_urls[worker])
 
     def client(self, worker: int) -> Client:
         client = Client(self.brokers[worker].service_url)
@@ -93,7 +96,7 @@ class Workers:
 
     def raw(self, worker: int, method: str, path: str) -> tuple[int, dict[str, str], bytes]:
         """One request without following anything."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.brokers[worker].server.admin.port, timeout=10)
+        conn = http.client.HTTPConnection("127.0.0.1", self.admins[worker].port, timeout=10)
         try:
             conn.request(method, path)
             reply = conn.getresponse()
@@ -113,23 +116,26 @@ class Workers:
 @pytest.fixture
 def workers(tmp_path: Path) -> Iterator[Workers]:
     cluster = Cluster()
-    brokers = [BrokerThread(tmp_path / f"w{i}", admin_routing=TableRouting(cluster, i)) for i in range(2)]
-    started: list[BrokerThread] = []
+    brokers = [BrokerThread(tmp_path / f"w{i}") for i in range(2)]
+    admins: list[AdminServer] = []
     try:
-        for broker in brokers:
-            broker.start()
-            started.append(broker)
         for i, broker in enumerate(brokers):
-            cluster.web_urls[i] = broker.admin_url
+            broker.start()
+            admin = AdminServer(BrokerAdmin(broker.server.broker), "127.0.0.1", 0, routing=TableRouting(cluster, i))
+            broker.run(admin.start())
+            admins.append(admin)
+            cluster.web_urls[i] = admin.web_service_url
             cluster.service_urls[i] = broker.service_url
-        ws = Workers(cluster, brokers)
+        ws = Workers(cluster, brokers, admins)
         for i in range(2):  # the same partitioned topic in both metadata stores (shared in a real broker)
             ws.admin(i).request("PUT", AdminClient.topic_path(PARTITIONED, "partitions"), 2)
         yield ws
         for client in ws.clients:
             client.close()
     finally:
-        for broker in started:
+        for broker, admin in zip(brokers, admins, strict=False):
+            broker.run(admin.close())
+        for broker in brokers:
             broker.stop()
 
 
@@ -161,7 +167,7 @@ def test_a_topic_call_on_the_wrong_worker_is_redirected_to_its_owner(workers: Wo
     assert stats["subscriptions"]["audit"]["msgBacklog"] == 2
 
     # `velamq admin` against the wrong worker follows the redirect too.
-    done = subprocess.run([sys.executable, "-m", "velamq", "admin", "--admin-url", workers.brokers[0].admin_url,
+    done = subprocess.run([sys.executable, "-m", "velamq", "admin", "--admin-url", workers.cluster.web_urls[0],
                            "topics", "stats", TOPIC, "--json"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["msgInCounter"] == 3
@@ -212,7 +218,7 @@ def test_bundle_unload_is_redirected_to_the_bundles_owner(workers: Workers) -> N
     path = AdminClient.namespace_path("public/default", bundle, "unload")
     status, headers, _ = workers.raw(0, "PUT", path)
     assert (status, headers["location"]) == (307, workers.cluster.web_urls[1] + path)
-    done = subprocess.run([sys.executable, "-m", "velamq", "admin", "--admin-url", workers.brokers[0].admin_url,
+    done = subprocess.run([sys.executable, "-m", "velamq", "admin", "--admin-url", workers.cluster.web_urls[0],
                            "namespaces", "unload", "public/default", "--bundle", bundle],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
