@@ -61,7 +61,7 @@ def _family_of(sample_name: str, current: str | None) -> str:
 def _add_page(families: dict[str, _Family], worker: str, page: str) -> None:
     label = f'{WORKER_LABEL}="{escape_label_value(worker)}"'
     current: str | None = None
-    for line in page.splitlines():
+    for line in page.split("\n"):  # the format's only line end (splitlines would also cut at \r, \x85...)
         if not line.strip():
             continue
         if line.startswith("#"):

@@ -4,7 +4,7 @@
                                                                  admin server, as Pulsar names brokers
                                                                  (one per worker of a multi-worker broker)
     GET /admin/v2/brokers/leaderBroker                           {"serviceUrl", "brokerId"}: this broker
-    GET /admin/v2/brokers/{cluster}/{broker}/ownedNamespaces     every namespace's bundles
+    GET /admin/v2/brokers/{cluster}/{broker}/ownedNamespaces     the bundles that broker owns
     GET /admin/v2/brokers/version                                velamq's version, as text
     GET /admin/v2/brokers/configuration                          [] (no setting changes at run time)
     GET /admin/v2/brokers/configuration/values                   {} (likewise)
@@ -82,9 +82,18 @@ async def owned_namespaces(call: Call) -> Response:
     for tenant in await metadata.list_tenants():
         for namespace in await metadata.list_namespaces(tenant):
             for bundle in (await bundles_of(call, namespace)).ranges:
+                if not await _owns(call, call.params["broker"], namespace, bundle.name):
+                    continue
                 owned[f"{namespace}/{bundle.name}"] = {"broker_assignment": "shared", "is_controlled": False,
                                                       "is_active": True}
     return Response.json(owned)
+
+
+async def _owns(call: Call, broker: str, namespace: str, bundle: str) -> bool:
+    if call.routing is None:
+        return True
+    owner = await call.routing.bundle_owner_web_url(namespace, bundle, False)
+    return (broker_id(call) if owner is None else owner.split("://", 1)[-1].rstrip("/")) == broker
 
 
 async def version(call: Call) -> Response:

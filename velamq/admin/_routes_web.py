@@ -37,6 +37,7 @@ from velamq.admin._non_persistent_stats import any_stats_json
 from velamq.admin._params import bool_param, namespace_of
 from velamq.admin._router import Call, Router
 from velamq.admin._routes_replication import add_replication, replication_metrics
+from velamq.admin._routing import by_owner
 
 # Namespaces listed on the overview at most (each costs a count in the metadata store).
 overview_namespaces_max: Final = 200
@@ -170,6 +171,6 @@ def register(router: Router) -> None:
     router.add("GET", "/metrics", metrics)
     router.add("GET", "/", _console_page(overview))
     router.add("GET", "/console/namespaces/{tenant}/{namespace}", _console_page(namespace_topics))
-    router.add(
-        "GET", "/console/topics/{domain:persistent|non-persistent}/{tenant}/{namespace}/{topic}", _console_page(topic)
-    )
+    # A topic's page is the owner worker's (its live figures are there).
+    router.add("GET", "/console/topics/{domain:persistent|non-persistent}/{tenant}/{namespace}/{topic}",
+               by_owner(_console_page(topic)))

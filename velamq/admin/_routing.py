@@ -16,6 +16,8 @@ answers for the whole broker, as the brokers of a Pulsar cluster do for each oth
   the owner over HTTP (`_peer_http.py`) with the partition's own path, the caller's credentials
   and the same method, query and body, and turns its reply back into the action's result. Pulsar's
   admin does the same with its internal admin client when it fans a partitioned topic out.
+- The namespace operations on loaded topics (unload, clear-backlog, unsubscribe) act on this
+  worker's topics and ask every peer to do the same on theirs (`on_every_peer`, `?local=true`).
 - Metadata routes (tenants, namespaces, policies, permissions, schemas, partitioned-topic metadata)
   are served by any worker: the metadata is shared.
 
@@ -162,6 +164,35 @@ def _peer_refusal(status: int, body: bytes) -> Exception:
     if status == 412:
         return PreconditionFailedError(reason)
     return HttpError(status, reason)
+
+
+async def on_every_peer(call: Call) -> None:
+    """The same request made to every other worker with `local=true` (each acts on what it holds),
+    for the namespace operations on loaded topics (unload, clear-backlog, unsubscribe), as a Pulsar
+    broker asks the owner of each bundle. Nothing when this request is itself a peer's
+    (`local=true`) or there is one process. The first refusal is raised after every peer was asked."""
+    routing = call.routing
+    if routing is None or call.request.query_param("local") == "true":
+        return
+    request = call.request
+    target = path_and_query(request)
+    target += ("&" if "?" in target else "?") + "local=true"
+    headers = {"Accept": "application/json"}
+    authorization = request.header("authorization")
+    if authorization is not None:
+        headers["Authorization"] = authorization
+    failure: Exception | None = None
+    for worker, url in await routing.peer_web_urls():
+        try:
+            reply = await peer_request(request.method, url.rstrip("/") + target, body=request.body, headers=headers,
+                                       timeout_s=peer_call_timeout_s, ssl_context=call.peer_ssl)
+        except PeerError as exc:
+            failure = failure or HttpError(503, f"worker {worker} did not answer: {exc}")
+            continue
+        if reply.status >= 400:
+            failure = failure or _peer_refusal(reply.status, reply.body)
+    if failure is not None:
+        raise failure
 
 
 def no_result(_: Any) -> None:
