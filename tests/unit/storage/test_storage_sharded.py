@@ -12,13 +12,13 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from _sharded_testing import shard_of, sharded, started_sharded
+from _sharded_testing import shard_of, started_sharded
 from _storage_testing import config, payload, run, started
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from velamq._errors import StorageError
-from velamq.storage import Position, Storage
+from velamq.storage import Position, ShardedStorage, Storage
 from velamq.storage._shard_layout import BUNDLES_DIR, SHARD_ID_FILE, ledger_id_bits, shard_dirs
 
 MIB = 1024 * 1024
@@ -220,8 +220,7 @@ def test_figures_add_up_over_the_shards(tmp_path: Path) -> None:
 def test_bad_shard_keys_are_refused_clearly(tmp_path: Path) -> None:
     async def main() -> None:
         for key in ("", "/abs", "a/../b", "a//b", "LOCK", "./x"):
-            storage = sharded(tmp_path / "data")
-            storage._shard_of = lambda name, key=key: key  # type: ignore[misc]
+            storage = ShardedStorage(config(tmp_path / "data"), shard_of=lambda name, key=key: key)
             await storage.start()
             try:
                 with pytest.raises(StorageError, match="shard key"):
