@@ -51,9 +51,9 @@ PUBLIC_API: dict[str, list[str]] = {
         "check_workers", "register", "source_schema",
     ],
     "velamq.storage": [
-        "CursorOwner", "Entry", "EntryRows", "LedgerInfo", "ManagedCursor", "ManagedLedger", "MemoryBudget",
-        "OffloadConfig", "OffloadStatus", "Position", "PublishBuffer", "RangeSet", "RowColumns", "Storage",
-        "StorageConfig",
+        "CursorOwner", "Entry", "EntryRows", "LedgerInfo", "LedgerStore", "ManagedCursor", "ManagedLedger",
+        "MemoryBudget", "OffloadConfig", "OffloadStatus", "Position", "PublishBuffer", "RangeSet", "RowColumns",
+        "ShardedStorage", "Storage", "StorageConfig",
     ],
     "velamq.metadata": [
         "BacklogQuota", "DEFAULT_CLUSTER", "DEFAULT_NAMESPACE", "DEFAULT_TENANT", "SchemaCompatibilityError",
@@ -77,11 +77,13 @@ PUBLIC_API: dict[str, list[str]] = {
     ],
     "velamq.broker": [
         "BrokerAdmin", "BrokerConfig", "BrokerMetrics", "BrokerOverview", "BrokerRequestError", "BrokerService",
-        "CompactionStatus", "ConsumerStats", "CursorStats", "DiskUsage", "InternalStats", "LastMessageId",
-        "LedgerStats", "NamespaceMetrics", "NonPersistentTopicStats", "PublisherStats", "RateSeries",
-        "SubscriptionMetrics", "SubscriptionStats", "TopicMetrics", "TopicStats",
+        "BrokerUrls", "CompactionStatus", "ConsumerStats", "CursorStats", "DiskUsage", "InternalStats",
+        "LastMessageId", "LedgerStats", "ListenSockets", "NamespaceMetrics", "NonPersistentTopicStats",
+        "Ownership", "PublisherStats", "RateSeries", "SubscriptionMetrics", "SubscriptionStats", "TopicMetrics",
+        "TopicStats",
     ],
-    "velamq.admin": ["AdminServer", "BrokerBackend"],
+    "velamq.admin": ["AdminServer", "AdminSockets", "BrokerBackend", "WorkerRouting"],
+    "velamq.workers": ["Supervisor", "WorkerOwnership", "WorkerSpec", "serve_worker", "worker_spec_from_environment"],
     "velamq.replication": ["ReplicationService", "ReplicatorStats"],
     "velamq.testing": ["BrokerProcess", "BrokerThread", "free_port", "run_broker", "run_broker_in_thread"],
     "velamq.cli": [],  # no importable API: its entry point is the `velamq` command

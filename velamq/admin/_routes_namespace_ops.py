@@ -11,7 +11,8 @@
 
 As in Pulsar, these act on the topics the broker has loaded (Pulsar: the topics of the bundles it
 serves), not on every topic the metadata store knows: a topic nobody used since the broker started
-is not loaded for this. 404 for an unknown namespace.
+is not loaded for this. With several workers, the worker that gets the request asks every other one
+to do the same (`?local=true`: only its own topics). 404 for an unknown namespace.
 
 Properties, free key/value strings kept with the namespace (its Policies' "properties") or the
 topic (with its topic policies; a partition answers with its partitioned topic's):
@@ -35,6 +36,7 @@ from typing import Any, Final
 from velamq.admin._http import HttpError, Response
 from velamq.admin._params import namespace_of, object_body, require_namespace, require_topic, topic_of
 from velamq.admin._router import Call, Router
+from velamq.admin._routing import on_every_peer
 
 NAMESPACE: Final = "/admin/v2/namespaces/{tenant}/{namespace}"
 TOPIC: Final = "/admin/v2/{domain:persistent|non-persistent}/{tenant}/{namespace}/{topic}"
@@ -45,10 +47,13 @@ property_chars_max: Final = 4_096
 
 
 async def _each_loaded_topic(call: Call, action: Callable[[str], Awaitable[None]]) -> None:
+    """`action` on each loaded topic of the namespace here, then the same request on every other
+    worker of a multi-worker broker (each acts on the topics it holds)."""
     ns = namespace_of(call)
     await require_namespace(call, ns)
     for topic in call.backend.loaded_topics(ns):
         await action(topic)
+    await on_every_peer(call)
 
 
 async def unload_namespace(call: Call) -> Response:

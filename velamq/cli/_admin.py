@@ -154,8 +154,22 @@ def _namespaces(groups: Any) -> None:
          lambda c, a: c.request("DELETE", namespace_path(a.namespace)), ns_arg)
     verb(group, "policies", "show every policy of a namespace",
          lambda c, a: c.request("GET", namespace_path(a.namespace)), ns_arg)
-    verb(group, "unload", "unload every loaded topic of a namespace (clients reconnect)",
-         lambda c, a: c.request("PUT", namespace_path(a.namespace, "unload")), ns_arg)
+    def unload_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("namespace", help="tenant/namespace")
+        p.add_argument("--bundle", "-b", help="only this bundle, e.g. 0x00000000_0x40000000")
+        p.add_argument("--destinationBroker", "--destination-broker", "-d", dest="destination",
+                       help="with --bundle: the broker (host:port of its admin port) to move it to")
+
+    def unload(c: AdminClient, a: argparse.Namespace) -> Any:
+        if a.bundle is None:
+            if a.destination is not None:
+                raise ValueError("--destinationBroker needs --bundle")
+            return c.request("PUT", namespace_path(a.namespace, "unload"))
+        return c.request("PUT", namespace_path(a.namespace, a.bundle, "unload"),
+                         query={"destinationBroker": a.destination})
+
+    verb(group, "unload", "unload every loaded topic of a namespace, or of one bundle (clients reconnect)",
+         unload, unload_args)
 
     def clear_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("namespace", help="tenant/namespace")

@@ -82,10 +82,13 @@ class ClusterMetadata(StoreCore):
             (self._owners,), ns, _own.set_bundle_owner, ns=ns, bundle=bundle_range.name, worker=worker
         )
 
-    async def get_bundle_owners(self, ns: str) -> dict[str, int]:
+    async def get_bundle_owners(self, ns: str, fresh: bool = False) -> dict[str, int]:
         """The explicit owners of the namespace's bundles, {bundle name: worker id} (cached; a fresh
-        dict each time). Bundles without one have their default owner."""
+        dict each time; `fresh`: read again, whatever the cache holds). Bundles without one have
+        their default owner."""
         ns, _ = check_namespace(ns)
+        if fresh:
+            self._owners.invalidate(ns)
         owners = await self._cached(self._owners, ns, _own.get_bundle_owners, ns=ns)
         return dict(owners)
 

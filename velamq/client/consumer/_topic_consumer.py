@@ -183,8 +183,8 @@ class TopicConsumer(ConsumerAckCommands):
     def on_connection_lost(self, connection: Connection) -> None:
         self._connection_gone(connection)
 
-    def on_closed_by_broker(self, connection: Connection) -> None:
-        self._connection_gone(connection)
+    def on_closed_by_broker(self, connection: Connection, assigned_url: str | None = None) -> None:
+        self._connection_gone(connection, assigned_url)
 
     def _on_disconnected(self) -> None:
         if self.state is State.READY:

@@ -6,6 +6,8 @@
     connection lost /      reconnect in the background: lookup again, get a pooled connection,
     CLOSE_* from broker    register again (PRODUCER / SUBSCRIBE), with exponential backoff
                            (initial_backoff_s doubling up to max_backoff_s, with jitter);
+                           a CLOSE_* naming the broker that took the topic over (PIP-307's
+                           assignedBrokerServiceUrl) goes there at once, without a lookup;
                            a fatal error ends the handler (_on_fatal), except where the
                            handler keeps trying (_retry_after_refusal: backlog quotas)
 """
@@ -81,6 +83,7 @@ class ConnectionHandler:
         self._reconnect_task: asyncio.Task[None] | None = None
         self._closing = False
         self._failed: BaseException | None = None
+        self._assigned_url: str | None = None  # where the next reconnect goes first (PIP-307)
 
     # ---- to be provided by subclasses ------------------------------------------------------------
 
@@ -137,10 +140,11 @@ class ConnectionHandler:
                 log.debug("%s: connect failed (%s), retrying in %.2f s", self.topic, exc, delay)
                 await asyncio.sleep(delay)
 
-    def _connection_gone(self, connection: Connection) -> None:
+    def _connection_gone(self, connection: Connection, assigned_url: str | None = None) -> None:
         if connection is not self.connection:
             return
         self.connection = None
+        self._assigned_url = assigned_url
         self._on_disconnected()
         self.schedule_reconnect()
 
@@ -153,11 +157,16 @@ class ConnectionHandler:
 
     async def _reconnect_loop(self) -> None:
         while not self._closing and not self.client.is_closed:
-            await asyncio.sleep(self._backoff.next())
+            assigned, self._assigned_url = self._assigned_url, None
+            if assigned is None:
+                await asyncio.sleep(self._backoff.next())
             if self._closing or self.client.is_closed:
                 return
             try:
-                await self._connect_once()
+                if assigned is not None:
+                    await self._register(await self.client.pool.get(assigned, assigned))
+                else:
+                    await self._connect_once()
                 self._backoff.reset()
                 return
             except asyncio.CancelledError:
