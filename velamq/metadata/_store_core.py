@@ -7,13 +7,16 @@ shared by several processes) the watcher that drops those caches when another pr
     MetadataStore     (_store.py) clusters, tenants, namespaces, policies, topics
 
 A one-process broker passes shared=False (the default) and runs no watcher: its caches are only
-ever changed by its own writes. With shared=True every cache may also be dropped by the watcher
-(_watcher.py) within about `watch_interval_s` of another process's commit.
+ever changed by its own writes. With shared=True every write through `_write` (each one that
+changes something a cache holds) also bumps the file's cache version, and every cache is dropped
+by the watcher (_watcher.py) within about `watch_interval_s` of another process's such write.
+Writes that touch nothing cached (topic rows, schemas, tenants, deletion marks) use `_run`.
 """
 
 from __future__ import annotations
 
 import functools
+import sqlite3
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -25,7 +28,13 @@ from velamq.metadata._caches import NamespaceCache, ReadCache, namespace_rows_ma
 from velamq.metadata._ownership_ops import WorkerInfo
 from velamq.metadata._schema import DEFAULT_CLUSTER, connect
 from velamq.metadata._schema_registry import SchemaRegistry
-from velamq.metadata._watcher import ChangeCallback, ChangeWatcher, data_version, watch_interval_s_default
+from velamq.metadata._watcher import (
+    ChangeCallback,
+    ChangeWatcher,
+    FileVersion,
+    bump_cache_version,
+    watch_interval_s_default,
+)
 from velamq.metadata._worker import SqliteWorker, ops_in_flight_max_default
 
 T = TypeVar("T")
@@ -80,11 +89,13 @@ class StoreCore:
         self._owners: ReadCache[dict[str, int]] = ReadCache(cache_entries_max)
         # WHOLE -> every worker's row
         self._workers: ReadCache[tuple[WorkerInfo, ...]] = ReadCache(1)
-        self._watcher = ChangeWatcher(self._poll_data_version, self._drop_caches, watch_interval_s)
+        self._file_version = FileVersion()
+        self._watcher = ChangeWatcher(self._poll_file_version, self._drop_caches, watch_interval_s)
 
     async def _open(self, cluster: str) -> None:
         await self._worker.start()
-        await self._run(_ops.ensure_defaults, cluster=cluster, bundles=self.default_bundles_count)
+        defaults = functools.partial(_ops.ensure_defaults, cluster=cluster, bundles=self.default_bundles_count)
+        await self._worker.run(self._announced(defaults))
         if self.shared:
             await self._watcher.start()
 
@@ -104,8 +115,13 @@ class StoreCore:
 
     @property
     def external_changes_seen(self) -> int:
-        """How many times the watcher found another process's commits."""
+        """How many times the watcher found that another process changed something cached."""
         return self._watcher.changes_seen
+
+    @property
+    def external_commits_seen(self) -> int:
+        """How many polls found commits of other processes (of anything, topic rows included)."""
+        return self._file_version.commits_seen
 
     @property
     def _caches(self) -> tuple[ReadCache[Any], ...]:
@@ -116,8 +132,21 @@ class StoreCore:
         for cache in (*self._caches, self._workers):
             cache.clear()
 
-    async def _poll_data_version(self) -> int:
-        return await self._worker.read(data_version)
+    async def _poll_file_version(self) -> int:
+        return await self._worker.read(self._file_version.read)
+
+    def _announced(self, fn: Callable[[sqlite3.Connection], T]) -> Callable[[sqlite3.Connection], T]:
+        """`fn`, and for a shared store a bump of the file's cache version in the same savepoint:
+        the other processes' watchers then drop their caches (_watcher.py)."""
+        if not self.shared:
+            return fn
+
+        def run(conn: sqlite3.Connection) -> T:
+            result = fn(conn)
+            bump_cache_version(conn)
+            return result
+
+        return run
 
     async def _run(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
         """Run an operation that may write (its batch takes the write lock first)."""
@@ -152,7 +181,7 @@ class StoreCore:
         for cache in caches:
             cache.begin_write()
         try:
-            return await self._run(fn, **kwargs)
+            return await self._worker.run(self._announced(functools.partial(fn, **kwargs)))
         finally:
             for cache in caches:
                 cache.invalidate(key)

@@ -4,9 +4,15 @@ Several worker processes share one metadata.db (docs/workers.md); each keeps loo
 what it read (_caches.py). SQLite's `PRAGMA data_version` changes on a connection exactly when
 ANOTHER connection has committed to the file since it was last asked (the connection's own commits
 do not change it), so one cheap query per interval, run in the store's SQLite thread, says whether
-anything may be stale. On a change the watcher first drops the caches (`drop_caches`), then awaits
-each callback registered with `add`, one after the other: the broker re-applies policies to its
-loaded topics, the authorization model reloads, ownership is looked at again.
+anything changed at all.
+
+Most commits of a busy broker only add topic rows, which no cache holds: a worker creating
+thousands of topics a second must not make every other worker drop its caches and re-apply its
+policies ten times a second. So every write of a shared store that changes something cached also
+bumps a counter in the file (`bump_cache_version`, in the write's own transaction), and only when
+data_version moved is the counter read: a changed counter drops the caches (`drop_caches`), then
+each callback registered with `add` is awaited, one after the other (the broker re-applies
+policies to its loaded topics, the authorization model reloads, ownership is looked at again).
 
 A read that raced the other process's commit cannot leave a stale answer in a cache: a cache is
 only filled if no drop happened since the read was sent (ReadCache.put_if_current), and the read's
@@ -37,8 +43,44 @@ def data_version(conn: sqlite3.Connection) -> int:
     return int(conn.execute("PRAGMA data_version").fetchone()[0])
 
 
+def bump_cache_version(conn: sqlite3.Connection) -> None:
+    """Tell the other processes that something they may have cached changed (in the caller's
+    transaction, so the bump commits, or rolls back, with the change)."""
+    conn.execute(
+        "INSERT INTO meta(key, value) VALUES ('cache_version', '1') "
+        "ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1"
+    )
+
+
+def read_cache_version(conn: sqlite3.Connection) -> int:
+    row = conn.execute("SELECT value FROM meta WHERE key = 'cache_version'").fetchone()
+    return 0 if row is None else int(row[0])
+
+
+class FileVersion:
+    """What the store's thread last saw of the file: `read` is the poll, one PRAGMA unless another
+    process committed since, and then one primary-key read more. Touched only in that thread."""
+
+    def __init__(self) -> None:
+        self._data_version: int | None = None
+        self._cache_version = 0
+        # Polls that found other processes' commits (the first poll included); read by metrics
+        # and tests on the loop, written only here.
+        self.commits_seen = 0
+
+    def read(self, conn: sqlite3.Connection) -> int:
+        """The file's cache version."""
+        version = data_version(conn)
+        if version != self._data_version:
+            self._data_version = version
+            self._cache_version = read_cache_version(conn)
+            self.commits_seen += 1
+        return self._cache_version
+
+
 class ChangeWatcher:
-    """Polls `poll()` (data_version, through the store's thread) every `interval_s` while running."""
+    """Polls `poll()` (FileVersion.read, through the store's thread) every `interval_s` while
+    running; a new value is a change."""
 
     def __init__(
         self,

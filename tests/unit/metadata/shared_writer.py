@@ -6,9 +6,11 @@ a namespace's policies read then rewritten, a partition count read then raised."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
+from velamq._errors import AlreadyExistsError
 from velamq.metadata import MetadataStore
 
 NS = "public/shared"
@@ -24,9 +26,13 @@ def topic(name: str) -> str:
 
 
 async def _work(path: Path, me: int, barrier: Barrier) -> None:
+    # Both processes open a file that does not exist yet: creating its tables, the defaults and the
+    # namespace are races too.
     store = MetadataStore(path, shared=True, watch_interval_s=0.01)
     await store.start()
     try:
+        with contextlib.suppress(AlreadyExistsError):
+            await store.create_namespace(NS)
         await asyncio.to_thread(barrier.wait, 60)
         jobs = [store.open_topic(topic(f"t-{me}-{i}"), create=True) for i in range(TOPICS_EACH)]
         jobs += [store.open_topic(topic(f"common-{i}"), create=True) for i in range(COMMON_TOPICS)]

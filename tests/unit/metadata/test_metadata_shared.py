@@ -93,6 +93,31 @@ async def _equals(value: Awaitable[Any], expected: Any) -> bool:
     return await value == expected
 
 
+def test_commits_that_change_nothing_cached_do_not_drop_caches_nor_call_back(db: Path) -> None:
+    async def body() -> None:
+        async with opened(db, shared=True, watch_interval_s=0.01) as a, \
+                opened(db, shared=True, watch_interval_s=0.01) as b:
+            await a.create_namespace(NS)
+            await until(lambda: b.external_changes_seen >= 1, "b saw the namespace made")
+            calls: list[int] = []
+
+            async def changed() -> None:
+                calls.append(len(calls))
+
+            b.on_external_change(changed)
+            assert (await b.get_policies(NS)).get("z") is None  # cached
+            commits, changes = b.external_commits_seen, b.external_changes_seen
+            await asyncio.gather(*(a.open_topic(f"persistent://{NS}/t{i}", create=True) for i in range(50)))
+            await a.create_topic(f"persistent://{NS}/plain")
+            await until(lambda: b.external_commits_seen > commits, "b's watcher saw a's topic rows")
+            assert (b.external_changes_seen, calls) == (changes, [])
+            await a.set_policy(NS, "z", 1)
+            await until(lambda: _policy(b, "z"), "b sees a's policy")
+            assert (b.external_changes_seen, calls) == (changes + 1, [0])
+
+    run(body)
+
+
 def test_a_store_that_is_not_shared_keeps_its_caches(db: Path) -> None:
     async def body() -> None:
         async with opened(db) as a, opened(db, shared=True, watch_interval_s=0.01) as b:
@@ -138,11 +163,6 @@ def test_a_failing_callback_does_not_stop_the_others(db: Path) -> None:
 
 
 def test_two_processes_writing_at_once_lose_nothing(db: Path) -> None:
-    async def prepare() -> None:
-        async with opened(db) as store:
-            await store.create_namespace(sw.NS)
-
-    run(prepare)
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(2)
     procs = [ctx.Process(target=sw.write_concurrently, args=(str(db), me, barrier)) for me in (0, 1)]
