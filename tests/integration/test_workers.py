@@ -285,3 +285,26 @@ def test_deleting_a_partitioned_topic_deletes_the_partitions_of_every_worker(
         reader = client.create_reader(p, pulsar.MessageId.earliest)
         assert not reader.has_message_available()
         reader.close()
+
+
+def test_a_worker_that_owns_no_partition_deletes_a_partitioned_topic(
+    workers2: BrokerProcess, topic: str, make_client: Any
+) -> None:
+    # A one-partition topic whose partition belongs to worker 0; the delete goes to worker 1's own port.
+    name = next(
+        n for n in (f"{topic}{k}" for k in range(64)) if owner_index(f"persistent://{NAMESPACE}/{n}-partition-0") == 0
+    )
+    admin_urls = {
+        int(line.split("velamq worker ", 1)[1].split(" ", 1)[0]): line.split("admin_url=", 1)[1].split()[0]
+        for line in workers2.worker_lines()
+    }
+    shared = AdminClient(workers2.admin_url)
+    shared.request("PUT", f"/admin/v2/persistent/{NAMESPACE}/{name}/partitions", 1)
+    client = make_client(workers2.service_url)
+    producer = client.create_producer(f"persistent://{NAMESPACE}/{name}", batching_enabled=False)
+    producer.send(b"x")
+    producer.close()
+    AdminClient(admin_urls[1]).request("DELETE", f"/admin/v2/persistent/{NAMESPACE}/{name}/partitions",
+                                       query={"force": "true"})
+    listed = shared.request("GET", f"/admin/v2/persistent/{NAMESPACE}/partitioned")
+    assert f"persistent://{NAMESPACE}/{name}" not in listed

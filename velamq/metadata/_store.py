@@ -15,6 +15,7 @@ for long.
 from __future__ import annotations
 
 import enum
+import functools
 import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, Final
@@ -351,7 +352,11 @@ class MetadataStore(ClusterMetadata):
         deleted: the commit point of a delete. Marking a marked topic again changes nothing."""
         names = [str(_check_topic(t)) for t in topics]
         parents = [str(_check_topic(t)) for t in partitioned]
-        await self._run(_ops.mark_deleting, topics=names, partitioned=parents, now_ms=time.time_ns() // 1_000_000)
+        # Announced to the other processes of a shared store: a topic another worker serves is
+        # deleted by that worker when its watch reports the mark (docs/workers.md).
+        now_ms = time.time_ns() // 1_000_000
+        mark = functools.partial(_ops.mark_deleting, topics=names, partitioned=parents, now_ms=now_ms)
+        await self._run(self._announced(mark))
 
     async def topics_being_deleted(self) -> list[tuple[str, bool]]:
         """Marked deletes as (full name, is a partitioned topic), topics before partitioned ones."""
