@@ -103,6 +103,13 @@ def create_partitioned(admin_url: str, topic: str, partitions: int) -> None:
     urllib.request.urlopen(request, timeout=30).read()
 
 
+def keep_everything(admin_url: str, topic: str) -> None:
+    request = urllib.request.Request(f"{admin_url}/admin/v2/persistent/public/default/{topic}/retention",
+                                     data=json.dumps({"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}).encode(),
+                                     method="POST", headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(request, timeout=30).read()
+
+
 def rate_to_noop(spark: Any, n: int, checkpoint: str) -> None:
     query = (spark.readStream.format("rate").option("rowsPerSecond", str(max(n, 5_000_000)))
              .option("numPartitions", "2").load()
@@ -223,6 +230,7 @@ def live_case(spark: Any, service_url: str, admin_url: str, batching: int, n: in
     urls = {"service.url": service_url, "admin.url": admin_url}
     topic = f"spark-live-{batching}-{uuid.uuid4().hex[:6]}"
     create_partitioned(admin_url, topic, partitions)
+    keep_everything(admin_url, topic)  # no subscription holds them: without retention sealed ledgers go
     start = time.perf_counter()
     produce_official(service_url, topic, n, size, batching)
     print(f"produced {n:,} (batches of {batching}) in {time.perf_counter() - start:.1f} s", flush=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from _offload_entries import mixed_entries, offloading
 from _storage_testing import read_everything, run
 from test_storage_offload import HOUR_MS, fill, offload_config
@@ -33,7 +34,7 @@ def offloaded_flags(st: Storage, name: str) -> list[bool]:
     return [i.offloaded_ms is not None for i in st.open_ledgers[name].ledgers()]
 
 
-def test_topics_nobody_has_open_are_offloaded_and_closed_again(tmp_path: Path, monkeypatch: object) -> None:
+def test_topics_nobody_has_open_are_offloaded_and_closed_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = ManualClock()
     root = tmp_path / "tier"
     names = [f"persistent://public/default/t{i}" for i in range(5)]
@@ -58,7 +59,7 @@ def test_topics_nobody_has_open_are_offloaded_and_closed_again(tmp_path: Path, m
                 st.read_cache.clear()
                 assert [d for _, d in await read_everything(st, name)] == everything[name]
 
-    monkeypatch.setattr(_offloader, "check_page_names", 2)  # type: ignore[attr-defined]
+    monkeypatch.setattr(_offloader, "check_page_names", 2)
     run(main())
 
 
