@@ -10,6 +10,12 @@ One run, one local SparkSession, the same N messages of --size bytes in a --part
     parquet read             the same messages written once to Parquet, read -> noop: Spark's own
                              batch floor
 
+With --live B1,B2 (e.g. 1,1000) it measures instead the source's broker path against the producer's
+batching (issue 25, DP-3): for each batching, --live-messages keyed messages sent by the official
+client (`pulsar-client`, batches of at most B messages; 1: batching off) to a fresh partitioned
+topic, read with `format("velamq")` -> noop --runs times (median reported, every run listed), beside
+`spark.read.parquet` of the same rows (median too), side by side in one run.
+
 Producing the N messages (velamq's async client, batched, send_many with keys) is timed too, for
 context. Each Spark case runs --repeat times (default 2) and its best time counts: on a shared
 machine the spread between two runs of the same case is larger than most differences measured. Each Spark
@@ -18,6 +24,7 @@ case is timed from the action to its end; rows/s = N / seconds, MB/s counts payl
     .venv/bin/python benchmarks/spark_io.py                    # starts its own broker, 1 000 000 messages
     .venv/bin/python benchmarks/spark_io.py --messages 200000
     .venv/bin/python benchmarks/spark_io.py --service-url pulsar://127.0.0.1:6650 --admin-url http://127.0.0.1:8080
+    .venv/bin/python benchmarks/spark_io.py --live 1,1000 --live-messages 300000 --runs 3
 """
 
 from __future__ import annotations
@@ -96,6 +103,13 @@ def create_partitioned(admin_url: str, topic: str, partitions: int) -> None:
     urllib.request.urlopen(request, timeout=30).read()
 
 
+def keep_everything(admin_url: str, topic: str) -> None:
+    request = urllib.request.Request(f"{admin_url}/admin/v2/persistent/public/default/{topic}/retention",
+                                     data=json.dumps({"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}).encode(),
+                                     method="POST", headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(request, timeout=30).read()
+
+
 def rate_to_noop(spark: Any, n: int, checkpoint: str) -> None:
     query = (spark.readStream.format("rate").option("rowsPerSecond", str(max(n, 5_000_000)))
              .option("numPartitions", "2").load()
@@ -160,6 +174,93 @@ def run_cases(spark: Any, service_url: str, admin_url: str, n: int, size: int, p
     return rows
 
 
+# ---------------------------------------------------------------------------- the live path (DP-3)
+
+
+def produce_official(service_url: str, topic: str, n: int, size: int, batching: int) -> None:
+    """n keyed messages (10 000 keys) with the official client, in batches of at most `batching`."""
+    import pulsar
+
+    client = pulsar.Client(service_url)
+    try:
+        producer = client.create_producer(
+            topic, batching_enabled=batching > 1, batching_max_messages=max(2, batching),
+            batching_max_allowed_size_in_bytes=max(128 * 1024, batching * size * 2),
+            batching_max_publish_delay_ms=10, block_if_queue_full=True, max_pending_messages=10_000)
+        body = os.urandom(size - 8)
+        for i in range(n):
+            producer.send_async(b"%08d" % i + body, None, partition_key=f"k{i % 10_000}")
+        producer.flush()
+        producer.close()
+    finally:
+        client.close()
+
+
+@dataclass(frozen=True, slots=True)
+class LiveRow:
+    case: str
+    rows: int
+    runs: list[float]  # seconds, in the order they ran
+
+    @property
+    def median_rows_per_s(self) -> float:
+        return self.rows / sorted(self.runs)[len(self.runs) // 2]
+
+
+def median_runs(case: str, rows: int, runs: int, action: Callable[[], Any]) -> LiveRow:
+    seconds = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        action()
+        seconds.append(time.perf_counter() - start)
+        print(f"  {case}: {seconds[-1]:.2f} s, {rows / seconds[-1]:,.0f} rows/s", flush=True)
+    return LiveRow(case, rows, seconds)
+
+
+def run_live(spark: Any, service_url: str, admin_url: str, batchings: list[int], n: int, size: int,
+             partitions: int, runs: int, workdir: str) -> list[LiveRow]:
+    out: list[LiveRow] = []
+    for batching in batchings:
+        out += live_case(spark, service_url, admin_url, batching, n, size, partitions, runs, workdir)
+    return out
+
+
+def live_case(spark: Any, service_url: str, admin_url: str, batching: int, n: int, size: int, partitions: int,
+              runs: int, workdir: str) -> list[LiveRow]:
+    urls = {"service.url": service_url, "admin.url": admin_url}
+    topic = f"spark-live-{batching}-{uuid.uuid4().hex[:6]}"
+    create_partitioned(admin_url, topic, partitions)
+    keep_everything(admin_url, topic)  # no subscription holds them: without retention sealed ledgers go
+    start = time.perf_counter()
+    produce_official(service_url, topic, n, size, batching)
+    print(f"produced {n:,} (batches of {batching}) in {time.perf_counter() - start:.1f} s", flush=True)
+
+    def velamq_df() -> Any:
+        return spark.read.format("velamq").options(**urls, topic=topic).load()
+
+    count = velamq_df().count()  # warm-up and a check
+    if count != n:
+        raise RuntimeError(f"read {count} rows of {n}")
+    source = median_runs(f"velamq read, batches of {batching}", n, runs,
+                         lambda: velamq_df().write.format("noop").mode("overwrite").save())
+    parquet = f"{workdir}/live-{batching}.parquet"
+    velamq_df().select("key", "value", "topic", "partition", "messageId", "publishTime", "eventTime") \
+        .write.mode("overwrite").parquet(parquet)
+    native = median_runs(f"parquet read, the same rows ({batching})", n, runs,
+                         lambda: spark.read.parquet(parquet).write.format("noop").mode("overwrite").save())
+    return [source, native]
+
+
+def live_table(rows: list[LiveRow]) -> str:
+    lines = ["| case | rows | median rows/s | runs (rows/s, in order) | / parquet |", "|---|---|---|---|---|"]
+    for i, r in enumerate(rows):
+        parquet = rows[i + 1] if i + 1 < len(rows) and rows[i + 1].case.startswith("parquet") else r
+        each = ", ".join(f"{r.rows / s:,.0f}" for s in r.runs)
+        ratio = r.median_rows_per_s / parquet.median_rows_per_s
+        lines.append(f"| {r.case} | {r.rows:,} | {r.median_rows_per_s:,.0f} | {each} | {ratio:.2f}x |")
+    return "\n".join(lines)
+
+
 def table(rows: list[Row]) -> str:
     parquet = next((r for r in rows if r.case.startswith("parquet")), None)
     lines = [f"| {'case':34} | {'rows':>9} | {'seconds':>7} | {'rows/s':>9} | {'MB/s':>6} | {'/ parquet':>9} |",
@@ -204,7 +305,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--broker-args", default="", help="extra `velamq standalone` arguments")
     parser.add_argument("--repeat", type=int, default=2,
                         help="run each Spark case this many times and report its best (the machine is shared)")
+    parser.add_argument("--live", default="",
+                        help="batchings to measure the source's broker path at, e.g. 1,1000 (skips the other cases)")
+    parser.add_argument("--live-messages", type=int, default=300_000)
+    parser.add_argument("--runs", type=int, default=3, help="--live: runs per case (the median is reported)")
     args = parser.parse_args(argv)
+    batchings = [int(b) for b in args.live.split(",") if b.strip()]
     global repeats
     repeats = max(1, args.repeat)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -219,14 +325,20 @@ def main(argv: list[str] | None = None) -> int:
             # Stopping the rate query cancels its tasks, which Spark logs as errors: failures raise anyway.
             spark.sparkContext.setLogLevel("OFF")
             try:
-                print(f"{args.messages:,} messages of {args.size} bytes, {args.partitions} partitions", flush=True)
-                rows = run_cases(spark, service_url, admin_url, args.messages, args.size, args.partitions, workdir)
+                if batchings:
+                    print(f"load average at the start: {os.getloadavg()[0]:.1f}", flush=True)
+                    live = run_live(spark, service_url, admin_url, batchings, args.live_messages, args.size,
+                                    args.partitions, max(1, args.runs), workdir)
+                else:
+                    print(f"{args.messages:,} messages of {args.size} bytes, {args.partitions} partitions", flush=True)
+                    rows = run_cases(spark, service_url, admin_url, args.messages, args.size, args.partitions,
+                                     workdir)
             finally:
                 spark.stop()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print()
-    print(table(rows))
+    print(live_table(live) if batchings else table(rows))
     print()
     print(f"machine: {machine()}")
     print(f"command: {shlex.join([os.path.relpath(sys.argv[0]), *(argv if argv is not None else sys.argv[1:])])}")

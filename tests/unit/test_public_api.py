@@ -52,8 +52,8 @@ PUBLIC_API: dict[str, list[str]] = {
     ],
     "velamq.storage": [
         "CursorOwner", "Entry", "EntryRows", "LedgerInfo", "LedgerStore", "ManagedCursor", "ManagedLedger",
-        "MemoryBudget", "OffloadConfig", "OffloadStatus", "Position", "PublishBuffer", "RangeSet", "RowColumns",
-        "ShardedStorage", "Storage", "StorageConfig",
+        "MemoryBudget", "OffloadConfig", "OffloadPolicy", "OffloadStatus", "PolicySource", "Position",
+        "PublishBuffer", "RangeSet", "RowColumns", "ShardedStorage", "Storage", "StorageConfig",
     ],
     "velamq.metadata": [
         "BacklogQuota", "DEFAULT_CLUSTER", "DEFAULT_NAMESPACE", "DEFAULT_TENANT", "SchemaCompatibilityError",

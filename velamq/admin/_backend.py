@@ -148,6 +148,10 @@ class BrokerBackend(Protocol):
 
     def offload_status(self, topic: str) -> OffloadStatus: ...
 
+    def offload_store_differs(self, driver: str, bucket: str, endpoint: str, region: str, uri: str) -> str | None:
+        """Why a namespace's offload policies naming this store cannot apply on this broker, or None."""
+        ...
+
     async def topic_stats(self, topic: str) -> TopicStats | NonPersistentTopicStats:
         """NotFoundError if the topic is unknown."""
         ...

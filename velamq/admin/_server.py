@@ -45,6 +45,7 @@ from velamq.admin import (
     _routes_namespace_ops,
     _routes_namespaces,
     _routes_offload,
+    _routes_offload_policies,
     _routes_permissions,
     _routes_policies,
     _routes_replication,
@@ -89,7 +90,7 @@ def build_router() -> Router:
     for module in (
         _routes_brokers, _routes_tenants, _routes_namespaces, _routes_policies, _routes_topics, _routes_topic_ops,
         _routes_subscriptions, _routes_schemas, _routes_web, _routes_messages, _routes_namespace_ops,
-        _routes_permissions, _routes_terminate, _routes_offload, _routes_replication,
+        _routes_permissions, _routes_terminate, _routes_offload, _routes_offload_policies, _routes_replication,
     ):
         module.register(router)
     return router

@@ -23,8 +23,9 @@ journalMaxSizeMB (a journal file rolls over at this size; trimming deletes whole
 
 Tiered storage (docs/offload.md) takes Pulsar's keys: managedLedgerOffloadDriver (filesystem,
 aws-s3), fileSystemURI, s3ManagedLedgerOffloadBucket / ServiceEndpoint / Region,
-managedLedgerOffloadThresholdInBytes, managedLedgerOffloadDeletionLagMs; and velamq's own
-managedLedgerOffloadCheckIntervalSeconds (how often loaded topics are checked).
+managedLedgerOffloadThresholdInBytes, managedLedgerOffloadThresholdInSeconds,
+managedLedgerOffloadDeletionLagMs; and velamq's own managedLedgerOffloadCheckIntervalSeconds (how
+often topics are checked); namespaces override the thresholds and the lag (offload policies).
 
 Security (docs/security.md) takes Pulsar's keys as they are (velamq.security.SECURITY_KEYS:
 brokerServicePortTls, webServicePortTls, tls*, authenticationEnabled, authenticationProviders,
@@ -114,6 +115,7 @@ _KEYS = {
     "s3ManagedLedgerOffloadServiceEndpoint": "offload_s3_endpoint",
     "s3ManagedLedgerOffloadRegion": "offload_s3_region",
     "managedLedgerOffloadThresholdInBytes": "offload_threshold_bytes",
+    "managedLedgerOffloadThresholdInSeconds": "offload_threshold_s",
     "managedLedgerOffloadDeletionLagMs": "offload_deletion_lag_ms",
     "managedLedgerOffloadCheckIntervalSeconds": "offload_check_interval_s",  # velamq's own
 }
@@ -205,6 +207,7 @@ class BrokerConfig:
     offload_s3_endpoint: str = ""
     offload_s3_region: str = ""
     offload_threshold_bytes: int = -1
+    offload_threshold_s: int = -1
     offload_deletion_lag_ms: int = _OFFLOAD.deletion_lag_ms
     offload_check_interval_s: float = _OFFLOAD.check_interval_s
     # TLS ports, authentication and authorization under Pulsar's keys (docs/security.md).
@@ -245,6 +248,7 @@ class BrokerConfig:
             endpoint=self.offload_s3_endpoint,
             region=self.offload_s3_region,
             threshold_bytes=self.offload_threshold_bytes,
+            threshold_s=self.offload_threshold_s,
             deletion_lag_ms=self.offload_deletion_lag_ms,
             check_interval_s=self.offload_check_interval_s,
         )

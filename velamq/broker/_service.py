@@ -40,6 +40,7 @@ from velamq.broker.nonpersistent._topic import NonPersistentTopic
 from velamq.broker.service._auto_create import TopicCreation
 from velamq.broker.service._idle_unload import IdleUnloader
 from velamq.broker.service._loaded_topics import LoadedTopics
+from velamq.broker.service._offload_policies import TopicOffloadPolicies
 from velamq.broker.service._policy_tasks import PolicyTasks
 from velamq.broker.service._topic_deletion import finish_interrupted_deletions
 from velamq.broker.session._auth import AuthCounters, AuthRefresher
@@ -57,7 +58,7 @@ from velamq.metadata import MetadataStore, Policies
 from velamq.metadata._auto_creation import AutoTopicCreation
 from velamq.protocol import pb
 from velamq.security import AuthenticationService, AuthorizationModel, ReloadingServerContext
-from velamq.storage import LedgerStore, PublishBuffer, ShardedStorage
+from velamq.storage import LedgerStore, OffloadPolicy, PublishBuffer, ShardedStorage
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,10 @@ class BrokerService:
         self._connections_opened = 0
         self._producer_counter = itertools.count()
         self._tasks: set[asyncio.Task[Any]] = set()
+        offload = config.offload
+        if offload is not None:  # each topic's offload policy: its namespace's over the broker's
+            default = OffloadPolicy(offload.threshold_bytes, offload.threshold_s, offload.deletion_lag_ms)
+            storage.set_offload_policies(TopicOffloadPolicies(metadata, default))
 
     # ---- what the composition root, the admin facade and the tests read ------------------------
 

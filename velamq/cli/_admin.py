@@ -48,7 +48,7 @@ from velamq._topic_name import TopicName
 from velamq.cli import _admin_policies, _admin_schemas
 from velamq.cli._admin_auto_creation import add_auto_topic_creation_verbs
 from velamq.cli._admin_messages import add_message_verbs
-from velamq.cli._admin_offload import add_offload_verbs
+from velamq.cli._admin_offload import add_namespace_offload_verbs, add_offload_verbs
 from velamq.cli._admin_output import parse_time_s, render, render_json
 from velamq.cli._admin_permissions import add_namespace_permission_verbs, add_topic_permission_verbs
 from velamq.cli._admin_policies import namespace_path, topic_path, verb
@@ -193,6 +193,7 @@ def _namespaces(groups: Any) -> None:
     add_namespace_replication_verbs(group)
     add_namespace_permission_verbs(group)
     add_auto_topic_creation_verbs(group)
+    add_namespace_offload_verbs(group)
     _admin_policies.add_policy_verbs(group, topic_level=False)
     _admin_schemas.add_namespace_schema_verbs(group)
 

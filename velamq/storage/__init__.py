@@ -28,7 +28,7 @@ from velamq.storage._storage import Storage
 from velamq.storage.ledger._cursor import CursorOwner, ManagedCursor
 from velamq.storage.ledger._managed_ledger import ManagedLedger
 from velamq.storage.offload._codec import EntryRows, RowColumns
-from velamq.storage.offload._status import OffloadStatus
+from velamq.storage.offload._status import OffloadPolicy, OffloadStatus, PolicySource
 from velamq.storage.write._publish_buffer import PublishBuffer
 
 __all__ = [
@@ -41,7 +41,9 @@ __all__ = [
     "ManagedLedger",
     "MemoryBudget",
     "OffloadConfig",
+    "OffloadPolicy",
     "OffloadStatus",
+    "PolicySource",
     "Position",
     "PublishBuffer",
     "RangeSet",

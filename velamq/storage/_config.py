@@ -137,8 +137,9 @@ class OffloadConfig:
     endpoint: str = ""
     region: str = ""
     threshold_bytes: int = -1
+    threshold_s: int = -1  # managedLedgerOffloadThresholdInSeconds: offload ledgers sealed longer ago
     deletion_lag_ms: int = deletion_lag_ms_default
-    check_interval_s: float = 60.0  # how often loaded topics are checked against the threshold and lag
+    check_interval_s: float = 60.0  # how often topics are checked against the thresholds and the lag
     row_group_rows: int = 65536  # a row group is the unit a read fetches and caches
     row_group_bytes: int = 16 << 20
     compression: str = "zstd"  # the Parquet files' codec

@@ -11,7 +11,7 @@ from velamq.storage._config import MemoryBudget
 from velamq.storage._position import Position
 from velamq.storage.gc._collector import GcResult
 from velamq.storage.ledger._managed_ledger import ManagedLedger
-from velamq.storage.offload._status import OffloadStatus
+from velamq.storage.offload._status import OffloadStatus, PolicySource
 from velamq.storage.write._publish_buffer import PublishBuffer
 
 
@@ -44,6 +44,8 @@ class LedgerStore(Protocol):
 
     @property
     def offload_enabled(self) -> bool: ...
+
+    def set_offload_policies(self, policies: PolicySource) -> None: ...
 
     def request_offload(self, ml: ManagedLedger, up_to: Position) -> bool: ...
 

@@ -46,7 +46,7 @@ from velamq.storage._storage import SharedCaches, Storage
 from velamq.storage.gc._collector import GcResult
 from velamq.storage.ledger._managed_ledger import ManagedLedger
 from velamq.storage.offload._codec import EntryRows
-from velamq.storage.offload._status import OffloadStatus
+from velamq.storage.offload._status import OffloadStatus, PolicySource
 from velamq.storage.write._publish_buffer import PublishBuffer
 
 log = logging.getLogger("velamq.storage")
@@ -74,6 +74,7 @@ class ShardedStorage:
         self.clock = clock
         self._entry_rows = entry_rows
         self._shard_of = shard_of
+        self._offload_policies: PolicySource | None = None
         self._lock_wait_s = lock_wait_s
         self._data_dir = Path(config.data_dir)
         self.memory_budget: MemoryBudget = config.budget
@@ -158,6 +159,8 @@ class ShardedStorage:
         )
         base = ledger_id_base(number)
         storage = Storage(config, self.clock, self._entry_rows, shared=self._shared, ledger_id_base=base)
+        if self._offload_policies is not None:
+            storage.set_offload_policies(self._offload_policies)
         await storage.start()
         if self._state != "started":  # closed while this shard was opening
             await storage.close()
@@ -246,6 +249,12 @@ class ShardedStorage:
         return out
 
     # -- tiered storage ----------------------------------------------------------------------------
+
+    def set_offload_policies(self, policies: PolicySource) -> None:
+        """Where each topic's offload policy comes from: every shard, open now or later."""
+        self._offload_policies = policies
+        for shard in self._shards.values():
+            shard.set_offload_policies(policies)
 
     @property
     def offload_enabled(self) -> bool:

@@ -45,7 +45,7 @@ from velamq.storage.ledger._directory import LedgerDirectory
 from velamq.storage.ledger._managed_ledger import ManagedLedger
 from velamq.storage.ledger._read_path import run_size
 from velamq.storage.offload._codec import EntryRows
-from velamq.storage.offload._status import OffloadStatus
+from velamq.storage.offload._status import OffloadStatus, PolicySource
 from velamq.storage.startup._ballast import Ballast, ballast_size
 from velamq.storage.startup._recovery import JournalRecovery
 from velamq.storage.startup._threads import (
@@ -135,6 +135,7 @@ class Storage:
         )
         self.recovery: JournalRecovery | None = None
         self._offload: OffloadService | None = None
+        self._offload_policies: PolicySource | None = None
         self._state = "new"
 
     async def start(self) -> None:
@@ -284,7 +285,15 @@ class Storage:
             ) from None
         if self._entry_rows is None:
             raise StorageError("offloading is configured, but this Storage was given no EntryRows (entries as rows)")
-        return OffloadService(config, self._data_dir, self.clock, self._entry_rows, lambda: dict(self._ledgers.open))
+        return OffloadService(config, self._data_dir, self.clock, self._entry_rows, self._ledgers,
+                              self._offload_policies)
+
+    def set_offload_policies(self, policies: PolicySource) -> None:
+        """Where each topic's offload policy comes from (the broker: namespace policies over its
+        own settings), asked at every check; without it the broker-wide settings apply to all."""
+        self._offload_policies = policies
+        if self._offload is not None:
+            self._offload.offloader.policies = policies
 
     @property
     def offload_enabled(self) -> bool:
@@ -301,7 +310,8 @@ class Storage:
         return self._offload.status(name) if self._offload is not None else OffloadStatus()
 
     async def check_offload(self) -> None:
-        """One offload check now (the threshold and the deletion lag), as the periodic one does."""
+        """One offload check now (the thresholds and the deletion lag of every topic, open or
+        not), as the periodic one does."""
         if self._offload is not None:
             await self._offload.offloader.check()
 

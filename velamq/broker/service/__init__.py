@@ -5,6 +5,7 @@
     _policy_tasks    the periodic TTL, retention, backlog quota and ack-hole checks
     _topic_deletion  crash-safe topic deletes (over the TopicDeleter protocol)
     _auto_create     TopicCreation: which missing topics are created on first use, and as what
+    _offload_policies  TopicOffloadPolicies: each topic's offload policy, for storage's offload check
 
 May import: topic, subscription, delayed, log and the broker's root leaves; storage, metadata.
 Imported by: broker/_service.py and broker/_broker_admin.py.

@@ -219,6 +219,21 @@ class StorageDb:
             )
         ]
 
+    def ledgers_page(self, after: str = "", limit: int = 1000) -> list[tuple[str, list[LedgerRow]]]:
+        """Managed ledgers in name order with their ledgers, a page of names at a time: one query
+        (the offload's check of topics nobody has open)."""
+        page: dict[str, list[LedgerRow]] = {}
+        for row in self._conn.execute(
+            "SELECT m.name, l.id, l.entries, l.size_bytes, l.created_ms, l.closed_ms, l.offloaded_ms, "
+            "l.local_deleted_ms FROM (SELECT id, name FROM managed_ledgers WHERE name > ? ORDER BY name LIMIT ?) m "
+            "LEFT JOIN ledgers l ON l.ml = m.id ORDER BY m.name, l.id",
+            (after, limit),
+        ):
+            ledgers = page.setdefault(str(row[0]), [])
+            if row[1] is not None:
+                ledgers.append(LedgerRow(*row[1:]))
+        return list(page.items())
+
     # -- the entry index -----------------------------------------------------------------------
 
     def locate(self, ledger_id: int, entry_id: int) -> list[Run]:

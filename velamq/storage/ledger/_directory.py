@@ -22,7 +22,7 @@ from velamq._errors import StorageError
 from velamq.storage.formats import _meta_ops
 from velamq.storage.formats._meta_ops import MetaOp
 from velamq.storage.index._db_reader import DbReader
-from velamq.storage.index._storage_db import StorageDb, StoredLedger
+from velamq.storage.index._storage_db import LedgerRow, StorageDb, StoredLedger
 from velamq.storage.ledger._context import ClosedLog, StorageContext
 from velamq.storage.ledger._managed_ledger import ManagedLedger
 
@@ -45,6 +45,9 @@ class LedgerDirectory:
         # Closed by a delete whose write then failed: the write cache half (generation) the
         # database must have before the name is read from it again.
         self._unflushed: dict[str, int] = {}
+        # Opened by storage's own work (the offload of a topic nobody has open, `borrow`): closed
+        # again when that work is done, unless a caller of open_ledger took the object meanwhile.
+        self.borrowed: set[str] = set()
 
     def start(self, loop: asyncio.AbstractEventLoop, reader: DbReader, ml_id_next: int) -> None:
         """Storage started: names can be read from the database now."""
@@ -57,6 +60,10 @@ class LedgerDirectory:
     async def open_ledger(self, name: str) -> ManagedLedger:
         """The managed ledger of that name: created if absent, read from the database if stored,
         shared if open."""
+        self.borrowed.discard(name)  # the caller has it now: a borrower must not close it
+        return await self._shared(name)
+
+    async def _shared(self, name: str) -> ManagedLedger:
         ctx = self._check_started()
         while True:
             deleting = self._deleting.get(name)
@@ -103,17 +110,41 @@ class LedgerDirectory:
         """The managed ledger of that name if it exists (open, or stored), else None; nothing is
         created. Asked together with other opens in one turn of the loop, the lookup shares their
         trip to the database."""
+        self.borrowed.discard(name)
+        return await self._shared_if_exists(name)
+
+    async def _shared_if_exists(self, name: str) -> ManagedLedger | None:
         self._check_started()
         while name in self._deleting:
             await asyncio.shield(self._deleting[name])
         if name in self.open or name in self.opening or name in self._unflushed:
-            return await self.open_ledger(name)
+            return await self._shared(name)
         if name in self._deleted:
             return None
         assert self._reader is not None
         if await self._reader.load(name) is None:
             return None
-        return await self.open_ledger(name)
+        return await self._shared(name)
+
+    async def borrow(self, name: str) -> ManagedLedger | None:
+        """The managed ledger of that name if it exists, for storage's own work on a log nobody
+        may have open (the offload's check); `give_back` closes it again if it was not open before
+        and nobody opened it meanwhile."""
+        lent = name not in self.open and name not in self.opening
+        if lent:
+            self.borrowed.add(name)  # before the wait: an open_ledger during it takes it over
+        ml = None
+        try:
+            ml = await self._shared_if_exists(name)
+        finally:
+            if ml is None:
+                self.borrowed.discard(name)
+        return ml
+
+    async def give_back(self, ml: ManagedLedger) -> None:
+        if ml.name in self.borrowed and self.open.get(ml.name) is ml:
+            self.borrowed.discard(ml.name)
+            await ml.close()
 
     async def wait_opening(self) -> None:
         """Wait for the opens in progress to end (successfully or not): Storage is closing."""
@@ -152,6 +183,15 @@ class LedgerDirectory:
         stored = await self._reader.run(lambda db: db.ml_names(after, limit))
         names = {n for _, n in stored} | {n for n in (*self.open, *self._unflushed) if n > after}
         return sorted(n for n in names if n not in self._deleted or n in self.open)[:limit]
+
+    async def stored_page(self, after: str = "", limit: int = 1000) -> list[tuple[str, list[LedgerRow]]]:
+        """Managed ledgers in name order with their ledgers as the database has them, the first
+        `limit` names after `after` (a deleted one with no ledgers). An open log may be ahead of
+        this."""
+        self._check_started()
+        assert self._reader is not None
+        page = await self._reader.run(lambda db: db.ledgers_page(after, limit))
+        return [(name, [] if name in self._deleted else rows) for name, rows in page]
 
     # -- deleting ------------------------------------------------------------------------------
 

@@ -277,12 +277,12 @@ class ManagedLedger:
     async def mark_offloaded(self, ledger_id: int) -> None:
         """Record that a sealed ledger's offloaded copy is complete (durable on return)."""
         self.check_readable()
-        await mark_offloaded(self._ctx, self._list, ledger_id)
+        await mark_offloaded(self._ctx, self._list, ledger_id, self)
 
     async def delete_local_copy(self, ledger_id: int) -> None:
         """Delete an offloaded ledger's local copy; its reads go to the offloaded copy from now on."""
         self.check_readable()
-        await delete_local(self._ctx, self._list, ledger_id)
+        await delete_local(self._ctx, self._list, ledger_id, self)
 
     # -- cursors (_cursor_persistence writes them) ---------------------------------------------
 

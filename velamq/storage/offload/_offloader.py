@@ -1,7 +1,12 @@
 """The offloader: which ledgers go, writing them, marking them, and deleting local copies.
 
-A ledger is offloaded when an admin asks (everything sealed before a message id) or when a loaded
-topic's ledgers not yet offloaded hold more than the threshold (oldest sealed first). Offloading a
+A ledger is offloaded when an admin asks (everything sealed before a message id) or when the
+topic's offload policy says it is due (_select: past the size or the age threshold, oldest sealed
+first). Each check goes over the open topics, then over every other stored one a page at a time,
+from the storage database alone: only a topic with something due is opened (borrowed) for the work
+and closed again after, unless someone opened it meanwhile. The policy of each topic comes from
+the broker (a PolicySource: namespace policies over the broker-wide settings), read at each check,
+so a changed policy applies at the next one. Offloading a
 ledger: its entries are read through the managed ledger (so from wherever they are: caches or entry
 logs) a chunk at a time and handed to the offload's writer thread, which adds them to the Parquet
 file; the file is closed (it appears whole), the manifest written, and only then is the ledger
@@ -19,9 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from typing import Protocol
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
@@ -30,14 +35,30 @@ from velamq._errors import StorageError
 from velamq._topic_name import TopicName
 from velamq.storage._config import OffloadConfig
 from velamq.storage._position import LedgerInfo, Position
+from velamq.storage.index._storage_db import LedgerRow
 from velamq.storage.ledger._managed_ledger import ManagedLedger
-from velamq.storage.offload._status import OffloadStatus
+from velamq.storage.offload._select import Ledger, local_copies_due, may_be_due, to_offload
+from velamq.storage.offload._status import OffloadPolicy, OffloadStatus, PolicySource
 from velamq.storage.offload._store import OffloadStore
 
 log = logging.getLogger("velamq.storage.offload")
 
 # Entries read from the managed ledger and handed to the writer at a time.
 read_chunk_entries = 256
+# Stored topics looked at per trip to the storage database in a check.
+check_page_names = 500
+
+
+class OffloadLedgers(Protocol):
+    """What the offloader needs of its storage's managed ledgers (ledger/_directory's LedgerDirectory)."""
+
+    open: dict[str, ManagedLedger]
+
+    async def stored_page(self, after: str, limit: int) -> list[tuple[str, list[LedgerRow]]]: ...
+
+    async def borrow(self, name: str) -> ManagedLedger | None: ...
+
+    async def give_back(self, ml: ManagedLedger) -> None: ...
 
 
 def partition_of(ml_name: str) -> int:
@@ -63,15 +84,18 @@ class Offloader:
     """Offloads of one Storage, on its event loop: asked (`request`) or by threshold (`check`)."""
 
     def __init__(self, config: OffloadConfig, store: OffloadStore, clock: Clock, writes: ThreadPoolExecutor,
-                 open_ledgers: Callable[[], dict[str, ManagedLedger]]) -> None:
+                 ledgers: OffloadLedgers) -> None:
         self.config = config
+        self.default_policy = OffloadPolicy(config.threshold_bytes, config.threshold_s, config.deletion_lag_ms)
+        self.policies: PolicySource | None = None  # the broker's, per topic; None: the default for all
         self._store = store
         self._clock = clock
         self._writes = writes
-        self._open_ledgers = open_ledgers
+        self._ledgers = ledgers
         self._statuses: dict[str, OffloadStatus] = {}
         self._running: dict[str, asyncio.Task[None]] = {}
         self._one_at_a_time = asyncio.Lock()
+        self._one_check = asyncio.Lock()  # the periodic check and one asked for never overlap
         self._checker: asyncio.Task[None] | None = None
         self.ledgers_total = 0
         self.bytes_total = 0  # local bytes of the ledgers offloaded
@@ -176,38 +200,71 @@ class Offloader:
                 log.exception("offload check failed")
 
     async def check(self) -> None:
-        """One pass over the loaded topics: offload past the threshold, delete local copies whose
+        """One pass: the open topics, then every other stored topic, a page at a time. For each,
+        under its policy: offload what is past a threshold, delete the local copies whose
         offloaded copy is older than the deletion lag."""
-        for name, ml in self._open_ledgers().items():
-            if internal(name) or ml.closing_or_closed is not None:
-                continue
-            await self._delete_local_copies(ml)
-            if name not in self._running:
-                wanted = self._past_threshold(ml)
-                if wanted:
-                    await asyncio.shield(self._start(ml, wanted))
+        async with self._one_check:
+            await self._check_all()
 
-    def _past_threshold(self, ml: ManagedLedger) -> list[LedgerInfo]:
-        threshold = self.config.threshold_bytes
-        if threshold < 0:
-            return []
-        infos = ml.ledgers()
-        local = sum(i.size_bytes for i in infos if i.offloaded_ms is None)
-        wanted: list[LedgerInfo] = []
-        for info in infos:
-            if local <= threshold:
-                break
-            if info.offloaded_ms is None and self._offloadable(ml, info):
-                wanted.append(info)
-                local -= info.size_bytes
-        return wanted
+    async def _check_all(self) -> None:
+        open_now = {n: ml for n, ml in self._ledgers.open.items() if not internal(n) and ml.closing_or_closed is None}
+        policies = await self._policies_of(list(open_now))
+        for name, ml in open_now.items():
+            await self._check_ledger(ml, policies.get(name, self.default_policy))
+        after = ""
+        while True:
+            page = await self._ledgers.stored_page(after, check_page_names)
+            if not page:
+                return
+            after = page[-1][0]
+            await self._check_stored(page, set(open_now))
+            if len(page) < check_page_names:
+                return
 
-    async def _delete_local_copies(self, ml: ManagedLedger) -> None:
+    async def _check_stored(self, page: list[tuple[str, list[LedgerRow]]], seen: set[str]) -> None:
         now = self._clock.now_ms()
-        for info in ml.ledgers():
-            if info.local and info.offloaded_ms is not None and now - info.offloaded_ms >= self.config.deletion_lag_ms:
-                await ml.delete_local_copy(info.ledger_id)
-                self.local_deleted_total += 1
+        candidates = {
+            name: [Ledger.of_row(r) for r in rows] for name, rows in page
+            if name not in seen and name not in self._ledgers.open and not internal(name)
+        }
+        candidates = {name: ledgers for name, ledgers in candidates.items() if may_be_due(ledgers)}
+        policies = await self._policies_of(list(candidates))
+        for name, ledgers in candidates.items():
+            policy = policies.get(name, self.default_policy)
+            if not to_offload(ledgers, policy, now) and not local_copies_due(ledgers, policy, now):
+                continue
+            ml = await self._ledgers.borrow(name)
+            if ml is None:
+                continue
+            try:
+                await self._check_ledger(ml, policy)
+            finally:
+                await self._ledgers.give_back(ml)
+
+    async def _policies_of(self, names: list[str]) -> dict[str, OffloadPolicy]:
+        if self.policies is None or not names:
+            return {}
+        return await self.policies(names)
+
+    async def _check_ledger(self, ml: ManagedLedger, policy: OffloadPolicy) -> None:
+        if ml.closing_or_closed is not None:
+            return
+        await self._delete_local_copies(ml, policy)
+        if ml.name not in self._running:
+            wanted = self._past_threshold(ml, policy)
+            if wanted:
+                await asyncio.shield(self._start(ml, wanted))
+
+    def _past_threshold(self, ml: ManagedLedger, policy: OffloadPolicy) -> list[LedgerInfo]:
+        infos = ml.ledgers()
+        chosen = set(to_offload([Ledger.of_info(i) for i in infos], policy, self._clock.now_ms()))
+        return [i for i in infos if i.ledger_id in chosen and self._offloadable(ml, i)]
+
+    async def _delete_local_copies(self, ml: ManagedLedger, policy: OffloadPolicy) -> None:
+        now = self._clock.now_ms()
+        for ledger_id in local_copies_due([Ledger.of_info(i) for i in ml.ledgers()], policy, now):
+            await ml.delete_local_copy(ledger_id)
+            self.local_deleted_total += 1
 
     async def close(self) -> None:
         tasks = [t for t in (self._checker, *self._running.values()) if t is not None]

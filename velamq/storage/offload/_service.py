@@ -6,7 +6,6 @@ is imported only then.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -15,10 +14,10 @@ from velamq.storage._config import OffloadConfig
 from velamq.storage._position import Position
 from velamq.storage.ledger._managed_ledger import ManagedLedger
 from velamq.storage.offload._codec import EntryRows
-from velamq.storage.offload._offloader import Offloader
+from velamq.storage.offload._offloader import Offloader, OffloadLedgers
 from velamq.storage.offload._parquet import WriteLimits
 from velamq.storage.offload._reads import OffloadedReader
-from velamq.storage.offload._status import OffloadStatus
+from velamq.storage.offload._status import OffloadStatus, PolicySource
 from velamq.storage.offload._store import OffloadStore, make_filesystem
 
 read_threads = 2
@@ -26,14 +25,15 @@ read_threads = 2
 
 class OffloadService:
     def __init__(self, config: OffloadConfig, data_dir: Path, clock: Clock, codec: EntryRows,
-                 open_ledgers: Callable[[], dict[str, ManagedLedger]]) -> None:
+                 ledgers: OffloadLedgers, policies: PolicySource | None = None) -> None:
         fs, root = make_filesystem(config, data_dir)
         limits = WriteLimits(config.row_group_rows, config.row_group_bytes, config.compression)
         self.store = OffloadStore(fs, root, limits, codec)
         self._writes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="velamq-offload-write")
         self._reads = ThreadPoolExecutor(max_workers=read_threads, thread_name_prefix="velamq-offload-read")
         self.reader = OffloadedReader(self.store, self._reads, self._writes)
-        self.offloader = Offloader(config, self.store, clock, self._writes, open_ledgers)
+        self.offloader = Offloader(config, self.store, clock, self._writes, ledgers)
+        self.offloader.policies = policies
         self.where = config.describe(data_dir)
 
     def start(self) -> None:
