@@ -197,7 +197,10 @@ class TopicConsumer(ConsumerAckCommands):
         self.intake.start_filter = self._configured_start_filter()
         self.acks.discard()
         self.acks.clear_ack_timeouts()
-        self.first_generation_of_cluster = self.generation + 1
+        # What is still queued from the old cluster is stale from now on, not only once the
+        # consumer has subscribed on the new one: taking it would make it the reader's resume point.
+        self.generation += 1
+        self.first_generation_of_cluster = self.generation
 
     def on_connection_lost(self, connection: Connection) -> None:
         self._connection_gone(connection)
