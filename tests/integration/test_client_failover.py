@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from replication_helpers import clusters
+from replication_helpers import clusters, link, wait_quiet
 from security_helpers import grant, secure_setup, secured_broker, tls_port
 from wait_helpers import until, wait_until
 
@@ -29,9 +29,11 @@ from velamq.client import (
 from velamq.testing import BrokerProcess
 
 
-def _backlog(broker: BrokerProcess, topic: str, subscription: str) -> int:
+def _backlog(broker: BrokerProcess, topic: str, subscription: str) -> int | None:
+    """The subscription's backlog; None while it does not exist."""
     stats = AdminClient(broker.admin_url).request("GET", AdminClient.topic_path(topic, "stats"))
-    return int(stats["subscriptions"][subscription]["msgBacklog"])
+    subscription_stats = stats["subscriptions"].get(subscription)
+    return None if subscription_stats is None else int(subscription_stats["msgBacklog"])
 
 
 async def _receive(consumer: Any, n: int) -> list[bytes]:
@@ -181,3 +183,45 @@ def test_failover_settings_are_checked() -> None:
         asyncio.run(with_client_credentials())
     with pytest.raises(InvalidConfigurationError, match="running event loop"):
         AsyncClient(AutoClusterFailover(primary, [secondary]))
+
+
+def _entries(broker: BrokerProcess, topic: str) -> int:
+    stats = AdminClient(broker.admin_url).request("GET", AdminClient.topic_path(topic, "internalStats"))
+    return int(stats["numberOfEntries"])
+
+
+def test_a_replicated_subscription_resumes_on_the_secondary_after_kill_9() -> None:
+    """The whole story with velamq's client: two linked clusters, a consumer with a replicated
+    subscription on the primary, the primary killed: the same consumer object goes on at the
+    secondary near where it was, losing nothing."""
+    with clusters("east", "west") as (east, west):
+        link(east, west)
+        topic = f"persistent://public/geo/resume-{uuid.uuid4().hex[:8]}"
+        first = [f"a-{i:03d}".encode() for i in range(50)]
+        second = [f"b-{i:03d}".encode() for i in range(50)]
+        failover = AutoClusterFailover(ServiceInfo(east.broker.service_url), [ServiceInfo(west.broker.service_url)],
+                                       check_interval_ms=100, switch_back_threshold=1_000_000)
+
+        async def main() -> None:
+            async with AsyncClient(failover, initial_backoff_s=0.05, max_backoff_s=0.5) as client:
+                producer = await client.create_producer(topic)
+                for payload in first:
+                    await producer.send(payload)
+                consumer = await client.subscribe(topic, "sub", initial_position="earliest", ack_receipt_enabled=True,
+                                                  replicate_subscription_state_enabled=True)
+                await until(lambda: _entries(east.broker, topic) == 53, "a snapshot after the first half")
+                for payload in second:
+                    await producer.send(payload)
+                assert sorted(await _receive(consumer, 50)) == first
+                wait_quiet([east, west], topic)
+                await until(lambda: _backlog(west.broker, topic, "sub") in range(61), "west's sub moved near east's")
+                east.broker.kill()
+                await until(lambda: client.get_service_info().service_url == west.broker.service_url, "on west")
+                got: list[bytes] = []
+                while not set(second) <= set(got):
+                    got += await _receive(consumer, 1)
+                assert len(got) <= len(second) + 5  # near the mirrored position: at most a few again
+                await producer.send(b"on-west")
+                assert await _receive(consumer, 1) == [b"on-west"]
+
+        asyncio.run(main())
