@@ -10,6 +10,8 @@
                            assignedBrokerServiceUrl) goes there at once, without a lookup;
                            a fatal error ends the handler (_on_fatal), except where the
                            handler keeps trying (_retry_after_refusal: backlog quotas)
+    cluster_switched()     the client failed over to another cluster: the same reconnect, at
+                           once, after _on_cluster_switch dropped the old cluster's state
 """
 
 from __future__ import annotations
@@ -97,6 +99,9 @@ class ConnectionHandler:
     def _on_disconnected(self) -> None:
         """The connection went away (before reconnecting)."""
 
+    def _on_cluster_switch(self) -> None:
+        """The client moved to another cluster: forget what only made sense on the old one."""
+
     def _retry_after_refusal(self, error: BaseException) -> bool:
         """A reconnect was refused with a non-retriable error: True to keep trying anyway (a
         producer blocked by a backlog quota waits for the backlog to drain)."""
@@ -180,6 +185,20 @@ class ConnectionHandler:
                     self._on_fatal(exc)
                     return
                 log.debug("%s: reconnect failed (%s), retrying", self.topic, exc)
+
+    def cluster_switched(self) -> None:
+        """The client moved to another cluster (its connections are closed, its lookups go to the
+        new one): reconnect there through the usual path, without the backoff the old cluster's
+        failures built up."""
+        if self._closing or self._failed is not None or self.client.is_closed:
+            return
+        self._on_cluster_switch()
+        self._backoff.reset()
+        task = self._reconnect_task
+        if task is not None and not task.done():
+            task.cancel()  # it may be sleeping out a long backoff, or connecting to the old cluster
+            self._reconnect_task = None
+            self.schedule_reconnect()
 
     def _stop_reconnecting(self) -> None:
         self._closing = True
