@@ -261,3 +261,27 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_deleting_a_partitioned_topic_deletes_the_partitions_of_every_worker(
+    workers2: BrokerProcess, topic: str, make_client: Any
+) -> None:
+    admin = AdminClient(workers2.admin_url)
+    path = f"/admin/v2/persistent/{NAMESPACE}/{topic}"
+    admin.request("PUT", f"{path}/partitions", 6)
+    partitions = [f"persistent://{NAMESPACE}/{topic}-partition-{i}" for i in range(6)]
+    assert {owner_index(p) for p in partitions} == {0, 1}
+    client = make_client(workers2.service_url)
+    producer = client.create_producer(f"persistent://{NAMESPACE}/{topic}", batching_enabled=False)
+    for i in range(60):
+        producer.send(str(i).encode())
+    producer.close()
+    admin.request("DELETE", f"{path}/partitions", query={"force": "true"})
+    listed = admin.request("GET", f"/admin/v2/persistent/{NAMESPACE}/partitioned")
+    assert f"persistent://{NAMESPACE}/{topic}" not in listed
+    # Each partition comes back empty when the topic is made again (its ledger was deleted by its owner).
+    admin.request("PUT", f"{path}/partitions", 6)
+    for p in partitions:
+        reader = client.create_reader(p, pulsar.MessageId.earliest)
+        assert not reader.has_message_available()
+        reader.close()

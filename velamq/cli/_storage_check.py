@@ -160,7 +160,8 @@ def check_storage(data_dir: Path, *, probe_lock: bool = True, offload: OffloadCo
         report.errors.append(f"cannot read the storage of {data_dir}: {exc}")
         return report
     report.findings += found.findings
-    if offload is None and (data_dir / OFFLOADED_DIR).is_dir():
+    stores = [data_dir, *(path for _, path in shard_dirs(data_dir))]
+    if offload is None and any((store / OFFLOADED_DIR).is_dir() for store in stores):
         offload = OffloadConfig()  # the filesystem driver's default root
     if offload is not None:
         report.offload = offload

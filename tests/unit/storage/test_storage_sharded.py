@@ -12,14 +12,15 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from _sharded_testing import shard_of, sharded, started_sharded
+from _sharded_testing import shard_of, started_sharded
 from _storage_testing import config, payload, run, started
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from velamq._errors import StorageError
-from velamq.storage import Position, Storage
+from velamq.storage import Position, ShardedStorage, Storage
 from velamq.storage._shard_layout import BUNDLES_DIR, SHARD_ID_FILE, ledger_id_bits, shard_dirs
+from velamq.storage._sharded_metrics import combine_metrics
 
 MIB = 1024 * 1024
 
@@ -220,8 +221,7 @@ def test_figures_add_up_over_the_shards(tmp_path: Path) -> None:
 def test_bad_shard_keys_are_refused_clearly(tmp_path: Path) -> None:
     async def main() -> None:
         for key in ("", "/abs", "a/../b", "a//b", "LOCK", "./x"):
-            storage = sharded(tmp_path / "data")
-            storage._shard_of = lambda name, key=key: key  # type: ignore[misc]
+            storage = ShardedStorage(config(tmp_path / "data"), shard_of=lambda name, key=key: key)
             await storage.start()
             try:
                 with pytest.raises(StorageError, match="shard key"):
@@ -263,3 +263,47 @@ def test_any_history_of_appends_and_shard_closes_keeps_every_entry(
                 assert await read_all(storage, name) == entries
 
     run(main())
+
+
+def test_a_failed_opening_gives_its_share_back_and_the_next_use_tries_again(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with started_sharded(tmp_path / "data", 2) as storage:
+            route = shard_of(2)
+            name = "persistent://tenant/ns/a"
+            other = next(n for n in names(20) if route(n) != route(name))
+            await storage.open_ledger(other)
+            broken = storage.shard_dir(route(name)) / "storage.db"
+            broken.mkdir(parents=True)  # a directory where the database should be: the start fails
+            with pytest.raises(StorageError):
+                await storage.open_ledger(name)
+            assert storage.open_shards() == [route(other)]
+            budget = storage.memory_budget.write_cache_bytes
+            assert (await storage.open_shard(route(other))).write_cache.bytes_max == budget
+            broken.rmdir()
+            await (await storage.open_ledger(name)).append(b"x")
+            assert storage.open_shards() == sorted({route(name), route(other)})
+            assert (await storage.open_shard(route(other))).write_cache.bytes_max == budget // 2
+
+    run(main())
+
+
+def test_figures_combine_as_documented() -> None:
+    p = "velamq_storage_"
+    shard_a = {p + "journal_appends_total": 10.0, p + "journal_fsyncs_total": 2.0,
+               p + "journal_fsync_seconds_total": 0.2,
+               p + "journal_fsync_seconds_max": 0.15, p + "journal_fsync_seconds_avg": 0.1, p + "writable": 1.0,
+               p + "journal_entries_per_fsync": 5.0, p + "write_cache_bytes_max": 100.0, p + "failed": 0.0,
+               p + "tail_cache_bytes": 7.0}
+    shard_b = {p + "journal_appends_total": 30.0, p + "journal_fsyncs_total": 2.0,
+               p + "journal_fsync_seconds_total": 0.6,
+               p + "journal_fsync_seconds_max": 0.4, p + "journal_fsync_seconds_avg": 0.3, p + "writable": 0.0,
+               p + "journal_entries_per_fsync": 15.0, p + "write_cache_bytes_max": 100.0, p + "failed": 1.0,
+               p + "tail_cache_bytes": 7.0}
+    out = combine_metrics([shard_a, shard_b], {p + "tail_cache_bytes": 7.0})
+    assert out[p + "journal_appends_total"] == 40 and out[p + "write_cache_bytes_max"] == 200  # sums
+    assert out[p + "journal_fsync_seconds_max"] == 0.4 and out[p + "failed"] == 1  # the worst shard
+    assert out[p + "writable"] == 0  # any shard not writable
+    assert out[p + "journal_fsync_seconds_avg"] == pytest.approx(0.2)  # computed again: 0.8 s / 4
+    assert out[p + "journal_entries_per_fsync"] == 10  # 40 / 4
+    assert out[p + "tail_cache_bytes"] == 7  # shared: once
+    assert out[p + "shards_open"] == 2

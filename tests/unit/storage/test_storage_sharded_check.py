@@ -6,11 +6,14 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
+from _offload_entries import ROWS, mixed_entries
 from _sharded_testing import shard_of, started_sharded
 from _storage_testing import payload, run
+from wait_helpers import until
 
 from velamq.metadata import MetadataStore
-from velamq.storage import Position
+from velamq.storage import OffloadConfig, Position, ShardedStorage, StorageConfig
 
 # The checker is imported inside the tests (see test_storage_check.py).
 
@@ -86,3 +89,47 @@ def test_a_shard_in_use_stops_delete(tmp_path: Path) -> None:
             assert "report may be stale" in out.getvalue()
 
     run(main())
+
+
+@pytest.mark.parametrize("root", ["per shard", "shared"])
+def test_offloaded_files_of_every_shard_are_judged_by_their_own_ledgers(tmp_path: Path, root: str) -> None:
+    """With the filesystem driver's default root each shard offloads under its own directory; with
+    a configured root all shards share it. Either way a complete offload of every shard is left
+    alone, and a file no ledger of any shard owns is found."""
+    from velamq.cli._storage_check import check_storage
+
+    data = tmp_path / "data"
+    uri = "" if root == "per shard" else str(tmp_path / "tier")
+    offload = OffloadConfig("filesystem", uri=uri, deletion_lag_ms=3_600_000, check_interval_s=3600.0)
+    route = shard_of(2)
+    topics = [LIVE[0], next(n for n in LIVE if route(n) != route(LIVE[0]))]
+
+    async def build_offloaded() -> None:
+        store = MetadataStore(data / "metadata.db")
+        await store.start()
+        try:
+            for name in topics:
+                await store.create_topic(name)
+        finally:
+            await store.close()
+        config = StorageConfig(data, sync_policy="none", ledger_entries_max=5, offload=offload)
+        storage = ShardedStorage(config, entry_rows=ROWS, shard_of=route)
+        await storage.start()
+        try:
+            for name in topics:
+                ml = await storage.open_ledger(name)
+                positions = [await ml.append(e) for e in mixed_entries(12)]
+                assert storage.request_offload(ml, positions[-1])
+                await until(lambda ml=ml: storage.offload_status(ml.name).status != "RUNNING")
+                assert storage.offload_status(name).status == "SUCCESS"
+        finally:
+            await storage.close()
+
+    run(build_offloaded())
+    roots = [Path(uri)] if uri else [data / "bundles" / route(n) / "offloaded" for n in topics]
+    assert all(list(r.rglob("*.parquet")) for r in roots)
+    assert [f.kind for f in check_storage(data, offload=offload).offloaded] == []
+    stray = next(roots[-1].rglob("*.parquet")).with_name("ledger-00000000000000009999.parquet")
+    stray.write_bytes(b"PAR1 of a ledger nobody has")
+    found = [(f.kind, f.path) for f in check_storage(data, offload=offload).offloaded]
+    assert found == [("orphan offloaded file", str(stray))]
