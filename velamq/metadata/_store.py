@@ -95,31 +95,31 @@ class MetadataStore(ClusterMetadata):
         return await self._read(_ops.get_cluster, name=_check_tenant(name))
 
     async def create_cluster(self, name: str, data: dict[str, Any] | None = None) -> None:
-        await self._run(_ops.create_cluster, name=_check_tenant(name), data=dict(data or {}))
+        await self._announce(_ops.create_cluster, name=_check_tenant(name), data=dict(data or {}))
 
     async def update_cluster(self, name: str, data: dict[str, Any]) -> None:
-        await self._run(_ops.update_cluster, name=_check_tenant(name), data=dict(data))
+        await self._announce(_ops.update_cluster, name=_check_tenant(name), data=dict(data))
 
     async def delete_cluster(self, name: str) -> None:
-        await self._run(_ops.delete_cluster, name=_check_tenant(name))
+        await self._announce(_ops.delete_cluster, name=_check_tenant(name))
 
     # ------------------------------------------------------------------------ tenants
 
     async def create_tenant(self, name: str, info: dict[str, Any]) -> None:
-        await self._run(_ops.create_tenant, name=_check_tenant(name), info=_tenant_info(info))
+        await self._announce(_ops.create_tenant, name=_check_tenant(name), info=_tenant_info(info))
 
     async def get_tenant(self, name: str) -> dict[str, Any]:
         return await self._read(_ops.get_tenant, name=_check_tenant(name))
 
     async def update_tenant(self, name: str, info: dict[str, Any]) -> None:
-        await self._run(_ops.update_tenant, name=_check_tenant(name), info=_tenant_info(info))
+        await self._announce(_ops.update_tenant, name=_check_tenant(name), info=_tenant_info(info))
 
     async def list_tenants(self) -> list[str]:
         return await self._read(_ops.list_tenants)
 
     async def delete_tenant(self, name: str) -> None:
         """PreconditionFailedError while the tenant still has namespaces."""
-        await self._run(_ops.delete_tenant, name=_check_tenant(name))
+        await self._announce(_ops.delete_tenant, name=_check_tenant(name))
 
     # ------------------------------------------------------------------------ namespaces
 

@@ -10,7 +10,9 @@ A one-process broker passes shared=False (the default) and runs no watcher: its 
 ever changed by its own writes. With shared=True every write through `_write` (each one that
 changes something a cache holds) also bumps the file's cache version, and every cache is dropped
 by the watcher (_watcher.py) within about `watch_interval_s` of another process's such write.
-Writes that touch nothing cached (topic rows, schemas, tenants, deletion marks) use `_run`.
+Writes of tenants and clusters, which nothing caches but other workers react to (their
+authorization model, replication), announce themselves the same way (`_announce`); writes that
+concern no other worker (topic rows, schemas, deletion marks) use `_run`.
 """
 
 from __future__ import annotations
@@ -151,6 +153,11 @@ class StoreCore:
     async def _run(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
         """Run an operation that may write (its batch takes the write lock first)."""
         return await self._worker.run(functools.partial(fn, **kwargs))
+
+    async def _announce(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
+        """Run a write that no cache here holds but other processes react to (tenants' roles,
+        clusters): a shared store announces it (their watchers call their callbacks)."""
+        return await self._worker.run(self._announced(functools.partial(fn, **kwargs)))
 
     async def _read(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
         """Run an operation that only reads."""

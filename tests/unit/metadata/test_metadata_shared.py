@@ -118,6 +118,26 @@ def test_commits_that_change_nothing_cached_do_not_drop_caches_nor_call_back(db:
     run(body)
 
 
+def test_tenant_and_cluster_changes_call_back(db: Path) -> None:
+    async def body() -> None:
+        async with opened(db, shared=True, watch_interval_s=0.01) as a, \
+                opened(db, shared=True, watch_interval_s=0.01) as b:
+            calls: list[int] = []
+
+            async def changed() -> None:
+                calls.append(len(calls))
+
+            b.on_external_change(changed)
+            # Nothing caches tenants, but b's authorization model follows their admin roles.
+            await a.create_tenant("acme", {"adminRoles": ["ops"]})
+            await until(lambda: calls, "b called back after a made a tenant")
+            seen = len(calls)
+            await a.create_cluster("east", {"serviceUrl": "http://east:8080"})
+            await until(lambda: len(calls) > seen, "b called back after a made a cluster")
+
+    run(body)
+
+
 def test_a_store_that_is_not_shared_keeps_its_caches(db: Path) -> None:
     async def body() -> None:
         async with opened(db) as a, opened(db, shared=True, watch_interval_s=0.01) as b:
