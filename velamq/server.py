@@ -248,6 +248,7 @@ class VelamqServer:
         if self.authorization is not None:
             await load_authorization(self.authorization, self.metadata)
         await self.broker.metadata_changed_elsewhere()
+        await self.replication.metadata_changed_elsewhere()
 
     def _asyncio_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         """asyncio's own reports (a failed callback, "socket.accept() out of system resource" on a
