@@ -308,3 +308,17 @@ def test_a_worker_that_owns_no_partition_deletes_a_partitioned_topic(
                                        query={"force": "true"})
     listed = shared.request("GET", f"/admin/v2/persistent/{NAMESPACE}/partitioned")
     assert f"persistent://{NAMESPACE}/{name}" not in listed
+
+
+def test_a_data_dir_keeps_the_layout_it_was_made_with(tmp_path: Any) -> None:
+    one, several = tmp_path / "one", tmp_path / "several"
+    with run_broker(one):
+        pass
+    with pytest.raises(RuntimeError, match="holds the storage of a one-process broker"), run_broker(one, workers=2):
+        pass
+    with run_broker(several, workers=2) as broker:
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        client.create_producer(f"persistent://{NAMESPACE}/layout").send(b"x")
+        client.close()
+    with pytest.raises(RuntimeError, match="holds the storage of a broker of several workers"), run_broker(several):
+        pass
