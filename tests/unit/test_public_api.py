@@ -22,7 +22,7 @@ PUBLIC_API: dict[str, list[str]] = {
     ],
     "velamq.client": [
         "AdminClient", "AdminError", "AdminReply", "AlreadyClosedError", "AsyncClient", "Authentication",
-        "AutoClusterFailover", "ServiceInfo", "ServiceInfoProvider",
+        "AutoClusterFailover", "ControlledClusterFailover", "ServiceInfo", "ServiceInfoProvider",
         "AuthenticationBasic", "AuthenticationError", "AuthenticationTLS", "AuthenticationToken", "AuthorizationError",
         "AvroSchema", "BatchReceivePolicy", "BlockingConsumer", "BlockingOrderedConsumer", "BlockingProducer",
         "BlockingReader", "BrokerError", "BytesSchema", "ChecksumError", "Client", "ClientConfig",
