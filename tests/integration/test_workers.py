@@ -39,6 +39,21 @@ def owner_index(full_topic: str, workers: int = 2) -> int:
     return default_owner(NAMESPACE, bundles.index_of(full_topic), workers)
 
 
+class Receipts:
+    """The indexes of the messages whose send_async succeeded, in the order the receipts came."""
+
+    def __init__(self) -> None:
+        self.acked: list[int] = []
+        self._lock = threading.Lock()
+
+    def callback_for(self, i: int) -> Any:
+        def callback(result: Any, _msg_id: Any) -> None:
+            if result == pulsar.Result.Ok:
+                with self._lock:
+                    self.acked.append(i)
+        return callback
+
+
 def lookup(admin: AdminClient, topic: str) -> dict[str, Any]:
     reply = admin.request("GET", f"/lookup/v2/topic/persistent/{NAMESPACE}/{topic}")
     assert isinstance(reply, dict)
@@ -161,16 +176,8 @@ def test_bundle_unload_moves_it_without_loss_and_in_order(topic: str, make_clien
         producer = client.create_producer(
             name, batching_enabled=False, max_pending_messages=500, block_if_queue_full=True
         )
-        acked: list[int] = []
-        lock = threading.Lock()
-
-        def done(i: int) -> Any:
-            def callback(result: Any, _msg_id: Any) -> None:
-                if result == pulsar.Result.Ok:
-                    with lock:
-                        acked.append(i)
-            return callback
-
+        receipts = Receipts()
+        acked, done = receipts.acked, receipts.callback_for
         stop = threading.Event()
         sent = [0]
 
@@ -209,16 +216,8 @@ def test_a_killed_worker_is_restarted_and_nothing_acknowledged_is_lost(topic: st
         old_pid = broker.worker_pids()[victim]
         client = make_client(broker.service_url)
         producer = client.create_producer(name, batching_enabled=False, send_timeout_millis=60_000)
-        acked: list[int] = []
-        lock = threading.Lock()
-
-        def callback_for(i: int) -> Any:
-            def callback(result: Any, _msg_id: Any) -> None:
-                if result == pulsar.Result.Ok:
-                    with lock:
-                        acked.append(i)
-            return callback
-
+        receipts = Receipts()
+        acked, callback_for = receipts.acked, receipts.callback_for
         for i in range(300):
             producer.send_async(str(i).encode(), callback_for(i))
         wait_until(lambda: len(acked) >= 100, "receipts before the kill")

@@ -81,7 +81,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "BrokerUrls", "CompactionStatus", "ConsumerStats", "CursorStats", "DiskUsage", "InternalStats",
         "LastMessageId", "LedgerStats", "ListenSockets", "NamespaceMetrics", "NonPersistentTopicStats",
         "Ownership", "PublisherStats", "RateSeries", "SubscriptionMetrics", "SubscriptionStats", "TopicMetrics",
-        "TopicStats",
+        "TopicStats", "listening_socket",
     ],
     "velamq.admin": ["AdminServer", "AdminSockets", "BrokerBackend", "WorkerRouting"],
     "velamq.workers": ["Supervisor", "WorkerOwnership", "WorkerSpec", "serve_worker", "worker_spec_from_environment"],
