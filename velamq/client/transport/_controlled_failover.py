@@ -20,7 +20,6 @@ answer within 30 s) is logged and changes nothing; the next check asks again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import urllib.error
@@ -31,7 +30,7 @@ from typing import Any
 from velamq._clock import Clock, system_clock
 from velamq.client._errors import InvalidConfigurationError
 from velamq.client.security._auth import Authentication
-from velamq.client.transport._failover import ServiceInfo
+from velamq.client.transport._failover import PeriodicChecks, ServiceInfo
 
 log = logging.getLogger("velamq.client")
 
@@ -39,7 +38,7 @@ check_interval_ms_default = 30_000  # the Java builder's default
 request_timeout_s = 30.0  # the Java client's read timeout
 
 
-class ControlledClusterFailover:
+class ControlledClusterFailover(PeriodicChecks):
     """A service-info provider that follows an operator's HTTP endpoint (see the module docstring)."""
 
     def __init__(self, default_service_url: str | ServiceInfo, url_provider: str, *,
@@ -63,28 +62,6 @@ class ControlledClusterFailover:
 
     def initial_service_info(self) -> ServiceInfo:
         return self.default
-
-    def initialize(self, on_switch: Callable[[ServiceInfo], None]) -> None:
-        if self._task is not None:
-            raise InvalidConfigurationError("this ControlledClusterFailover already serves a client")
-        self._on_switch = on_switch
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="velamq-controlled-failover")
-
-    async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _run(self) -> None:
-        while True:
-            await self.clock.sleep(self.check_interval_s)
-            try:
-                await self.check()
-            except Exception:  # a bug in a callback must not end the checks
-                log.exception("controlled cluster failover check failed")
-            self.checks += 1
 
     async def check(self) -> None:
         """Ask the endpoint once, and switch if it names another configuration."""
