@@ -321,3 +321,22 @@ def test_a_data_dir_keeps_the_layout_it_was_made_with(tmp_path: Any) -> None:
         client.close()
     with pytest.raises(RuntimeError, match="holds the storage of a broker of several workers"), run_broker(several):
         pass
+
+
+def test_kill_9_of_the_supervisor_takes_the_workers_and_loses_nothing_acknowledged(
+    topic: str, make_client: Any, tmp_path: Any
+) -> None:
+    with run_broker(tmp_path / "data", workers=2) as broker:
+        client = make_client(broker.service_url)
+        names = [f"persistent://{NAMESPACE}/{topic}-{i}" for i in range(6)]
+        for n in names:
+            client.create_producer(n, batching_enabled=False).send(n.encode())
+        pids = list(broker.worker_pids().values())
+        broker.kill()  # SIGKILL: a crash of the whole broker
+        for pid in pids:
+            wait_until(lambda pid=pid: not _alive(pid), f"worker {pid} died with its supervisor")
+        broker.start()
+        reader_client = make_client(broker.service_url)
+        for n in names:
+            reader = reader_client.create_reader(n, pulsar.MessageId.earliest)
+            assert reader.read_next(timeout_millis=20_000).data() == n.encode()
