@@ -11,6 +11,12 @@ database, that database still has the log: this object keeps the deleted names a
 (`on_metadata_flushed` lifts it), so a deleted name is neither listed nor read back. A delete whose
 write failed leaves the log as it was; if its ledger had been closed for it, the name is not read
 from the database again before the write cache half holding its last operations is flushed.
+
+Storage's own work on logs nobody may have open (the offload's check, storage/offload) borrows
+them: `borrow` opens one as open_ledger would, `give_back` closes it again unless it was open
+before or a caller of open_ledger took it meanwhile (the object is shared, so closing it under a
+loaded topic would end that topic's log). `stored_page` lists stored logs with their ledgers, a
+page of names at a time, from the database alone.
 """
 
 from __future__ import annotations
