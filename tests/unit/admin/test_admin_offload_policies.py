@@ -57,6 +57,14 @@ def test_offload_policies_need_an_offload_driver_on_the_broker(admin: Admin) -> 
                                                                        "managedLedgerOffloadBucket": "b"}))
     assert reply.status == 412 and b"filesystem and aws-s3" in reply.body
     assert admin.request("DELETE", f"{NS}/removeOffloadPolicies").status == 204
+    topic = "/admin/v2/persistent/public/default/has-policies"
+    assert admin.request("GET", f"{topic}/offloadPolicies").status == 404  # no such topic
+    assert admin.request("PUT", topic).status == 204
+    assert admin.request("GET", f"{topic}/offloadPolicies").status == 204
+    reply = admin.request("POST", f"{topic}/offloadPolicies", json.dumps({"managedLedgerOffloadDriver": "filesystem"}))
+    assert reply.status == 412 and b"not configured" in reply.body
+    assert admin.request("DELETE", f"{topic}/offloadPolicies").status == 204
+    assert admin.request("GET", "/admin/v2/non-persistent/public/default/np/offloadPolicies").status == 405
 
 
 def test_each_topic_gets_its_namespace_policy_over_the_brokers(tmp_path: Path) -> None:
@@ -77,9 +85,14 @@ def test_each_topic_gets_its_namespace_policy_over_the_brokers(tmp_path: Path) -
             await store.set_policy("public/b", O.NS_OFFLOAD_POLICIES, {
                 O.DRIVER: "filesystem", O.THRESHOLD_BYTES: -1, O.THRESHOLD_S: 60})
             await store.set_policy("public/c", O.NS_OFFLOAD_THRESHOLD, -1)  # Pulsar's "not set"
+            # A topic's own: its fields over its namespace's, for its partitions too.
+            await store.create_partitioned_topic("persistent://public/a/own", 2)
+            await store.set_topic_policy("persistent://public/a/own", O.TOPIC_OFFLOAD_POLICIES, {
+                O.DRIVER: "filesystem", O.THRESHOLD_S: 30})
             source = TopicOffloadPolicies(store, broker)
             return await source([
                 "persistent://public/a/t", "persistent://public/a/u-partition-3", "persistent://public/b/t",
+                "persistent://public/a/own-partition-1",
                 "persistent://public/c/t", "persistent://public/gone/t", "not a topic name",
             ])
         finally:
@@ -90,4 +103,5 @@ def test_each_topic_gets_its_namespace_policy_over_the_brokers(tmp_path: Path) -
         "persistent://public/a/t": OffloadPolicy(0, -1, -1),
         "persistent://public/a/u-partition-3": OffloadPolicy(0, -1, -1),
         "persistent://public/b/t": OffloadPolicy(-1, 60, 14_400_000),
+        "persistent://public/a/own-partition-1": OffloadPolicy(0, 30, -1),
     }
