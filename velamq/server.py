@@ -26,20 +26,21 @@ import logging
 import os
 import resource
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from velamq import _limits
 from velamq._clock import Clock, system_clock
 from velamq._log_limit import RateLimitedLog
-from velamq.admin import AdminServer
-from velamq.broker import BrokerAdmin, BrokerConfig, BrokerService, DiskUsage
+from velamq.admin import AdminServer, AdminSockets, WorkerRouting
+from velamq.broker import BrokerAdmin, BrokerConfig, BrokerService, DiskUsage, ListenSockets, Ownership
 from velamq.broker.log._offload_rows import PulsarEntryRows
 from velamq.metadata import MetadataStore
 from velamq.replication import ReplicationService
 from velamq.security import AuthenticationService, AuthorizationModel, build_authentication_service
-from velamq.storage import Storage, StorageConfig
+from velamq.storage import LedgerStore, ShardedStorage, Storage, StorageConfig
 
 log = logging.getLogger("velamq.server")
 
@@ -90,11 +91,29 @@ def _statvfs_usage(path: Path) -> DiskUsage:
     return DiskUsage(st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize)
 
 
-def _usage_with_ballast(stat: Callable[[Path], DiskUsage], storage: Storage, path: Path) -> DiskUsage:
+def _usage_with_ballast(stat: Callable[[Path], DiskUsage], storage: LedgerStore, path: Path) -> DiskUsage:
     """Disk usage as the disk guard should see it: storage's emergency ballast is space held back
     for a start on a full disk (velamq/storage/startup/_ballast.py), counted as free."""
     usage = stat(path)
     return DiskUsage(usage.total_bytes, usage.available_bytes + storage.ballast_bytes)
+
+
+class BundleOwnership(Ownership, WorkerRouting, Protocol):
+    """What a worker's ownership also does for the server: start, and follow other workers'
+    changes of the shared metadata."""
+
+    async def start(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class WorkerRole:
+    """What makes a server one worker of several (velamq/workers builds it): the sockets its
+    supervisor made, and the ownership of bundles over the shared metadata."""
+
+    worker_id: int
+    broker_sockets: ListenSockets
+    admin_sockets: AdminSockets
+    ownership: Callable[[MetadataStore], BundleOwnership]
 
 
 class VelamqServer:
@@ -109,14 +128,30 @@ class VelamqServer:
         admin_timeout_s: float = _limits.admin_timeout_s,
         admin_connections_max: int | None = None,
         disk_stat: Callable[[Path], DiskUsage] | None = None,
+        role: WorkerRole | None = None,
     ) -> None:
         """admin_timeout_s bounds one admin request; admin_connections_max the admin connections
         served at once (the AdminServer's default if None); disk_stat replaces statvfs for the
-        disk guard (tests: a filesystem that fills up on demand)."""
+        disk guard (tests: a filesystem that fills up on demand); role makes it one worker of
+        several (velamq/workers): metadata shared with the others, a storage shard per bundle,
+        the supervisor's sockets."""
         self.config = config
         self.clock = clock
-        self.storage = Storage(storage_config(config), clock, PulsarEntryRows())
-        self.metadata = MetadataStore(config.data_dir / "metadata.db", cluster_name=config.cluster_name)
+        self.role = role
+        self.metadata = MetadataStore(
+            config.data_dir / "metadata.db",
+            cluster_name=config.cluster_name,
+            shared=role is not None,
+            default_bundles_count=config.default_namespace_bundles,
+        )
+        self.ownership = None if role is None else role.ownership(self.metadata)
+        self.storage: LedgerStore
+        if self.ownership is None:
+            self.storage = Storage(storage_config(config), clock, PulsarEntryRows())
+        else:
+            self.storage = ShardedStorage(
+                storage_config(config), clock, PulsarEntryRows(), shard_of=self.ownership.shard_of
+            )
         # One of each for the whole process, shared by the binary port and the admin API. A bad
         # key or password file fails here, at start.
         security = config.security
@@ -135,6 +170,8 @@ class VelamqServer:
             disk_stat=partial(_usage_with_ballast, disk_stat or _statvfs_usage, self.storage),
             authentication=self.authentication,
             authorization=self.authorization,
+            ownership=self.ownership,
+            listen_sockets=None if role is None else role.broker_sockets,
         )
         self._asyncio_log = RateLimitedLog(logging.getLogger("asyncio"), clock)
         # Geo-replication: a client of the other clusters, over the broker's topics (RP-*).
@@ -150,6 +187,8 @@ class VelamqServer:
             authorization=self.authorization,
             security=security,
             replication=self.replication,
+            sockets=None if role is None else role.admin_sockets,
+            routing=self.ownership,
         )
 
     @property
@@ -182,9 +221,18 @@ class VelamqServer:
     async def start(self) -> None:
         asyncio.get_running_loop().set_exception_handler(self._asyncio_error)
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.role is None and (self.config.data_dir / "bundles").is_dir():
+            # Its topics live in bundles' storages (docs/workers.md): alone, it would look empty.
+            raise ValueError(
+                f"{self.config.data_dir} holds the storage of a broker of several workers: "
+                "start it with --workers N"
+            )
         await self.metadata.start()
         if self.authorization is not None:
             await load_authorization(self.authorization, self.metadata)
+        if self.ownership is not None:
+            await self.ownership.start()
+            self.metadata.on_external_change(self._metadata_changed)
         await self.storage.start()
         await self.broker.start()
         await self.replication.start()
@@ -198,6 +246,15 @@ class VelamqServer:
         await self.broker.close()
         await self.storage.close()
         await self.metadata.close()
+
+    async def _metadata_changed(self) -> None:
+        """Another worker changed the shared metadata (its caches here are dropped already):
+        policies apply to this worker's topics as they do to the topics of the worker that took the
+        change, and the authorization model follows tenants' and namespaces' roles."""
+        if self.authorization is not None:
+            await load_authorization(self.authorization, self.metadata)
+        await self.broker.metadata_changed_elsewhere()
+        await self.replication.metadata_changed_elsewhere()
 
     def _asyncio_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         """asyncio's own reports (a failed callback, "socket.accept() out of system resource" on a

@@ -61,3 +61,45 @@ def test_a_consumer_resumes_on_the_other_cluster_near_its_position(make_client: 
         while reader.has_message_available():
             read.append(reader.read_next(10_000).data())
         assert read == first + second  # readers never see markers either
+
+
+def test_three_clusters_carry_a_subscription_to_both_others(make_client: Any) -> None:
+    """Full mesh of three (messages from two origins): east's snapshots take two request rounds
+    (RP-10), and its consumer's position reaches west and north."""
+    with clusters("east", "west", "north") as members:
+        east, west, north = members
+        link(*members)
+        topic = f"persistent://public/geo/replsub3-{uuid.uuid4().hex[:8]}"
+        from_east = [f"e-{i:03d}".encode() for i in range(25)]
+        from_north = [f"n-{i:03d}".encode() for i in range(25)]
+        second = [f"s-{i:03d}".encode() for i in range(50)]
+        east_client = make_client(east.broker.service_url)
+        _send(east_client, topic, from_east)
+        _send(make_client(north.broker.service_url), topic, from_north)
+        wait_quiet(members, topic)  # all 50 on each cluster before the subscription is replicated
+        consumer = east_client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared,
+                                         initial_position=pulsar.InitialPosition.Earliest,
+                                         replicate_subscription_state_enabled=True)
+        # One snapshot: a request, west's and north's responses, a second request and responses, the snapshot.
+        wait_until(lambda: _entries(east.admin, topic) == 50 + 7, what="a two-round snapshot on east")
+        _send(east_client, topic, second)
+        first = set(from_east + from_north)
+        for _ in first:
+            message = consumer.receive(10_000)
+            assert message.data() in first
+            consumer.acknowledge(message)
+        wait_quiet(members, topic)
+        for other in (west, north):
+            wait_until(lambda other=other: "sub" in other.stats(topic)["subscriptions"]
+                       and other.stats(topic)["subscriptions"]["sub"]["msgBacklog"] <= 60,
+                       what=f"{other.name}'s sub moved near east's position")
+        consumer.close()
+        for other in (west, north):
+            moved = make_client(other.broker.service_url).subscribe(
+                topic, "sub", consumer_type=pulsar.ConsumerType.Shared, replicate_subscription_state_enabled=True)
+            got = []
+            while not set(second) <= set(got):
+                got.append(moved.receive(10_000).data())
+            assert len(got) <= len(second) + 5  # resumed close to east's position, nothing lost
+            assert all(m.startswith((b"e-", b"n-", b"s-")) for m in got)  # no marker delivered
+            moved.close()

@@ -22,6 +22,7 @@ PUBLIC_API: dict[str, list[str]] = {
     ],
     "velamq.client": [
         "AdminClient", "AdminError", "AdminReply", "AlreadyClosedError", "AsyncClient", "Authentication",
+        "AutoClusterFailover", "ControlledClusterFailover", "ServiceInfo", "ServiceInfoProvider",
         "AuthenticationBasic", "AuthenticationError", "AuthenticationTLS", "AuthenticationToken", "AuthorizationError",
         "AvroSchema", "BatchReceivePolicy", "BlockingConsumer", "BlockingOrderedConsumer", "BlockingProducer",
         "BlockingReader", "BrokerError", "BytesSchema", "ChecksumError", "Client", "ClientConfig",
@@ -51,16 +52,16 @@ PUBLIC_API: dict[str, list[str]] = {
         "check_workers", "register", "source_schema",
     ],
     "velamq.storage": [
-        "CursorOwner", "Entry", "EntryRows", "LedgerInfo", "ManagedCursor", "ManagedLedger", "MemoryBudget",
-        "OffloadConfig", "OffloadPolicy", "OffloadStatus", "PolicySource", "Position", "PublishBuffer", "RangeSet",
-        "RowColumns", "Storage", "StorageConfig",
+        "CursorOwner", "Entry", "EntryRows", "LedgerInfo", "LedgerStore", "ManagedCursor", "ManagedLedger",
+        "MemoryBudget", "OffloadConfig", "OffloadPolicy", "OffloadStatus", "PolicySource", "Position",
+        "PublishBuffer", "RangeSet", "RowColumns", "ShardedStorage", "Storage", "StorageConfig",
     ],
     "velamq.metadata": [
         "BacklogQuota", "DEFAULT_CLUSTER", "DEFAULT_NAMESPACE", "DEFAULT_TENANT", "SchemaCompatibilityError",
         "InvalidSchemaDataError", "MetadataStore", "Policies", "SchemaData", "SchemaRegistry", "SchemaType",
         "StoredSchema", "Strategy", "TopicOpen", "allow_auto_update", "decode_version", "effective_strategy",
         "encode_version", "get_schema_response", "partitions_max", "resolve_policies", "schema_from_payload",
-        "schema_id", "validation_enforced", "TopicListing",
+        "schema_id", "validation_enforced", "TopicListing", "WorkerInfo",
     ],
     "velamq.security": [
         "ALGORITHMS", "family_of", "key_family",
@@ -77,11 +78,13 @@ PUBLIC_API: dict[str, list[str]] = {
     ],
     "velamq.broker": [
         "BrokerAdmin", "BrokerConfig", "BrokerMetrics", "BrokerOverview", "BrokerRequestError", "BrokerService",
-        "CompactionStatus", "ConsumerStats", "CursorStats", "DiskUsage", "InternalStats", "LastMessageId",
-        "LedgerStats", "NamespaceMetrics", "NonPersistentTopicStats", "PublisherStats", "RateSeries",
-        "SubscriptionMetrics", "SubscriptionStats", "TopicMetrics", "TopicStats",
+        "BrokerUrls", "CompactionStatus", "ConsumerStats", "CursorStats", "DiskUsage", "InternalStats",
+        "LastMessageId", "LedgerStats", "ListenSockets", "NamespaceMetrics", "NonPersistentTopicStats",
+        "Ownership", "PublisherStats", "RateSeries", "SubscriptionMetrics", "SubscriptionStats", "TopicMetrics",
+        "TopicStats",
     ],
-    "velamq.admin": ["AdminServer", "BrokerBackend"],
+    "velamq.admin": ["AdminServer", "AdminSockets", "BrokerBackend", "WorkerRouting"],
+    "velamq.workers": ["Supervisor", "WorkerOwnership", "WorkerSpec", "serve_worker", "worker_spec_from_environment"],
     "velamq.replication": ["ReplicationService", "ReplicatorStats"],
     "velamq.testing": ["BrokerProcess", "BrokerThread", "free_port", "run_broker", "run_broker_in_thread"],
     "velamq.cli": [],  # no importable API: its entry point is the `velamq` command

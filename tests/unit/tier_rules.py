@@ -33,10 +33,12 @@ PACKAGE_TIERS: dict[str, frozenset[str]] = {
     "spark": frozenset({"client"}),
     "server": frozenset({"protocol", "storage", "metadata", "security", "broker", "admin", "replication"}),
     "testing": frozenset({"server", "broker"}),
+    # several broker processes: the composition root run as workers under a supervisor
+    "workers": frozenset({"protocol", "storage", "metadata", "security", "broker", "admin", "replication", "server"}),
     # geo-replication: the broker's topics read by velamq's own client toward the remote cluster
     "replication": frozenset({"protocol", "storage", "metadata", "security", "broker", "client"}),
     "cli": frozenset(
-        {"protocol", "storage", "metadata", "security", "broker", "client", "admin", "server", "replication"}
+        {"protocol", "storage", "metadata", "security", "broker", "client", "admin", "server", "replication", "workers"}
     ),
     "__main__": frozenset({"cli"}),
 }
@@ -57,7 +59,7 @@ ROOM_LAYERS: dict[str, list[set[str]]] = {
         {"topic"},
         {"subscription"},
         {"delayed", "log", "guards"},
-        {"_channel", "_rates", "_config"},
+        {"_channel", "_rates", "_config", "_ownership"},
         {"_errors"},
     ],
     "client": [
@@ -73,13 +75,15 @@ ROOM_LAYERS: dict[str, list[set[str]]] = {
     ],
     "storage": [
         {"checker"},
+        {"_sharded"},
+        {"_sharded_metrics", "_ledger_store"},
         {"_storage", "_check"},
         {"_storage_metrics"},
         {"startup", "offload"},
         {"ledger", "gc"},
         {"write"},
         {"journal", "index"},
-        {"formats"},
+        {"formats", "_shard_layout"},
         {"_caches", "_config", "_layout", "_range_set", "_write_errors"},
         {"_position"},
     ],

@@ -7,6 +7,7 @@ The HTTP/1.1 server is our own, on asyncio streams (_http.py); routes live in _r
 """
 
 from velamq.admin._backend import BrokerBackend
-from velamq.admin._server import AdminServer
+from velamq.admin._server import AdminServer, AdminSockets
+from velamq.admin._worker_routing import WorkerRouting
 
-__all__ = ["AdminServer", "BrokerBackend"]
+__all__ = ["AdminServer", "AdminSockets", "BrokerBackend", "WorkerRouting"]

@@ -128,6 +128,13 @@ class BrokerBackend(Protocol):
 
     async def unload_topic(self, topic: str) -> None: ...
 
+    async def unload_bundle(self, namespace: str, bundle: str, destination: str | None) -> None:
+        """Unload one bundle (`0x..._0x...`) of a namespace: its loaded topics close and their
+        clients reconnect, to this broker in one process, else to `destination` (a worker's broker
+        id, already checked to be one) or a worker the broker picks. NotFoundError: unknown
+        namespace; PreconditionFailedError: not one of the namespace's bundles."""
+        ...
+
     async def trigger_compaction(self, topic: str) -> None:
         """Start a compaction; one already running is left to finish."""
         ...

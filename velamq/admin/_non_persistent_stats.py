@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from velamq.admin._stats_json import partitioned_stats_json, topic_stats_json
+from velamq.admin._stats_json import partitioned_stats_of, topic_stats_json
 from velamq.broker import NonPersistentTopicStats, TopicStats
 
 
@@ -29,19 +29,17 @@ def any_stats_json(s: TopicStats | NonPersistentTopicStats) -> dict[str, Any]:
     return non_persistent_stats_json(s) if isinstance(s, NonPersistentTopicStats) else topic_stats_json(s)
 
 
-def any_partitioned_stats_json(
-    partition_count: int, partitions: Mapping[str, TopicStats | NonPersistentTopicStats]
-) -> dict[str, Any]:
-    """PartitionedTopicStats; for non-persistent partitions (Pulsar's
+def any_partitioned_stats_json(partition_count: int, partitions: Mapping[str, Any]) -> dict[str, Any]:
+    """PartitionedTopicStats from each partition's stats JSON (any_stats_json's, here or from the
+    worker that owns the partition); for non-persistent partitions (Pulsar's
     NonPersistentPartitionedTopicStats) with the drop rates summed over the partitions."""
-    plain = {name: s.stats if isinstance(s, NonPersistentTopicStats) else s for name, s in partitions.items()}
-    result = partitioned_stats_json(partition_count, plain)
-    dropping = {name: s for name, s in partitions.items() if isinstance(s, NonPersistentTopicStats)}
+    result = partitioned_stats_of(partitions, partition_count)
+    dropping = [p for p in partitions.values() if "msgDropRate" in p]
     if not dropping:
         return result
-    for name, s in dropping.items():
-        result["partitions"][name] = non_persistent_stats_json(s)
-    result["msgDropRate"] = sum(s.msg_drop_rate for s in dropping.values())
+    result["msgDropRate"] = sum(p["msgDropRate"] for p in dropping)
     for sub_name, subscription in result["subscriptions"].items():
-        subscription["msgDropRate"] = sum(s.subscription_drop_rates.get(sub_name, 0.0) for s in dropping.values())
+        subscription["msgDropRate"] = sum(
+            p["subscriptions"].get(sub_name, {}).get("msgDropRate", 0.0) for p in dropping
+        )
     return result

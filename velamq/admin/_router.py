@@ -13,6 +13,7 @@ the GET handler (the server drops the body).
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -23,13 +24,15 @@ from velamq.admin._http import HttpError, Request, Response
 if TYPE_CHECKING:
     from velamq.admin._backend import BrokerBackend
     from velamq.admin._replication_control import ReplicationControl
+    from velamq.admin._worker_routing import WorkerRouting
 
 
 @dataclass(frozen=True, slots=True)
 class Call:
     """What a handler gets: the broker, the request, the path parameters, this server's URLs, who
-    called (its role, already authenticated and authorized for the route) and the server's security
-    (whose authorization model routes update after they change tenants or grants)."""
+    called (its role, already authenticated and authorized for the route), the server's security
+    (whose authorization model routes update after they change tenants or grants) and, in a broker
+    of several workers, who owns what."""
 
     backend: BrokerBackend
     request: Request
@@ -39,6 +42,9 @@ class Call:
     caller: Caller = OPEN_CALLER
     security: AdminSecurity | None = None
     replication: ReplicationControl | None = None  # the server's geo-replication, if it has one
+    routing: WorkerRouting | None = None  # the workers of a multi-process broker (_routing.py)
+    tls: bool = False  # the request came over https (redirects then point at https URLs)
+    peer_ssl: ssl.SSLContext | None = None  # for calls to another worker's https port
 
 
 Handler = Callable[[Call], Awaitable[Response]]

@@ -25,6 +25,7 @@ from velamq.admin._params import partitions_of, require_topic, topic_of
 from velamq.admin._peek import peek_response
 from velamq.admin._policy_specs import as_int
 from velamq.admin._router import Call, Router
+from velamq.admin._routing import by_owner
 
 TOPIC = "/admin/v2/{domain:persistent|non-persistent}/{tenant}/{namespace}/{topic}"
 # Examining walks ledger metadata only, but the position still gets a sane bound.
@@ -80,6 +81,6 @@ async def get_message_id_by_time(call: Call) -> Response:
 
 
 def register(router: Router) -> None:
-    router.add("GET", TOPIC + "/ledger/{ledger}/entry/{entry}", get_message_by_id)
-    router.add("GET", TOPIC + "/examinemessage", examine_message)
-    router.add("GET", TOPIC + "/messageid/{timestamp}", get_message_id_by_time)
+    router.add("GET", TOPIC + "/ledger/{ledger}/entry/{entry}", by_owner(get_message_by_id))
+    router.add("GET", TOPIC + "/examinemessage", by_owner(examine_message))
+    router.add("GET", TOPIC + "/messageid/{timestamp}", by_owner(get_message_id_by_time))

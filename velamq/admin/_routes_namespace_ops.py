@@ -11,7 +11,8 @@
 
 As in Pulsar, these act on the topics the broker has loaded (Pulsar: the topics of the bundles it
 serves), not on every topic the metadata store knows: a topic nobody used since the broker started
-is not loaded for this. 404 for an unknown namespace.
+is not loaded for this. With several workers, the worker that gets the request asks every other one
+to do the same (`?local=true`: only its own topics). 404 for an unknown namespace.
 
 Properties, free key/value strings kept with the namespace (its Policies' "properties") or the
 topic (with its topic policies; a partition answers with its partitioned topic's):
@@ -35,6 +36,7 @@ from typing import Any, Final
 from velamq.admin._http import HttpError, Response
 from velamq.admin._params import namespace_of, object_body, require_namespace, require_topic, topic_of
 from velamq.admin._router import Call, Router
+from velamq.admin._routing import on_every_peer
 
 NAMESPACE: Final = "/admin/v2/namespaces/{tenant}/{namespace}"
 TOPIC: Final = "/admin/v2/{domain:persistent|non-persistent}/{tenant}/{namespace}/{topic}"
@@ -45,10 +47,13 @@ property_chars_max: Final = 4_096
 
 
 async def _each_loaded_topic(call: Call, action: Callable[[str], Awaitable[None]]) -> None:
+    """`action` on each loaded topic of the namespace here, then the same request on every other
+    worker of a multi-worker broker (each acts on the topics it holds)."""
     ns = namespace_of(call)
     await require_namespace(call, ns)
     for topic in call.backend.loaded_topics(ns):
         await action(topic)
+    await on_every_peer(call)
 
 
 async def unload_namespace(call: Call) -> Response:
@@ -95,80 +100,83 @@ def _checked(body: dict[str, Any] | None) -> dict[str, str]:
     return dict(body)
 
 
-async def _namespace_properties(call: Call) -> tuple[str, dict[str, str]]:
-    ns = namespace_of(call)
-    stored = (await call.backend.metadata.get_policies(ns)).get(PROPERTIES)
-    return ns, dict(stored) if isinstance(stored, dict) else {}
+def _stored(value: Any) -> dict[str, str]:
+    return dict(value) if isinstance(value, dict) else {}
 
 
-async def _set_namespace_properties(call: Call, ns: str, properties: dict[str, str]) -> Response:
+def _capped(properties: dict[str, str]) -> dict[str, str] | None:
     if len(properties) > properties_max:
         raise HttpError(412, f"At most {properties_max} properties")
-    await call.backend.metadata.set_policy(ns, PROPERTIES, properties or None)
+    return properties or None  # none left: the policy goes
+
+
+def _merge(added: dict[str, str]) -> Callable[[Any], dict[str, str] | None]:
+    return lambda current: _capped({**_stored(current), **added})
+
+
+def _drop(key: str | None) -> Callable[[Any], dict[str, str] | None]:
+    """Without `key`; without any property if `key` is None."""
+    return lambda current: None if key is None else _capped({k: v for k, v in _stored(current).items() if k != key})
+
+
+async def _change_namespace_properties(call: Call, change: Callable[[Any], Any]) -> Response:
+    # One read-modify-write in the store: properties set at once (by any worker) are all kept.
+    await call.backend.metadata.update_policy(namespace_of(call), PROPERTIES, change)
+    return Response.no_content()
+
+
+async def _change_topic_properties(call: Call, change: Callable[[Any], Any]) -> Response:
+    """As _change_namespace_properties; the caller has checked that the topic exists."""
+    await call.backend.metadata.update_topic_policy(str(topic_of(call)), PROPERTIES, change)
     return Response.no_content()
 
 
 async def get_namespace_properties(call: Call) -> Response:
-    return Response.json((await _namespace_properties(call))[1])
+    return Response.json(_stored((await call.backend.metadata.get_policies(namespace_of(call))).get(PROPERTIES)))
 
 
 async def put_namespace_properties(call: Call) -> Response:
-    ns, properties = await _namespace_properties(call)
-    return await _set_namespace_properties(call, ns, {**properties, **_checked(object_body(call))})
+    await require_namespace(call, namespace_of(call))  # 404 before the body's 400
+    return await _change_namespace_properties(call, _merge(_checked(object_body(call))))
 
 
 async def clear_namespace_properties(call: Call) -> Response:
-    ns, _ = await _namespace_properties(call)
-    return await _set_namespace_properties(call, ns, {})
+    return await _change_namespace_properties(call, _drop(None))
 
 
 async def get_namespace_property(call: Call) -> Response:
-    value = (await _namespace_properties(call))[1].get(call.params["key"])
+    stored = _stored((await call.backend.metadata.get_policies(namespace_of(call))).get(PROPERTIES))
+    value = stored.get(call.params["key"])
     return Response.no_content() if value is None else Response.json(value)
 
 
 async def put_namespace_property(call: Call) -> Response:
-    ns, properties = await _namespace_properties(call)
+    await require_namespace(call, namespace_of(call))
     added = _checked({call.params["key"]: call.params["value"]})
-    return await _set_namespace_properties(call, ns, {**properties, **added})
+    return await _change_namespace_properties(call, _merge(added))
 
 
 async def remove_namespace_property(call: Call) -> Response:
-    ns, properties = await _namespace_properties(call)
-    properties.pop(call.params["key"], None)
-    return await _set_namespace_properties(call, ns, properties)
-
-
-async def _topic_properties(call: Call) -> tuple[str, dict[str, str]]:
-    topic = topic_of(call)
-    await require_topic(call, topic)
-    stored = (await call.backend.metadata.get_topic_policies(str(topic))).get(PROPERTIES)
-    return str(topic), dict(stored) if isinstance(stored, dict) else {}
-
-
-async def _set_topic_properties(call: Call, topic: str, properties: dict[str, str]) -> Response:
-    if len(properties) > properties_max:
-        raise HttpError(412, f"At most {properties_max} properties")
-    await call.backend.metadata.set_topic_policy(topic, PROPERTIES, properties or None)
-    return Response.no_content()
+    return await _change_namespace_properties(call, _drop(call.params["key"]))
 
 
 async def get_topic_properties(call: Call) -> Response:
-    return Response.json((await _topic_properties(call))[1])
+    topic = topic_of(call)
+    await require_topic(call, topic)
+    return Response.json(_stored((await call.backend.metadata.get_topic_policies(str(topic))).get(PROPERTIES)))
 
 
 async def put_topic_properties(call: Call) -> Response:
-    topic, properties = await _topic_properties(call)
-    return await _set_topic_properties(call, topic, {**properties, **_checked(object_body(call))})
+    await require_topic(call, topic_of(call))
+    return await _change_topic_properties(call, _merge(_checked(object_body(call))))
 
 
 async def remove_topic_property(call: Call) -> Response:
     key = call.request.query_param("key")
     if not key:
         raise HttpError(400, "Query parameter key is required")
-    topic, properties = await _topic_properties(call)
-    properties.pop(key, None)
-    return await _set_topic_properties(call, topic, properties)
+    await require_topic(call, topic_of(call))
+    return await _change_topic_properties(call, _drop(key))
 
 
 def register(router: Router) -> None:

@@ -17,6 +17,7 @@ from velamq._topic_name import TopicName
 from velamq.admin._http import HttpError, Response
 from velamq.admin._params import json_body, partitions_of, require_topic, topic_of
 from velamq.admin._router import Call, Router
+from velamq.admin._routing import by_owner
 from velamq.storage import OffloadStatus, Position
 
 TOPIC = "/admin/v2/{domain:persistent|non-persistent}/{tenant}/{namespace}/{topic}"
@@ -65,5 +66,5 @@ async def offload_status(call: Call) -> Response:
 
 
 def register(router: Router) -> None:
-    router.add("PUT", TOPIC + "/offload", trigger_offload)
-    router.add("GET", TOPIC + "/offload", offload_status)
+    router.add("PUT", TOPIC + "/offload", by_owner(trigger_offload))
+    router.add("GET", TOPIC + "/offload", by_owner(offload_status))

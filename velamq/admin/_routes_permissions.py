@@ -15,9 +15,10 @@
 
 All of them need the tenant's adminRoles or a superuser (_access.py's default). Grants are stored
 in the namespace's policies under "auth_policies" (Pulsar's JSON, velamq.security._auth_policies),
-a read-modify-write under the server's grants lock; right after it the namespace is loaded again
-into the AuthorizationModel the broker shares, so a live connection is judged by the new grants at
-its next command. Bodies that are not lists of known actions or roles: 400; unknown namespace: 404.
+one read-modify-write in the metadata store (MetadataStore.update_policy); right after it the
+namespace is loaded again into the AuthorizationModel the broker shares, so a live connection is
+judged by the new grants at its next command. Bodies that are not lists of known actions or
+roles: 400; unknown namespace: 404.
 """
 
 from __future__ import annotations
@@ -79,21 +80,21 @@ async def _stored(call: Call, ns: str) -> Any:
     return (await call.backend.metadata.get_policies(ns)).get(AUTH_POLICIES)
 
 
-async def _update(call: Call, ns: str, key: str, change: Callable[[dict[str, Any]], Any]) -> Response:
-    """Read the namespace's policies, store `change(policies)` under `key`, reload the model; under
-    the grants lock, so concurrent grants on a namespace are applied one after the other."""
+async def _update(call: Call, ns: str, key: str, change: Callable[[Any], Any]) -> Response:
+    """Store `change(current value)` under `key` in one step of the metadata store, so grants made
+    at once (here or through another worker process) all apply; then reload the model, under the
+    grants lock so that reloads follow the changes in order."""
     if call.security is None:
         raise RuntimeError("permission routes need the AdminServer's security context")
     async with call.security.grants_lock:
         await require_namespace(call, ns)
-        policies = await call.backend.metadata.get_policies(ns)
-        await call.backend.metadata.set_policy(ns, key, change(policies))
+        await call.backend.metadata.update_policy(ns, key, change)
         await reload_namespace(call, ns)
     return Response.no_content()
 
 
 async def _update_grants(call: Call, ns: str, change: Callable[[Any], dict[str, Any]]) -> Response:
-    return await _update(call, ns, AUTH_POLICIES, lambda policies: change(policies.get(AUTH_POLICIES)))
+    return await _update(call, ns, AUTH_POLICIES, change)
 
 
 async def drop_topic_grants(call: Call, topic: str) -> None:
@@ -150,7 +151,7 @@ async def get_subscription_auth_mode(call: Call) -> Response:
 
 async def set_subscription_auth_mode(call: Call) -> Response:
     mode = grants.parse_subscription_auth_mode(_body(call))
-    return await _update(call, namespace_of(call), SUBSCRIPTION_AUTH_MODE, lambda policies: mode)
+    return await _update(call, namespace_of(call), SUBSCRIPTION_AUTH_MODE, lambda _: mode)
 
 
 # ---------------------------------------------------------------------------- topic grants

@@ -193,6 +193,12 @@ def _quota_map(value: Any) -> dict[str, Any]:
     return dict(value) if isinstance(value, Mapping) else {}
 
 
+def _without(quota_map: Any, quota_type: str) -> dict[str, Any] | None:
+    """The map less one quota type; None (the policy removed) when nothing is left."""
+    rest = {k: v for k, v in _quota_map(quota_map).items() if k != quota_type}
+    return rest or None
+
+
 def _applied_quota_map(policies: Policies) -> dict[str, Any]:
     quota = policies.backlog_quota
     if quota is None or quota.unlimited:
@@ -209,10 +215,12 @@ async def set_namespace_quota(call: Call) -> Response:
     ns = namespace_of(call)
     quota_type = _quota_type(call)
     quota = parse_backlog_quota(_request_value(call))
-    policies = await call.backend.metadata.get_policies(ns)
+    await call.backend.metadata.get_policies(ns)  # 404 before any other check
     check_quota_against_retention(quota, await _effective(call, None, ns))
-    quota_map = {**_quota_map(policies.get(P.NS_BACKLOG_QUOTA_MAP)), quota_type: quota}
-    await call.backend.metadata.set_policy(ns, P.NS_BACKLOG_QUOTA_MAP, quota_map)
+    # One step in the store: quotas of other types set at once (by any worker) are kept.
+    await call.backend.metadata.update_policy(
+        ns, P.NS_BACKLOG_QUOTA_MAP, lambda current: {**_quota_map(current), quota_type: quota}
+    )
     await notify_policies_changed(call, ns, None)
     return Response.no_content()
 
@@ -220,9 +228,7 @@ async def set_namespace_quota(call: Call) -> Response:
 async def remove_namespace_quota(call: Call) -> Response:
     ns = namespace_of(call)
     quota_type = _quota_type(call)
-    quota_map = _quota_map((await call.backend.metadata.get_policies(ns)).get(P.NS_BACKLOG_QUOTA_MAP))
-    quota_map.pop(quota_type, None)
-    await call.backend.metadata.set_policy(ns, P.NS_BACKLOG_QUOTA_MAP, quota_map or None)
+    await call.backend.metadata.update_policy(ns, P.NS_BACKLOG_QUOTA_MAP, lambda current: _without(current, quota_type))
     await notify_policies_changed(call, ns, None)
     return Response.no_content()
 
@@ -242,9 +248,9 @@ async def set_topic_quota(call: Call) -> Response:
     quota = parse_backlog_quota(_request_value(call))
     await require_topic(call, topic)
     check_quota_against_retention(quota, await _effective(call, topic, topic.namespace))
-    stored = await call.backend.metadata.get_topic_policies(str(topic))
-    quota_map = {**_quota_map(stored.get(P.TOPIC_BACKLOG_QUOTA_MAP)), quota_type: quota}
-    await call.backend.metadata.set_topic_policy(str(topic), P.TOPIC_BACKLOG_QUOTA_MAP, quota_map)
+    await call.backend.metadata.update_topic_policy(
+        str(topic), P.TOPIC_BACKLOG_QUOTA_MAP, lambda current: {**_quota_map(current), quota_type: quota}
+    )
     await notify_policies_changed(call, topic.namespace, str(topic.partitioned_parent))
     return Response.no_content()
 
@@ -253,10 +259,9 @@ async def remove_topic_quota(call: Call) -> Response:
     topic = topic_of(call)
     quota_type = _quota_type(call)
     await require_topic(call, topic)
-    stored = await call.backend.metadata.get_topic_policies(str(topic))
-    quota_map = _quota_map(stored.get(P.TOPIC_BACKLOG_QUOTA_MAP))
-    quota_map.pop(quota_type, None)
-    await call.backend.metadata.set_topic_policy(str(topic), P.TOPIC_BACKLOG_QUOTA_MAP, quota_map or None)
+    await call.backend.metadata.update_topic_policy(
+        str(topic), P.TOPIC_BACKLOG_QUOTA_MAP, lambda current: _without(current, quota_type)
+    )
     await notify_policies_changed(call, topic.namespace, str(topic.partitioned_parent))
     return Response.no_content()
 

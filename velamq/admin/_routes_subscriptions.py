@@ -33,6 +33,7 @@ from velamq.admin._peek import peek_response
 from velamq.admin._policy_specs import as_int
 from velamq.admin._router import Call, Router
 from velamq.admin._routes_topic_ops import on_topic_or_partitions
+from velamq.admin._routing import by_owner, no_result
 
 TOPIC = "/admin/v2/{domain:persistent|non-persistent}/{tenant}/{namespace}/{topic}"
 SUBSCRIPTION = TOPIC + "/subscription/{subscription}"
@@ -85,10 +86,15 @@ async def _refuse_partitioned(call: Call, what: str) -> TopicName:
     return topic
 
 
+def _names(reply: Any) -> list[str]:
+    """A partition owner's reply to GET .../subscriptions."""
+    return [str(name) for name in reply] if isinstance(reply, list) else []
+
+
 async def list_subscriptions(call: Call) -> Response:
     topic = await _topic(call)
     names: set[str] = set()
-    for found in await on_topic_or_partitions(call, topic, call.backend.list_subscriptions):
+    for found in await on_topic_or_partitions(call, topic, call.backend.list_subscriptions, from_json=_names):
         names.update(found)
     return Response.json(sorted(names))
 
@@ -101,7 +107,7 @@ async def _on_subscription(call: Call, action: Callable[[str, str], Awaitable[ob
     async def run(name: str) -> None:
         await action(name, subscription)
 
-    await on_topic_or_partitions(call, topic, run)
+    await on_topic_or_partitions(call, topic, run, from_json=no_result)
     return Response.no_content()
 
 
@@ -140,7 +146,7 @@ async def expire_all_subscriptions(call: Call) -> Response:
         for subscription in await call.backend.list_subscriptions(name):
             await call.backend.expire_messages(name, subscription, seconds)
 
-    await on_topic_or_partitions(call, topic, expire_every)
+    await on_topic_or_partitions(call, topic, expire_every, from_json=no_result)
     return Response.no_content()
 
 
@@ -152,7 +158,7 @@ async def reset_cursor_to_time(call: Call) -> Response:
     async def reset(name: str) -> None:
         await call.backend.reset_cursor(name, subscription, timestamp_ms, None)
 
-    await on_topic_or_partitions(call, topic, reset)
+    await on_topic_or_partitions(call, topic, reset, from_json=no_result)
     return Response.no_content()
 
 
@@ -187,13 +193,13 @@ async def peek(call: Call) -> Response:
 
 
 def register(router: Router) -> None:
-    router.add("GET", TOPIC + "/subscriptions", list_subscriptions)
-    router.add("PUT", SUBSCRIPTION, create_subscription)
-    router.add("DELETE", SUBSCRIPTION, delete_subscription)
-    router.add("POST", SUBSCRIPTION + "/skip/{count}", skip)
-    router.add("POST", SUBSCRIPTION + "/skip_all", skip_all)
-    router.add("POST", SUBSCRIPTION + "/expireMessages/{seconds}", expire)
-    router.add("POST", TOPIC + "/all_subscription/expireMessages/{seconds}", expire_all_subscriptions)
-    router.add("POST", SUBSCRIPTION + "/resetcursor/{timestamp}", reset_cursor_to_time)
-    router.add("POST", SUBSCRIPTION + "/resetcursor", reset_cursor_to_id)
-    router.add("GET", SUBSCRIPTION + "/position/{position}", peek)
+    router.add("GET", TOPIC + "/subscriptions", by_owner(list_subscriptions))
+    router.add("PUT", SUBSCRIPTION, by_owner(create_subscription))
+    router.add("DELETE", SUBSCRIPTION, by_owner(delete_subscription))
+    router.add("POST", SUBSCRIPTION + "/skip/{count}", by_owner(skip))
+    router.add("POST", SUBSCRIPTION + "/skip_all", by_owner(skip_all))
+    router.add("POST", SUBSCRIPTION + "/expireMessages/{seconds}", by_owner(expire))
+    router.add("POST", TOPIC + "/all_subscription/expireMessages/{seconds}", by_owner(expire_all_subscriptions))
+    router.add("POST", SUBSCRIPTION + "/resetcursor/{timestamp}", by_owner(reset_cursor_to_time))
+    router.add("POST", SUBSCRIPTION + "/resetcursor", by_owner(reset_cursor_to_id))
+    router.add("GET", SUBSCRIPTION + "/position/{position}", by_owner(peek))

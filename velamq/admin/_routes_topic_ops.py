@@ -31,12 +31,12 @@ from velamq.admin._non_persistent_stats import any_partitioned_stats_json, any_s
 from velamq.admin._params import bool_param, partitions_of, require_namespace, require_topic, topic_of
 from velamq.admin._router import Call, Router
 from velamq.admin._routes_replication import add_replication
+from velamq.admin._routing import by_owner, no_result, on_partition
 from velamq.admin._stats_json import (
     compaction_status_json,
     internal_stats_json,
     last_message_id_json,
 )
-from velamq.broker import NonPersistentTopicStats, TopicStats
 
 T = TypeVar("T")
 
@@ -44,11 +44,13 @@ TOPIC = "/admin/v2/{domain:persistent|non-persistent}/{tenant}/{namespace}/{topi
 
 
 async def on_topic_or_partitions(
-    call: Call, topic: TopicName, action: Callable[[str], Awaitable[T]]
+    call: Call, topic: TopicName, action: Callable[[str], Awaitable[T]], *, from_json: Callable[[Any], T]
 ) -> list[T]:
     """Run `action` on the topic, or on each partition of a partitioned topic, as Pulsar fans admin
-    calls out. Partitions that say NotFoundError are skipped unless all of them do; one that says
-    AlreadyExistsError is reported after the others have run (so a retry converges)."""
+    calls out; a partition another worker owns is asked there with the same request (`on_partition`,
+    whose JSON reply `from_json` turns into the action's result). Partitions that say NotFoundError
+    are skipped unless all of them do; one that says AlreadyExistsError is reported after the others
+    have run (so a retry converges)."""
     partitions = await partitions_of(call, topic)
     if partitions == 0:
         return [await action(str(topic))]
@@ -57,7 +59,7 @@ async def on_topic_or_partitions(
     exists: AlreadyExistsError | None = None
     for index in range(partitions):
         try:
-            results.append(await action(str(topic.partition(index))))
+            results.append(await on_partition(call, topic.partition(index), action, from_json))
         except NotFoundError as exc:
             not_found = not_found or exc
         except AlreadyExistsError as exc:
@@ -88,20 +90,40 @@ async def stats(call: Call) -> Response:
     return Response.json(add_replication(call, name, any_stats_json(await call.backend.topic_stats(name))))
 
 
+async def _each_partition_json(
+    call: Call, topic: TopicName, partitions: int, local: Callable[[str], Awaitable[dict[str, Any]]], suffix: str
+) -> dict[str, Any]:
+    """{partition name: its JSON} for the partitions that have something to show; a partition
+    another worker owns answers GET <partition>/<suffix> there."""
+    found: dict[str, Any] = {}
+    for index in range(partitions):
+        partition = topic.partition(index)
+        try:
+            found[str(partition)] = await on_partition(call, partition, local, _json_object, suffix=(suffix,),
+                                                       keep_query=False)
+        except NotFoundError:
+            continue  # a partition never used has no ledger yet
+    return found
+
+
+def _json_object(reply: Any) -> dict[str, Any]:
+    if not isinstance(reply, dict):
+        raise HttpError(502, "a worker answered a partition's stats with something that is not an object")
+    return reply
+
+
+async def _partition_stats(call: Call, name: str) -> dict[str, Any]:
+    return any_stats_json(await call.backend.topic_stats(name))
+
+
 async def partitioned_stats(call: Call) -> Response:
     topic = topic_of(call)
     per_partition = bool_param(call, "perPartition", default=True)
     await require_namespace(call, topic.namespace)
-    if await partitions_of(call, topic) == 0:
-        raise HttpError(404, f"Partitioned Topic not found: {topic} is not a partitioned topic")
     partitions = await partitions_of(call, topic)
-    found: dict[str, TopicStats | NonPersistentTopicStats] = {}
-    for index in range(partitions):
-        name = str(topic.partition(index))
-        try:
-            found[name] = await call.backend.topic_stats(name)
-        except NotFoundError:
-            continue  # a partition never used has no ledger yet
+    if partitions == 0:
+        raise HttpError(404, f"Partitioned Topic not found: {topic} is not a partitioned topic")
+    found = await _each_partition_json(call, topic, partitions, lambda name: _partition_stats(call, name), "stats")
     result = any_partitioned_stats_json(partitions, found)
     if not per_partition:
         result["partitions"] = {}
@@ -113,20 +135,20 @@ async def internal_stats(call: Call) -> Response:
     return Response.json(internal_stats_json(stats))
 
 
+async def _partition_internal_stats(call: Call, name: str) -> dict[str, Any]:
+    return internal_stats_json(await call.backend.topic_internal_stats(name))
+
+
 async def partitioned_internal_stats(call: Call) -> Response:
     topic = topic_of(call)
     await require_namespace(call, topic.namespace)
     partitions = await partitions_of(call, topic)
     if partitions == 0:
         raise HttpError(404, f"Partitioned Topic not found: {topic} is not a partitioned topic")
-    result: dict[str, Any] = {"metadata": {"partitions": partitions}, "partitions": {}}
-    for index in range(partitions):
-        name = str(topic.partition(index))
-        try:
-            result["partitions"][name] = internal_stats_json(await call.backend.topic_internal_stats(name))
-        except NotFoundError:
-            continue  # a partition never used has no ledger yet
-    return Response.json(result)
+    found = await _each_partition_json(
+        call, topic, partitions, lambda name: _partition_internal_stats(call, name), "internalStats"
+    )
+    return Response.json({"metadata": {"partitions": partitions}, "partitions": found})
 
 
 async def last_message_id(call: Call) -> Response:
@@ -139,7 +161,7 @@ async def last_message_id(call: Call) -> Response:
 async def _on_each_partition(call: Call, action: Callable[[str], Awaitable[Any]]) -> Response:
     topic = topic_of(call)
     await require_topic(call, topic)
-    await on_topic_or_partitions(call, topic, action)
+    await on_topic_or_partitions(call, topic, action, from_json=no_result)
     return Response.no_content()
 
 
@@ -163,12 +185,12 @@ async def compaction_status(call: Call) -> Response:
 
 
 def register(router: Router) -> None:
-    router.add("GET", TOPIC + "/stats", stats)
-    router.add("GET", TOPIC + "/partitioned-stats", partitioned_stats)
-    router.add("GET", TOPIC + "/internalStats", internal_stats)
-    router.add("GET", TOPIC + "/partitioned-internalStats", partitioned_internal_stats)
-    router.add("GET", TOPIC + "/lastMessageId", last_message_id)
-    router.add("PUT", TOPIC + "/unload", unload)
-    router.add("PUT", TOPIC + "/compaction", trigger_compaction)
-    router.add("GET", TOPIC + "/compaction", compaction_status)
-    router.add("POST", TOPIC + "/trim", trim)
+    router.add("GET", TOPIC + "/stats", by_owner(stats))
+    router.add("GET", TOPIC + "/partitioned-stats", by_owner(partitioned_stats))
+    router.add("GET", TOPIC + "/internalStats", by_owner(internal_stats))
+    router.add("GET", TOPIC + "/partitioned-internalStats", by_owner(partitioned_internal_stats))
+    router.add("GET", TOPIC + "/lastMessageId", by_owner(last_message_id))
+    router.add("PUT", TOPIC + "/unload", by_owner(unload))
+    router.add("PUT", TOPIC + "/compaction", by_owner(trigger_compaction))
+    router.add("GET", TOPIC + "/compaction", by_owner(compaction_status))
+    router.add("POST", TOPIC + "/trim", by_owner(trim))

@@ -16,6 +16,7 @@
     GET    /admin/v2/{domain}/{t}/{ns}                      topics of that domain, partitions included
     GET    /admin/v2/{domain}/{t}/{ns}/partitioned          partitioned topics of that domain
     GET    /lookup/v2/topic/{domain}/{t}/{ns}/{topic}       {brokerUrl, brokerUrlTls, httpUrl, ...}
+                                                            of the broker (the worker) that owns it
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from velamq.admin._params import bool_param, int_body, namespace_of, require_nam
 from velamq.admin._router import Call, Router
 from velamq.admin._routes_namespaces import namespace_topics
 from velamq.admin._routes_permissions import drop_topic_grants
+from velamq.admin._routing import by_owner
 from velamq.metadata import partitions_max
 
 DOMAIN = "{domain:persistent|non-persistent}"
@@ -148,6 +150,8 @@ async def list_partitioned_topics(call: Call) -> Response:
 async def lookup(call: Call) -> Response:
     topic = topic_of(call)
     await require_namespace(call, topic.namespace)
+    if call.routing is not None:  # several workers: the one that owns the topic
+        return Response.json(await call.routing.topic_lookup(str(topic)))
     backend = call.backend
     # The C++ client's HTTPLookupService requires both brokerUrl and brokerUrlTls to be present.
     return Response.json({
@@ -166,7 +170,7 @@ def register(router: Router) -> None:
     router.add("DELETE", TOPIC + "/partitions", delete_partitioned_topic)
     router.add("POST", TOPIC + "/createMissedPartitions", create_missed_partitions)
     router.add("PUT", TOPIC, create_topic)
-    router.add("DELETE", TOPIC, delete_topic)
+    router.add("DELETE", TOPIC, by_owner(delete_topic))
     router.add("GET", "/admin/v2/" + DOMAIN + "/{tenant}/{namespace}", list_topics)
     router.add("GET", "/admin/v2/" + DOMAIN + "/{tenant}/{namespace}/partitioned", list_partitioned_topics)
     router.add("GET", "/lookup/v2/topic/" + DOMAIN + "/{tenant}/{namespace}/{topic}", lookup)

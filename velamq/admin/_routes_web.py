@@ -2,7 +2,9 @@
 
     GET /admin/v2/brokers/health    "ok" (text/plain), as Pulsar's health check answers
     GET /admin/v2/brokers/ready     "ok"
-    GET /metrics, /metrics/         Prometheus text format 0.0.4
+    GET /metrics, /metrics/         Prometheus text format 0.0.4; with several workers, every
+                                    worker's figures labelled worker="<id>" (?local=true: this
+                                    worker's own, unlabelled: what the others gather)
     GET /                                                 console: overview
     GET /console/namespaces/{tenant}/{namespace}          console: a namespace's topics (?q=, ?page=, ?size=)
     GET /console/topics/{domain}/{tenant}/{namespace}/{topic}   console: one topic (or its partitions)
@@ -30,10 +32,12 @@ from velamq.admin import _console, _metrics
 from velamq.admin._console_html import CONTENT_TYPE, SECURITY_HEADERS, namespace_href, topic_href
 from velamq.admin._console_replication import namespace_section
 from velamq.admin._http import HttpError, Response
+from velamq.admin._metrics_gather import all_workers_metrics
 from velamq.admin._non_persistent_stats import any_stats_json
-from velamq.admin._params import namespace_of
+from velamq.admin._params import bool_param, namespace_of
 from velamq.admin._router import Call, Router
 from velamq.admin._routes_replication import add_replication, replication_metrics
+from velamq.admin._routing import by_owner
 
 # Namespaces listed on the overview at most (each costs a count in the metadata store).
 overview_namespaces_max: Final = 200
@@ -50,6 +54,8 @@ async def metrics(call: Call) -> Response:
     snapshot = await call.backend.scrape_metrics()
     text = await asyncio.to_thread(_metrics.render, snapshot, call.backend.cluster_name)
     text += replication_metrics(call)
+    if call.routing is not None and not bool_param(call, "local"):
+        text = await all_workers_metrics(call, text)
     return Response(200, text.encode(), _metrics.CONTENT_TYPE)
 
 
@@ -165,6 +171,6 @@ def register(router: Router) -> None:
     router.add("GET", "/metrics", metrics)
     router.add("GET", "/", _console_page(overview))
     router.add("GET", "/console/namespaces/{tenant}/{namespace}", _console_page(namespace_topics))
-    router.add(
-        "GET", "/console/topics/{domain:persistent|non-persistent}/{tenant}/{namespace}/{topic}", _console_page(topic)
-    )
+    # A topic's page is the owner worker's (its live figures are there).
+    router.add("GET", "/console/topics/{domain:persistent|non-persistent}/{tenant}/{namespace}/{topic}",
+               by_owner(_console_page(topic)))

@@ -27,7 +27,9 @@ import asyncio
 import contextlib
 import functools
 import logging
-from typing import Final
+import socket
+from dataclasses import dataclass
+from typing import Any, Final
 
 from velamq import _limits
 from velamq._errors import (
@@ -61,6 +63,8 @@ from velamq.admin._backend import BrokerBackend
 from velamq.admin._http import HttpError, Request, Response, read_request, stream_limit_bytes, write_response
 from velamq.admin._replication_control import ReplicationControl
 from velamq.admin._router import Call, Router
+from velamq.admin._routing import peer_ssl_context
+from velamq.admin._worker_routing import WorkerRouting
 from velamq.security import (
     AccessDeniedError,
     AuthenticationFailedError,
@@ -109,6 +113,17 @@ def error_response(exc: BaseException) -> Response:
     return Response.error(500, "Internal server error")
 
 
+@dataclass(frozen=True)
+class AdminSockets:
+    """Listening sockets made by the supervisor of several workers: this worker's own admin ports
+    (its web URLs, where 307 redirects point) and the shared ones every worker accepts on."""
+
+    own: socket.socket | None
+    own_tls: socket.socket | None
+    shared: socket.socket | None
+    shared_tls: socket.socket | None
+
+
 class AdminServer:
     """The admin tier's HTTP listener: Pulsar's admin REST API, HTTP lookup, /metrics and the
     console, over one BrokerBackend, on a plain port, a TLS port or both. It serves requests
@@ -134,9 +149,15 @@ class AdminServer:
         authorization: AuthorizationModel | None = None,
         security: SecuritySettings | None = None,
         replication: ReplicationControl | None = None,
+        routing: WorkerRouting | None = None,
+        sockets: AdminSockets | None = None,
     ) -> None:
+        self._sockets = sockets  # a worker's, made by its supervisor: `port` and `host` unused
+        self._shared_servers: list[asyncio.Server] = []
         self._backend = backend
         self._replication = replication
+        self._routing = routing
+        self._peer_ssl = peer_ssl_context(security) if routing is not None else None
         self._host = host
         self._advertised_address = advertised_address or host
         self._requested_port = port
@@ -200,6 +221,9 @@ class AdminServer:
     async def start(self) -> None:
         if self._server is not None or self._tls_server is not None:
             raise RuntimeError("admin server already started")
+        if self._sockets is not None:
+            await self._start_on(self._sockets)
+            return
         settings = self._security.settings
         if self._tls_port_requested is not None and settings is not None and settings.tls is not None:
             self._tls = ReloadingServerContext(settings.tls)
@@ -217,9 +241,32 @@ class AdminServer:
                 await self.close()
                 raise
 
+    async def _start_on(self, sockets: AdminSockets) -> None:
+        """A worker of several: its own sockets give its URLs; the shared ones only take requests."""
+        plain = functools.partial(self._on_connection, tls=False)
+        if sockets.own is not None:
+            self._server = await asyncio.start_server(plain, sock=sockets.own, limit=stream_limit_bytes)
+        if sockets.shared is not None:
+            self._shared_servers.append(
+                await asyncio.start_server(plain, sock=sockets.shared, limit=stream_limit_bytes)
+            )
+        settings = self._security.settings
+        if settings is None or settings.tls is None:
+            return
+        self._tls = ReloadingServerContext(settings.tls)
+        secure = functools.partial(self._on_connection, tls=True)
+        options: dict[str, Any] = {
+            "limit": stream_limit_bytes, "ssl": self._tls.context, "ssl_handshake_timeout": tls_handshake_timeout_s
+        }
+        if sockets.own_tls is not None:
+            self._tls_server = await asyncio.start_server(secure, sock=sockets.own_tls, **options)
+        if sockets.shared_tls is not None:
+            self._shared_servers.append(await asyncio.start_server(secure, sock=sockets.shared_tls, **options))
+
     async def close(self) -> None:
-        servers = [s for s in (self._server, self._tls_server) if s is not None]
+        servers = [s for s in (self._server, self._tls_server, *self._shared_servers) if s is not None]
         self._server = self._tls_server = None
+        self._shared_servers = []
         if not servers:
             return
         for server in servers:
@@ -247,7 +294,7 @@ class AdminServer:
                 await write_response(writer, Response.error(503, "Too many connections"), keep_alive=False)
                 return
             peer_cert = self._tls_connection(writer) if tls else None
-            await self._serve(reader, writer, peer_cert)
+            await self._serve(reader, writer, peer_cert, tls)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             pass  # the peer went away or stopped reading: nothing to answer
         except asyncio.CancelledError:
@@ -272,7 +319,9 @@ class AdminServer:
         cert = ssl_object.getpeercert(binary_form=True)
         return bytes(cert) if cert else None
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer_cert: bytes | None) -> None:
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer_cert: bytes | None, tls: bool = False
+    ) -> None:
         while True:
             try:
                 request = await read_request(reader, writer)
@@ -281,7 +330,7 @@ class AdminServer:
                 return
             if request is None:
                 return
-            response = await self._respond(request, peer_cert)
+            response = await self._respond(request, peer_cert, tls)
             serving = self._server is not None or self._tls_server is not None
             keep_alive = request.keep_alive and not response.close and serving
             await write_response(writer, response, head_only=request.method == "HEAD", keep_alive=keep_alive)
@@ -294,7 +343,7 @@ class AdminServer:
             return security.open_caller()
         return security.authenticate(request, peer_cert, console=need is Need.CONSOLE)
 
-    async def _respond(self, request: Request, peer_cert: bytes | None = None) -> Response:
+    async def _respond(self, request: Request, peer_cert: bytes | None = None, tls: bool = False) -> Response:
         try:
             route, params = self._router.resolve_route(request.method, request.segments)
             access = access_of(request.method, route.pattern, params)
@@ -302,7 +351,7 @@ class AdminServer:
             check(access, caller, params)
             call = Call(
                 self._backend, request, params, self.web_service_url, self.web_service_url_tls, caller, self._security,
-                self._replication,
+                self._replication, self._routing, tls, self._peer_ssl,
             )
             return await asyncio.wait_for(route.handler(call), self._timeout_s)
         except TimeoutError:

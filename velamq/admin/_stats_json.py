@@ -130,8 +130,14 @@ _SUMMED = (
 def partitioned_stats_json(partition_count: int, partitions: Mapping[str, TopicStats]) -> dict[str, Any]:
     """PartitionedTopicStats: the partitions' figures summed, their subscriptions merged by name,
     and each partition's own TopicStats under "partitions"."""
-    per_partition = {name: topic_stats_json(stats) for name, stats in partitions.items()}
-    total: dict[str, Any] = {"metadata": {"partitions": partition_count}, "partitions": per_partition}
+    return partitioned_stats_of({name: topic_stats_json(stats) for name, stats in partitions.items()},
+                                partition_count)
+
+
+def partitioned_stats_of(per_partition: Mapping[str, Any], partition_count: int) -> dict[str, Any]:
+    """The same from each partition's TopicStats JSON (a partition another worker owns answers
+    with its JSON)."""
+    total: dict[str, Any] = {"metadata": {"partitions": partition_count}, "partitions": dict(per_partition)}
     for key in _SUMMED:
         total[key] = sum(p[key] for p in per_partition.values())
     total["msgChunkPublished"] = any(p["msgChunkPublished"] for p in per_partition.values())

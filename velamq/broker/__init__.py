@@ -12,10 +12,12 @@ disk guard's view of a filesystem, injected by tests).
 from velamq.broker._broker_admin import BrokerAdmin
 from velamq.broker._config import BrokerConfig
 from velamq.broker._errors import BrokerRequestError
+from velamq.broker._ownership import BrokerUrls, Ownership
 from velamq.broker._service import BrokerService
 from velamq.broker.guards._disk import DiskUsage
 from velamq.broker.log._compaction import CompactionStatus
 from velamq.broker.nonpersistent._stats import NonPersistentTopicStats
+from velamq.broker.session._listener import ListenSockets
 from velamq.broker.stats._rate_history import RateSeries
 from velamq.broker.stats._records import (
     BrokerMetrics,
@@ -40,6 +42,7 @@ __all__ = [
     "BrokerOverview",
     "BrokerRequestError",
     "BrokerService",
+    "BrokerUrls",
     "CompactionStatus",
     "ConsumerStats",
     "CursorStats",
@@ -47,8 +50,10 @@ __all__ = [
     "InternalStats",
     "LastMessageId",
     "LedgerStats",
+    "ListenSockets",
     "NamespaceMetrics",
     "NonPersistentTopicStats",
+    "Ownership",
     "PublisherStats",
     "RateSeries",
     "SubscriptionMetrics",

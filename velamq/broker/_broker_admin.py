@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Coroutine, Iterable
 from typing import Any
 
+from velamq._bundles import BundleError, parse_bundle
 from velamq._errors import AlreadyExistsError, NotFoundError, PreconditionFailedError
 from velamq._topic_name import TopicName
 from velamq.broker._errors import BrokerRequestError
@@ -242,6 +243,19 @@ class BrokerAdmin(OffloadAdmin):
             await self._broker.non_persistent.unload(name)
         else:
             await self._broker.unload(loaded)
+
+    async def unload_bundle(self, namespace: str, bundle: str, destination: str | None) -> None:
+        """Unload the loaded topics of one bundle (`0x..._0x...`) of a namespace. One process:
+        their clients reconnect and load them again here, as Pulsar's standalone does. A worker of
+        several: the bundle moves to `destination` (a worker's host:port) or the next worker
+        (BrokerService.unload_bundle). NotFoundError for an unknown namespace,
+        PreconditionFailedError for a range that is not one of its bundles or a bad destination."""
+        if not await self.metadata.namespace_exists(namespace):
+            raise NotFoundError(f"namespace {namespace} does not exist")
+        try:
+            await self._broker.unload_bundle(namespace, parse_bundle(bundle), destination)
+        except (BundleError, ValueError) as exc:
+            raise PreconditionFailedError(str(exc)) from None
 
     async def trigger_compaction(self, topic: str) -> None:
         """Start compacting unless a compaction of the topic is running already."""

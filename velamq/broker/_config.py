@@ -51,7 +51,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Final
 
-from velamq import _limits
+from velamq import _bundles, _limits
 from velamq.metadata import partitions_max
 from velamq.security import SECURITY_KEYS, SecuritySettings
 from velamq.storage import OffloadConfig, StorageConfig
@@ -79,6 +79,7 @@ _KEYS = {
     "allowAutoTopicCreation": "allow_auto_topic_creation",
     "allowAutoTopicCreationType": "auto_topic_creation_type",
     "defaultNumPartitions": "default_num_partitions",
+    "defaultNumberOfNamespaceBundles": "default_namespace_bundles",
     "policyCheckIntervalSeconds": "policy_check_interval_s",
     "defaultRetentionTimeInMinutes": "default_retention_time_minutes",
     "defaultRetentionSizeInMB": "default_retention_size_mb",
@@ -144,6 +145,9 @@ class BrokerConfig:
     # default_num_partitions partitions (a namespace's autoTopicCreation policy overrides all three).
     auto_topic_creation_type: str = "non-partitioned"
     default_num_partitions: int = 1
+    # Bundles of a namespace created without a count (Pulsar's defaultNumberOfNamespaceBundles):
+    # the units worker processes own (docs/workers.md). Stored with the namespace at creation.
+    default_namespace_bundles: int = _bundles.default_bundles
     use_uvloop: bool = False
     # Broker-wide retention defaults (namespace and topic policies override them). As in Pulsar, 0/0
     # deletes closed ledgers as soon as every subscription acknowledged them -- and, on a topic
@@ -226,6 +230,8 @@ class BrokerConfig:
             raise ValueError("allowAutoTopicCreationType must be non-partitioned or partitioned")
         if not 0 < self.default_num_partitions <= partitions_max:
             raise ValueError(f"defaultNumPartitions must be between 1 and {partitions_max}")
+        if not 1 <= self.default_namespace_bundles <= _bundles.bundles_max:
+            raise ValueError(f"defaultNumberOfNamespaceBundles must be between 1 and {_bundles.bundles_max}")
         if self.broker_port is None and self.security.broker_port_tls is None:
             raise ValueError("no binary port: set brokerServicePort or brokerServicePortTls")
         _ = self.offload  # a bad offload setting fails here, with its key's name

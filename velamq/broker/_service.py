@@ -25,11 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from velamq import __version__
+from velamq._bundles import BundleRange
 from velamq._clock import Clock, system_clock
 from velamq._log_limit import RateLimitedLog
 from velamq._topic_name import TopicName
 from velamq.broker._config import BrokerConfig
 from velamq.broker._errors import BrokerRequestError
+from velamq.broker._ownership import BrokerUrls, Ownership
 from velamq.broker.guards._disk import DiskGuard, DiskThresholds, DiskUsage, StorageHealth, statvfs_usage
 from velamq.broker.guards._net_budget import NetworkBudget
 from velamq.broker.nonpersistent._stats import non_persistent_topic_metrics, with_non_persistent
@@ -44,7 +46,7 @@ from velamq.broker.service._topic_deletion import finish_interrupted_deletions
 from velamq.broker.session._auth import AuthCounters, AuthRefresher
 from velamq.broker.session._connection import ServerConnection
 from velamq.broker.session._context import OpenConnection
-from velamq.broker.session._listener import BrokerPorts, ConnectionLimits
+from velamq.broker.session._listener import BrokerPorts, ConnectionLimits, ListenSockets
 from velamq.broker.stats._metrics_snapshot import collect
 from velamq.broker.stats._rate_history import RateHistory
 from velamq.broker.stats._records import BrokerMetrics, NamespaceMetrics, TopicMetrics
@@ -56,7 +58,7 @@ from velamq.metadata import MetadataStore, Policies
 from velamq.metadata._auto_creation import AutoTopicCreation
 from velamq.protocol import pb
 from velamq.security import AuthenticationService, AuthorizationModel, ReloadingServerContext
-from velamq.storage import OffloadPolicy, PublishBuffer, Storage
+from velamq.storage import LedgerStore, OffloadPolicy, PublishBuffer, ShardedStorage
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +73,7 @@ class BrokerService:
     def __init__(
         self,
         config: BrokerConfig,
-        storage: Storage,
+        storage: LedgerStore,
         metadata: MetadataStore,
         clock: Clock = system_clock,
         *,
@@ -79,10 +81,14 @@ class BrokerService:
         disk_stat: Callable[[Path], DiskUsage] | None = None,
         authentication: AuthenticationService | None = None,
         authorization: AuthorizationModel | None = None,
+        ownership: Ownership | None = None,
+        listen_sockets: ListenSockets | None = None,
     ) -> None:
-        """`authentication` checks CONNECT's credentials (None: everyone is let in, no role);
-        `authorization` decides per command (None: authorizationEnabled=false); the composition
-        root builds one of each for the broker and the admin API.
+        """`ownership` says which topics this broker serves when it is one worker of several
+        (_ownership.py; None: all of them). `authentication` checks CONNECT's credentials (None:
+        everyone is let in, no role); `authorization` decides per command (None:
+        authorizationEnabled=false); the composition root builds one of each for the broker and
+        the admin API.
 
         `storage_health` tells whether storage accepts appends (velamq/server.py adapts
         Storage; without it only disk usage decides); `disk_stat` reads the disk usage of a path
@@ -95,6 +101,8 @@ class BrokerService:
         self.log_limit = RateLimitedLog(log, clock)
         self.authentication = authentication
         self.authorization = authorization
+        self.ownership = ownership
+        self._listen_sockets = listen_sockets  # a worker's: made by its supervisor
         self.auth_counters = AuthCounters()
         self.ports = BrokerPorts(config, clock, self.log_limit)
         self.network = NetworkBudget.share_of(config.memory_bytes, clock)
@@ -258,23 +266,80 @@ class BrokerService:
         await self.loaded.policies_changed(namespace, topic)
         await self.non_persistent.policies_changed(namespace)
 
+    async def metadata_changed_elsewhere(self) -> None:
+        """Another worker changed the shared metadata (the caches were dropped already): every
+        loaded topic whose policies are not what they resolve to now gets them, and the deletes it
+        left for this worker (topics of its bundles) are done."""
+        await self.loaded.policies_changed(None, None, changed_only=True)
+        await self.non_persistent.policies_changed(None, changed_only=True)
+        await finish_interrupted_deletions(self, owned_only=True)
+
     def loaded_topic(self, full_name: str) -> Topic | None:
         return self.loaded.topics.get(full_name)
 
     async def get_topic(self, name: TopicName, create: bool) -> Topic:
+        if self.ownership is not None and str(name) not in self.loaded.topics:
+            await self._check_owned(name)
         return await self.loaded.get_topic(name, create)
 
     async def open_topic(self, name: TopicName, create: bool) -> Topic | NonPersistentTopic:
         """A topic of either kind: what clients' commands reach (_context.TopicRegistry)."""
+        if self.ownership is not None and self.find_topic(str(name)) is None:
+            await self._check_owned(name)  # a loaded topic is owned: a moved bundle's are unloaded
         if name.persistent:
             return await self.loaded.get_topic(name, create)
         return await self.non_persistent.get_topic(name, create)
+
+    async def owner_of(self, name: TopicName) -> BrokerUrls | None:
+        """The URLs of the worker that serves the topic; None when it is this broker."""
+        return None if self.ownership is None else await self.ownership.owner_of(str(name))
+
+    async def serves(self, topic: str) -> bool:
+        """Whether this broker serves the topic: always, unless it is one worker of several."""
+        return self.ownership is None or await self.ownership.owner_of(topic) is None
+
+    async def _check_owned(self, name: TopicName) -> None:
+        ownership = self.ownership
+        full = str(name)
+        # Refused only if a fresh read agrees: a client sent here by a move may come before this
+        # worker's watch of the shared metadata reports the move.
+        if (
+            ownership is not None
+            and await ownership.owner_of(full) is not None
+            and await ownership.owner_of(full, fresh=True) is not None
+        ):
+            # Retryable: the client looks the topic up again and goes to its owner.
+            raise BrokerRequestError(
+                pb.ServiceNotReady, f"{name} belongs to a bundle another worker serves: look it up again"
+            )
 
     def find_topic(self, full_name: str) -> Topic | NonPersistentTopic | None:
         return self.loaded.topics.get(full_name) or self.non_persistent.topics.get(full_name)
 
     async def unload(self, topic: Topic) -> None:
         await self.loaded.unload(topic)
+
+    async def unload_bundle(self, namespace: str, bundle: BundleRange, destination: str | None = None) -> None:
+        """Unload every loaded topic of one namespace bundle (pulsar-admin namespaces unload -b).
+        One broker alone: the clients reconnect and the topics load again. A worker of several:
+        the bundle moves to another worker first (`destination`, or the next one), its topics close
+        and its storage shard is released, then the clients are sent to the new owner."""
+        bundles = await self.metadata.get_namespace_bundles(namespace)
+        bundles.index_of_range(bundle)  # BundleError unless it is one of the namespace's
+        new_owner = None
+        if self.ownership is not None:
+            new_owner = await self.ownership.move_bundle(namespace, bundle, destination)
+
+        def in_bundle(name: TopicName) -> bool:
+            return name.namespace == namespace and bundles.bundle_of(str(name)) == bundle
+
+        persistent = [t for t in self.loaded.topics.values() if in_bundle(t.name)]
+        await self.loaded.hand_over(persistent, new_owner)
+        for full_name, topic in list(self.non_persistent.topics.items()):
+            if in_bundle(topic.name):
+                await self.non_persistent.unload(full_name)
+        if self.ownership is not None and isinstance(self.storage, ShardedStorage):
+            await self.storage.close_shard(self.ownership.bundle_shard(namespace, bundle))
 
     async def delete(self, topic: str) -> None:
         if TopicName.parse(topic).persistent:
@@ -320,9 +385,9 @@ class BrokerService:
     async def start(self) -> None:
         """Finish the deletes a crash cut short, read the disk usage (a broker started on a full
         disk starts read-only), then listen."""
-        await finish_interrupted_deletions(self)
+        await finish_interrupted_deletions(self, owned_only=self.ownership is not None, orphans=True)
         await self.disk_guard.start()
-        self.ports.start(self.new_connection, self.new_tls_connection)
+        self.ports.start(self.new_connection, self.new_tls_connection, self._listen_sockets)
         self.policy_tasks.start()
         if self.authentication is not None:
             self.auth_refresher.start()
@@ -347,7 +412,7 @@ class BrokerService:
             task.cancel()
 
 
-def _loaded_topics(config: BrokerConfig, storage: Storage, metadata: MetadataStore, clock: Clock) -> LoadedTopics:
+def _loaded_topics(config: BrokerConfig, storage: LedgerStore, metadata: MetadataStore, clock: Clock) -> LoadedTopics:
     """The table of loaded topics, under the broker's default policies and its topic settings."""
     defaults = Policies(
         retention_time_minutes=config.default_retention_time_minutes,

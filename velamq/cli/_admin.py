@@ -8,7 +8,7 @@ client.conf (--client-conf or $PULSAR_CLIENT_CONF) whose webServiceUrl is the de
 
     clusters    list | get | create | update | delete           (_admin_replication.py)
     tenants     list | get | create | update | delete
-    namespaces  list | topics (destinations) | create | delete | policies | unload | clear-backlog |
+    namespaces  list | topics (destinations) | create [--bundles N] | delete | policies | unload | clear-backlog |
                 unsubscribe | set-/get-/remove-auto-topic-creation | set-clusters | get-clusters |
                 <property verbs> | <permission verbs> | <policy verbs>
     topics      list | list-partitioned-topics | create | delete | create-partitioned-topic |
@@ -140,13 +140,36 @@ def _namespaces(groups: Any) -> None:
          lambda c, a: c.request("GET", AdminClient.path("namespaces", a.tenant)), lambda p: p.add_argument("tenant"))
     verb(group, "topics", "list the topics of a namespace (partitions included)",
          lambda c, a: c.request("GET", namespace_path(a.namespace, "topics")), ns_arg, aliases=["destinations"])
-    verb(group, "create", "create a namespace", lambda c, a: c.request("PUT", namespace_path(a.namespace), {}), ns_arg)
+
+    def create_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("namespace", help="tenant/namespace")
+        p.add_argument("--bundles", "-b", type=int, help="number of bundles (default: the broker's)")
+
+    def create(c: AdminClient, a: argparse.Namespace) -> Any:
+        body = {} if a.bundles is None else {"bundles": {"numBundles": a.bundles}}
+        return c.request("PUT", namespace_path(a.namespace), body)
+
+    verb(group, "create", "create a namespace", create, create_args)
     verb(group, "delete", "delete a namespace (it must have no topics)",
          lambda c, a: c.request("DELETE", namespace_path(a.namespace)), ns_arg)
     verb(group, "policies", "show every policy of a namespace",
          lambda c, a: c.request("GET", namespace_path(a.namespace)), ns_arg)
-    verb(group, "unload", "unload every loaded topic of a namespace (clients reconnect)",
-         lambda c, a: c.request("PUT", namespace_path(a.namespace, "unload")), ns_arg)
+    def unload_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("namespace", help="tenant/namespace")
+        p.add_argument("--bundle", "-b", help="only this bundle, e.g. 0x00000000_0x40000000")
+        p.add_argument("--destinationBroker", "--destination-broker", "-d", dest="destination",
+                       help="with --bundle: the broker (host:port of its admin port) to move it to")
+
+    def unload(c: AdminClient, a: argparse.Namespace) -> Any:
+        if a.bundle is None:
+            if a.destination is not None:
+                raise ValueError("--destinationBroker needs --bundle")
+            return c.request("PUT", namespace_path(a.namespace, "unload"))
+        return c.request("PUT", namespace_path(a.namespace, a.bundle, "unload"),
+                         query={"destinationBroker": a.destination})
+
+    verb(group, "unload", "unload every loaded topic of a namespace, or of one bundle (clients reconnect)",
+         unload, unload_args)
 
     def clear_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("namespace", help="tenant/namespace")

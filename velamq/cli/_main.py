@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,8 +30,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     standalone.add_argument("--sync-interval-ms", type=int, help="with --sync-policy interval (default 100)")
     standalone.add_argument("--memory", type=_size, help="memory budget, e.g. 512M or 2G (default 1G)")
+    standalone.add_argument(
+        "--workers", type=_workers, default=1,
+        help="broker processes sharing the machine, each owning namespace bundles: a number, or auto "
+        "(one per core); default 1 (docs/workers.md)",
+    )
     standalone.add_argument("--max-message-size", type=int, help="bytes; told to clients (default 5 MiB)")
     standalone.add_argument("--cluster-name", help="this node's cluster (clusterName; default standalone)")
+    standalone.add_argument(
+        "--default-namespace-bundles", type=int,
+        help="bundles of a namespace created without a count (defaultNumberOfNamespaceBundles; default 4)",
+    )
     standalone.add_argument("--uvloop", action="store_true", default=None, help="run on uvloop instead of asyncio")
     standalone.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
 
@@ -49,6 +59,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_tokens_parser(commands)
     return parser
+
+
+def _workers(text: str) -> int:
+    if text == "auto":
+        return max(os.cpu_count() or 1, 1)
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--workers takes a number or auto, not {text!r}") from None
+    if not 1 <= count <= 256:
+        raise argparse.ArgumentTypeError("--workers takes 1 to 256")
+    return count
 
 
 def _size(text: str) -> int:

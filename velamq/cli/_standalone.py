@@ -32,6 +32,7 @@ def load_config(args: argparse.Namespace) -> BrokerConfig:
         max_message_bytes=args.max_message_size,
         use_uvloop=args.uvloop,
         cluster_name=args.cluster_name,
+        default_namespace_bundles=args.default_namespace_bundles,
     )
 
 
@@ -80,12 +81,20 @@ def run_standalone(args: argparse.Namespace) -> int:
         import uvloop
 
         uvloop.install()
+    from velamq.workers import Supervisor, serve_worker, worker_spec_from_environment
+
+    worker = worker_spec_from_environment()
     try:
-        asyncio.run(serve(config, started_at))
+        if worker is not None:  # one of several, started by the supervisor below
+            asyncio.run(serve_worker(worker, config))
+        elif args.workers > 1:
+            return asyncio.run(Supervisor(config, args.workers, sys.argv[1:], started_at).run())
+        else:
+            asyncio.run(serve(config, started_at))
     except SecurityConfigError as exc:  # a key, certificate or htpasswd file that cannot be used
         print(f"velamq: bad security configuration: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         print(f"velamq: cannot start: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -6,7 +6,8 @@ partition of a partitioned topic, or, for names "<topic>#<suffix>" (the broker's
 by <topic>), orphan index rows, dead and uncommitted entry logs, missing or damaged entry logs,
 stale journal segments, temp files, format 1 data not migrated yet; and offloaded files no ledger
 owns or that are missing (velamq/storage/offload/_check.py), under <data_dir>/offloaded or where
-the broker config given with --config offloads.
+the broker config given with --config offloads. A data directory of several workers keeps a
+storage per namespace bundle under <data_dir>/bundles/: each is checked (and repaired) as well.
 
 Metadata that points at nothing (BR-8):
 
@@ -56,6 +57,7 @@ from velamq.storage.checker import (
     lock_is_held,
     remove_offloaded,
     repair,
+    shard_dirs,
     unlock_data_dir,
 )
 
@@ -133,7 +135,7 @@ def check_storage(data_dir: Path, *, probe_lock: bool = True, offload: OffloadCo
     if not data_dir.is_dir():
         report.errors.append(f"{data_dir} is not a directory")
         return report
-    report.broker_running = probe_lock and lock_is_held(data_dir)
+    report.broker_running = probe_lock and _in_use(data_dir)
     meta_path = data_dir / METADATA_FILE
     meta: _Metadata | None = None
     if meta_path.exists():
@@ -158,7 +160,8 @@ def check_storage(data_dir: Path, *, probe_lock: bool = True, offload: OffloadCo
         report.errors.append(f"cannot read the storage of {data_dir}: {exc}")
         return report
     report.findings += found.findings
-    if offload is None and (data_dir / OFFLOADED_DIR).is_dir():
+    stores = [data_dir, *(path for _, path in shard_dirs(data_dir))]
+    if offload is None and any((store / OFFLOADED_DIR).is_dir() for store in stores):
         offload = OffloadConfig()  # the filesystem driver's default root
     if offload is not None:
         report.offload = offload
@@ -245,23 +248,33 @@ def run_storage_check(data_dir: Path, *, delete: bool = False, out: TextIO | Non
                       offload: OffloadConfig | None = None) -> int:
     """Print the report (and delete with delete=True); returns the exit status (see the docstring)."""
     out = out or sys.stdout
-    lock_fd = -1
+    lock_fds: list[int] = []
     if delete and data_dir.is_dir():
         try:
-            if lock_is_held(data_dir):
+            if _in_use(data_dir):
                 raise StorageError(f"{data_dir} is in use by another Storage")
-            asyncio.run(_recover(data_dir))  # the journal replayed: storage.db is complete
+            stores = [data_dir, *(path for _, path in shard_dirs(data_dir))]
+            for store in stores:  # the journals replayed: each storage.db is complete
+                asyncio.run(_recover(store))
             # Held from the check to the last deletion: no broker may start meanwhile.
-            lock_fd = lock_data_dir(data_dir)
+            for store in stores:
+                lock_fds.append(lock_data_dir(store))
         except StorageError as exc:
+            for fd in lock_fds:
+                unlock_data_dir(fd)
             why = "a broker is running there; stop it to --delete" if "in use" in str(exc) else str(exc)
             print(f"velamq storage check of {data_dir}: {why}", file=out)
             return 2
     try:
         return _run(data_dir, delete, out, offload)
     finally:
-        if lock_fd >= 0:
-            unlock_data_dir(lock_fd)
+        for fd in lock_fds:
+            unlock_data_dir(fd)
+
+
+def _in_use(data_dir: Path) -> bool:
+    """Whether a broker runs on data_dir: its lock, or a shard's (a worker's), is held."""
+    return lock_is_held(data_dir) or any(lock_is_held(path) for _, path in shard_dirs(data_dir))
 
 
 async def _recover(data_dir: Path) -> None:

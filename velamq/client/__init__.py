@@ -16,6 +16,8 @@
 
     Client("pulsar+ssl://host:6651", authentication=AuthenticationToken(token),
            tls_trust_certs_file_path="ca.pem")                  # TLS and token authentication
+    AsyncClient(AutoClusterFailover(ServiceInfo("pulsar://east:6650"), [ServiceInfo("pulsar://west:6650")],
+                                    check_interval_ms=1000))   # failover between clusters
 
 It speaks the Pulsar binary protocol through velamq.protocol and never imports the broker.
 """
@@ -81,6 +83,8 @@ from velamq.client.schema._record import Record
 from velamq.client.schema._schemas import AvroSchema, BytesSchema, JsonSchema, Schema, StringSchema
 from velamq.client.security._auth import Authentication, AuthenticationBasic, AuthenticationTLS, AuthenticationToken
 from velamq.client.security._settings import ConnectionSecurity
+from velamq.client.transport._controlled_failover import ControlledClusterFailover
+from velamq.client.transport._failover import AutoClusterFailover, ServiceInfo, ServiceInfoProvider
 
 __all__ = [
     "AdminClient",
@@ -94,6 +98,7 @@ __all__ = [
     "AuthenticationTLS",
     "AuthenticationToken",
     "AuthorizationError",
+    "AutoClusterFailover",
     "AvroSchema",
     "BatchReceivePolicy",
     "BlockingConsumer",
@@ -113,6 +118,7 @@ __all__ = [
     "ConsumerBusyError",
     "ConsumerConfig",
     "ConsumerNotFoundError",
+    "ControlledClusterFailover",
     "CredentialsError",
     "DeadLetterPolicy",
     "EntryListener",
@@ -146,6 +152,8 @@ __all__ = [
     "Record",
     "Schema",
     "SendTimeoutError",
+    "ServiceInfo",
+    "ServiceInfoProvider",
     "ServiceNotReadyError",
     "StringSchema",
     "SubscriptionNotFoundError",

@@ -7,9 +7,11 @@
     AdminClient.path("tenants", "my tenant") == "/admin/v2/tenants/my%20tenant"
 
 A status >= 400 raises AdminError with the status and the `reason` of Pulsar's error body; a server
-that cannot be reached raises AdminError with status 0. Only the standard library is used (urllib),
-and nothing is kept between calls, so an AdminClient is picklable and safe to share between
-threads: velamq's CLI (`velamq admin`) and the Spark connector both use this one class.
+that cannot be reached raises AdminError with status 0. A 307 or 308 redirect (a broker of several
+workers sends a topic's call to the worker that owns it) is followed with the same method and body.
+Only the standard library is used (urllib), and nothing is kept between calls, so an AdminClient is
+picklable and safe to share between threads: velamq's CLI (`velamq admin`) and the Spark connector
+both use this one class.
 
 What every request carries is built in one place, `_request()`: the headers given to the
 constructor, the authentication plugin's header (Authorization: Bearer / Basic, a token supplier
@@ -34,7 +36,7 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from email.message import Message
-from http.client import HTTPResponse
+from http.client import HTTPMessage, HTTPResponse
 from typing import Any, Final
 
 from velamq._topic_name import TopicName
@@ -159,8 +161,10 @@ class AdminClient:
             url += "?" + urllib.parse.urlencode({k: _query_value(v) for k, v in query.items() if v is not None})
         data = None if body is NO_BODY else json.dumps(body).encode()
         request = self._request(method, url, data)
+        https = urllib.request.HTTPSHandler(context=self._context())
+        opener = urllib.request.build_opener(https, _SameMethodRedirects())
         try:
-            response: HTTPResponse = urllib.request.urlopen(request, timeout=self.timeout_s, context=self._context())
+            response: HTTPResponse = opener.open(request, timeout=self.timeout_s)
         except urllib.error.HTTPError as exc:
             with exc:
                 raise AdminError(exc.code, _reason(exc), method, url) from None
@@ -168,6 +172,22 @@ class AdminClient:
             reason = getattr(exc, "reason", exc)
             raise AdminError(0, f"cannot reach {self.admin_url}: {reason}", method, url) from None
         return response
+
+
+class _SameMethodRedirects(urllib.request.HTTPRedirectHandler):
+    """307 and 308 repeat the request at the new URL with the same method, body and headers (RFC 9110
+    §15.4.8): a broker of several workers redirects a topic's call to the worker that owns it, as
+    Pulsar's brokers redirect to each other. urllib alone follows them for GET and HEAD only.
+    301/302/303 keep urllib's handling."""
+
+    def redirect_request(
+        self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: HTTPMessage, newurl: str
+    ) -> urllib.request.Request | None:
+        if code not in (307, 308):
+            return super().redirect_request(req, fp, code, msg, headers, newurl)
+        # req.headers holds what add_header set (not Host or Content-Length: those are recomputed).
+        return urllib.request.Request(newurl, data=req.data, headers=dict(req.headers), method=req.get_method(),
+                                      origin_req_host=req.origin_req_host, unverifiable=True)
 
 
 def _query_value(value: Any) -> str:

@@ -39,9 +39,10 @@ from velamq.client.consumer._reader import Reader
 from velamq.client.producer._backpressure import MemoryLimit
 from velamq.client.producer._entry_producer import EntryListener, EntryProducer
 from velamq.client.producer._producer import Producer
+from velamq.client.transport._failover import ServiceInfo, ServiceInfoProvider, check_failover_config, config_for
 from velamq.client.transport._http_lookup import HttpLookupService, is_http_url
 from velamq.client.transport._lookup import LookupService
-from velamq.client.transport._pool import ConnectionPool, parse_service_url, uses_tls
+from velamq.client.transport._pool import ConnectionPool, uses_tls
 
 log = logging.getLogger("velamq.client")
 
@@ -68,29 +69,73 @@ class AsyncClient:
     snake_case (operation_timeout_s, memory_limit_bytes, ...) or come as a ClientConfig.
     """
 
-    def __init__(self, service_url: str, config: ClientConfig | None = None, *, clock: Clock = system_clock,
-                 **options: Any) -> None:
-        http = is_http_url(service_url)  # lookups over the admin REST API, as the official clients do
-        if not http:
-            parse_service_url(service_url)  # fail early on a bad URL
+    def __init__(self, service_url: str | ServiceInfoProvider, config: ClientConfig | None = None, *,
+                 clock: Clock = system_clock, **options: Any) -> None:
         config = config or ClientConfig()
         if options:
             config = _replace(config, options)
-        self.service_url = service_url
+        self._provider: ServiceInfoProvider | None = None
+        if not isinstance(service_url, str):  # failover between clusters (_failover.py)
+            check_failover_config(config)
+            try:
+                asyncio.get_running_loop()  # the provider's checks run on the client's loop
+            except RuntimeError:
+                raise InvalidConfigurationError("a client with a service-info provider is made on a running "
+                                                "event loop (inside async code, or use the blocking Client)") from None
+            self._provider = service_url
+            self._service_info = service_url.initial_service_info()
+            self._base_config = config
+            config = config_for(config, self._service_info)
+        else:
+            self._service_info = ServiceInfo(service_url, config.authentication, config.tls_trust_certs_file_path)
+        self.service_url = self._service_info.service_url
         self.config = config
         self.clock = clock
         self.pool = ConnectionPool(config)
-        if uses_tls(service_url) or service_url.startswith("https://"):
-            self.pool.ssl_context()  # unreadable TLS files fail here, not at the first connection
+        self._check_tls_files()
         self.request_ids: itertools.count[int] = itertools.count()
         self._producer_ids: itertools.count[int] = itertools.count()
         self._consumer_ids: itertools.count[int] = itertools.count()
-        lookup = HttpLookupService if http else LookupService
-        self.lookup: LookupService = lookup(self.pool, service_url, config, self.request_ids)
+        self.lookup: LookupService = self._lookup_service()
         self.memory = MemoryLimit(config.memory_limit_bytes)
         self._producers: set[Producer] = set()
         self._consumers: set[Consumer] = set()
         self._closed = False
+        if self._provider is not None:
+            self._provider.initialize(self._switch_cluster)
+
+    def _check_tls_files(self) -> None:
+        url = self.service_url
+        if uses_tls(url) or url.startswith("https://"):
+            self.pool.ssl_context()  # unreadable TLS files fail here, not at the first connection
+
+    def _lookup_service(self) -> LookupService:
+        """Lookups through the service URL: the binary protocol, or the admin REST API for an
+        http(s):// URL (as the official clients do)."""
+        lookup = HttpLookupService if is_http_url(self.service_url) else LookupService
+        return lookup(self.pool, self.service_url, self.config, self.request_ids)
+
+    def get_service_info(self) -> ServiceInfo:
+        """The cluster this client uses now (the official client's get_service_info)."""
+        return self._service_info
+
+    def _switch_cluster(self, info: ServiceInfo) -> None:
+        """The provider moved the client to another cluster: every connection closes, lookups go
+        there, and each producer and consumer reconnects there on its usual path."""
+        if self._closed or info == self._service_info:
+            return
+        log.warning("client switching from %s to %s", self.service_url, info.service_url)
+        self._service_info = info
+        self.service_url = info.service_url
+        self.config = config_for(self._base_config, info)
+        self.pool.switch_cluster(self.config)
+        self.lookup = self._lookup_service()
+        for producer in list(self._producers):
+            for partition in producer.partition_producers:
+                partition.cluster_switched()
+        for consumer in list(self._consumers):
+            for child in consumer.children:
+                child.cluster_switched()
 
     @property
     def is_closed(self) -> bool:
@@ -235,6 +280,8 @@ class AsyncClient:
         closing = [p.close() for p in list(self._producers)] + [c.close() for c in list(self._consumers)]
         await asyncio.gather(*closing, return_exceptions=True)
         self._closed = True
+        if self._provider is not None:
+            await self._provider.close()
         self.pool.close()
 
     async def __aenter__(self) -> AsyncClient:

@@ -18,8 +18,18 @@ consumer schema gets (SchemaCompatibilityError, InvalidSchemaDataError); deletin
 its schemas.
 
     await store.schemas.register("persistent://public/default/t", schema, Strategy.FULL)  # (0, True)
+
+Several worker processes share one file (docs/workers.md): each opens its own store with
+`shared=True`, which watches for the others' commits (`PRAGMA data_version`, every ~100 ms), drops
+its caches when one came and awaits the callbacks given to `on_external_change`. Every write takes
+the file's write lock before it reads (BEGIN IMMEDIATE), so no update is lost between processes;
+`update_policy` / `update_topic_policy` change one policy from its current value in one step.
+Namespace bundles (`get_namespace_bundles`, their `bundles` policy set at creation from
+`default_bundles_count`), the workers' rows (`register_worker`, `list_workers`, WorkerInfo) and
+explicit bundle owners (`set_bundle_owner`, `get_bundle_owners`) are in _store_cluster.py.
 """
 
+from velamq.metadata._ownership_ops import WorkerInfo
 from velamq.metadata._policies import BacklogQuota, Policies, resolve_policies
 from velamq.metadata._schema import DEFAULT_CLUSTER, DEFAULT_NAMESPACE, DEFAULT_TENANT
 from velamq.metadata._schema_info import (
@@ -57,6 +67,7 @@ __all__ = [
     "Strategy",
     "TopicListing",
     "TopicOpen",
+    "WorkerInfo",
     "allow_auto_update",
     "decode_version",
     "effective_strategy",

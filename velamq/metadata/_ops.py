@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections.abc import Callable
 from typing import Any
 
 from velamq._errors import AlreadyExistsError, NotFoundError, PreconditionFailedError
 from velamq._topic_name import DOMAINS, PARTITION_SUFFIX, PartitionRole, TopicName, partition_role
 from velamq.metadata import _schema_registry
+from velamq.metadata._ownership_ops import BUNDLES_KEY, bundles_policy
 from velamq.metadata._schema import DEFAULT_CLUSTER, DEFAULT_NAMESPACE, DEFAULT_TENANT
 from velamq.metadata._schema_info import schema_id
 
@@ -45,9 +47,10 @@ def _names(conn: sqlite3.Connection, sql: str, *args: Any) -> list[str]:
 # ---------------------------------------------------------------------------- defaults
 
 
-def ensure_defaults(conn: sqlite3.Connection, cluster: str = DEFAULT_CLUSTER) -> None:
+def ensure_defaults(conn: sqlite3.Connection, cluster: str = DEFAULT_CLUSTER, bundles: int = 4) -> None:
     """The local cluster (clusterName, "standalone" by default), tenant "public" and namespace
-    "public/default" (WC-2).
+    "public/default" (WC-2), and the `bundles` policy (`bundles` equal ones) of every namespace
+    that lacks it.
 
     Like Pulsar standalone, this runs at every start and only adds what is missing.
     """
@@ -60,6 +63,20 @@ def ensure_defaults(conn: sqlite3.Connection, cluster: str = DEFAULT_CLUSTER) ->
         "INSERT OR IGNORE INTO namespaces(name, tenant, policies) VALUES (?, ?, ?)",
         (DEFAULT_NAMESPACE, DEFAULT_TENANT, "{}"),
     )
+    _pin_bundles(conn, bundles)
+
+
+def _pin_bundles(conn: sqlite3.Connection, count: int) -> None:
+    """Namespaces made before bundles were recorded (or by a start that just added them) get the
+    default now, so that their bundles no longer follow the configured default: a bundle names the
+    storage its topics live in, and must not change under them."""
+    rows = conn.execute(
+        "SELECT name, policies FROM namespaces WHERE json_extract(policies, '$.bundles') IS NULL"
+    ).fetchall()
+    for name, text in rows:
+        policies = loads(text)
+        policies[BUNDLES_KEY] = bundles_policy(None, count)
+        conn.execute("UPDATE namespaces SET policies = ? WHERE name = ?", (_dumps(policies), name))
 
 
 # ---------------------------------------------------------------------------- clusters
@@ -166,6 +183,7 @@ def delete_namespace(conn: sqlite3.Connection, ns: str) -> None:
             raise PreconditionFailedError("Cannot delete non empty namespace")
     # With no topics left, any topic policies and schemas still here are orphans (BR-8): they go too.
     conn.execute("DELETE FROM topic_policies WHERE namespace = ?", (ns,))
+    conn.execute("DELETE FROM bundle_owners WHERE namespace = ?", (ns,))
     _schema_registry.delete_namespace(conn, ns)
     conn.execute("DELETE FROM namespaces WHERE name = ?", (ns,))
 
@@ -186,12 +204,21 @@ def get_policies_text(conn: sqlite3.Connection, ns: str) -> str:
 
 
 def set_policy(conn: sqlite3.Connection, ns: str, key: str, value: Any) -> None:
+    update_policy(conn, ns, key, lambda _: value)
+
+
+def update_policy(conn: sqlite3.Connection, ns: str, key: str, change: Callable[[Any], Any]) -> Any:
+    """Store `change(current value or None)` as the policy (None removes it) and return it: one
+    read-modify-write under the write lock (_worker.py), so concurrent changes of one policy by
+    several processes all apply."""
     policies = get_policies(conn, ns)
+    value = change(policies.get(key))  # a fresh object: change may modify it
     if value is None:
         policies.pop(key, None)
     else:
         policies[key] = value
     conn.execute("UPDATE namespaces SET policies = ? WHERE name = ?", (_dumps(policies), ns))
+    return value
 
 
 def _require_namespace(conn: sqlite3.Connection, ns: str) -> None:
@@ -390,10 +417,18 @@ def get_topic_policies(conn: sqlite3.Connection, policy_key: str) -> Json:
 
 
 def set_topic_policy(conn: sqlite3.Connection, policy_key: str, ns: str, key: str, value: Any) -> None:
+    update_topic_policy(conn, policy_key, ns, key, lambda _: value)
+
+
+def update_topic_policy(
+    conn: sqlite3.Connection, policy_key: str, ns: str, key: str, change: Callable[[Any], Any]
+) -> Any:
+    """As update_policy, for a topic policy (see set_topic_policy)."""
     _require_namespace(conn, ns)
     if not _policy_owner_exists(conn, policy_key):
         raise NotFoundError("Topic not found")
     policies = get_topic_policies(conn, policy_key)
+    value = change(policies.get(key))  # a fresh object: change may modify it
     if value is None:
         policies.pop(key, None)
     else:
@@ -407,6 +442,7 @@ def set_topic_policy(conn: sqlite3.Connection, policy_key: str, ns: str, key: st
     else:
         # Nothing left set: no row, so "no policies" has one representation.
         conn.execute("DELETE FROM topic_policies WHERE name = ?", (policy_key,))
+    return value
 
 
 def topic_policy_names(conn: sqlite3.Connection, ns: str, rows_max: int) -> frozenset[str] | None:

@@ -21,6 +21,18 @@ Tables (every JSON column holds a JSON object, written with sorted keys):
                        its partitions) before anything of them is removed, removed with their last
                        row; a broker that starts finds the deletes a crash cut short here and
                        finishes them before it serves (velamq/broker/service/_topic_deletion.py)
+    workers            id INTEGER PK, broker_url, broker_url_tls, web_url, web_url_tls TEXT,
+                       pid INTEGER, started_ms INTEGER                          (schema version 5)
+                       the worker processes of a broker and their own URLs (docs/workers.md); each
+                       worker replaces its row at start
+    bundle_owners      namespace TEXT, bundle TEXT, worker INTEGER, PK (namespace, bundle)
+                       (schema version 5) explicit owners of namespace bundles ("0x..._0x...")
+                       written when a bundle moves; a bundle without a row has its default owner
+                       (velamq._bundles.default_owner)
+
+Every namespace's policies carry its `bundles` (Pulsar's BundlesData), written at creation from
+the default count; a start writes them into namespaces made before they were (_ops.ensure_defaults),
+so a namespace's bundles never change with the configured default.
 
 Referential rules (a tenant with namespaces, a namespace with topics cannot be deleted) are checked
 by the operations in `_ops.py`, which give Pulsar's error for each case; the foreign keys below are a
@@ -34,12 +46,15 @@ from pathlib import Path
 
 from velamq._errors import MetadataError
 
-# 2 added topic_policies, 3 schemas, 4 topic_deletions. Opening an older file adds the tables and
-# records the new version, so an older velamq (which would ignore them) refuses the file afterwards.
-SCHEMA_VERSION = 4
+# 2 added topic_policies, 3 schemas, 4 topic_deletions, 5 workers and bundle_owners. Opening an
+# older file adds the tables and records the new version, so an older velamq (which would ignore
+# them) refuses the file afterwards.
+SCHEMA_VERSION = 5
 
-# SQLite waits this long for a lock held by another process (e.g. a backup tool) before failing.
-busy_timeout_ms = 5_000
+# SQLite waits this long for a lock held by another process (another worker of the broker, a backup
+# tool) before failing. Workers hold the write lock for one batch (milliseconds); a process that
+# dies holding it loses it with its file descriptors, so a long wait only ever means a stuck writer.
+busy_timeout_ms = 60_000
 
 DEFAULT_CLUSTER = "standalone"
 DEFAULT_TENANT = "public"
@@ -100,6 +115,21 @@ CREATE TABLE IF NOT EXISTS topic_deletions (
     partitioned INTEGER NOT NULL CHECK (partitioned IN (0, 1)),
     started_ms  INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS workers (
+    id             INTEGER PRIMARY KEY CHECK (id >= 0),
+    broker_url     TEXT NOT NULL,
+    broker_url_tls TEXT,
+    web_url        TEXT NOT NULL,
+    web_url_tls    TEXT,
+    pid            INTEGER NOT NULL,
+    started_ms     INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS bundle_owners (
+    namespace TEXT NOT NULL REFERENCES namespaces(name),
+    bundle    TEXT NOT NULL,
+    worker    INTEGER NOT NULL CHECK (worker >= 0),
+    PRIMARY KEY (namespace, bundle)
+) WITHOUT ROWID;
 """
 
 

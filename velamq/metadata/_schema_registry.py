@@ -182,12 +182,18 @@ class SchemaRegistry:
     schema ids here, so a bad name fails fast with InvalidTopicNameError; a partition's name gives
     its partitioned topic's history."""
 
-    def __init__(self, run: Runner[Any], clock: Clock = system_clock) -> None:
+    def __init__(self, run: Runner[Any], clock: Clock = system_clock, read: Runner[Any] | None = None) -> None:
+        """run: runs an operation that may write; read: one that only reads (default: run)."""
         self._run = run
+        self._read_runner = read or run
         self._clock = clock
 
     async def _call(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
         result: T = await self._run(functools.partial(fn, **kwargs))
+        return result
+
+    async def _read(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
+        result: T = await self._read_runner(functools.partial(fn, **kwargs))
         return result
 
     @staticmethod
@@ -211,19 +217,19 @@ class SchemaRegistry:
         )
 
     async def get(self, topic: str, version: int | None = None) -> StoredSchema | None:
-        return await self._call(get, sid=schema_id(topic), version=version)
+        return await self._read(get, sid=schema_id(topic), version=version)
 
     async def versions(self, topic: str) -> list[StoredSchema]:
-        return await self._call(versions, sid=schema_id(topic))
+        return await self._read(versions, sid=schema_id(topic))
 
     async def history(self, topic: str) -> list[StoredSchema]:
-        return await self._call(history, sid=schema_id(topic))
+        return await self._read(history, sid=schema_id(topic))
 
     async def find(self, topic: str, schema: SchemaData) -> int | None:
-        return await self._call(find, sid=schema_id(topic), schema=schema)
+        return await self._read(find, sid=schema_id(topic), schema=schema)
 
     async def check_compatible(self, topic: str, schema: SchemaData, strategy: Strategy) -> None:
-        await self._call(compatible, sid=schema_id(topic), schema=schema, strategy=strategy)
+        await self._read(compatible, sid=schema_id(topic), schema=schema, strategy=strategy)
 
     async def delete(self, topic: str) -> int | None:
         return await self._call(soft_delete, **self._ids(topic), now_ms=self._clock.now_ms())
@@ -232,4 +238,4 @@ class SchemaRegistry:
         return await self._call(hard_delete, sid=schema_id(topic))
 
     async def list_ids(self, namespace: str) -> list[str]:
-        return await self._call(list_ids, namespace=namespace)
+        return await self._read(list_ids, namespace=namespace)

@@ -16,63 +16,25 @@ from __future__ import annotations
 
 import enum
 import functools
-import re
 import time
 from collections.abc import Callable, Collection, Sequence
-from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
-from velamq._clock import Clock, system_clock
-from velamq._errors import InvalidTopicNameError, PreconditionFailedError
+from velamq._errors import PreconditionFailedError
 from velamq._topic_name import TopicName
 from velamq.metadata import _ops
-from velamq.metadata._caches import NamespaceCache, ReadCache, namespace_rows_max_default
-from velamq.metadata._schema import DEFAULT_CLUSTER, connect
-from velamq.metadata._schema_registry import SchemaRegistry
+from velamq.metadata._names import check_namespace as _check_namespace
+from velamq.metadata._names import check_tenant as _check_tenant
+from velamq.metadata._names import check_topic as _check_topic
+from velamq.metadata._ownership_ops import BUNDLES_KEY, bundles_policy, with_bundles
+from velamq.metadata._store_cluster import ClusterMetadata
 from velamq.metadata._topic_pages import TopicListing, page_rows_max, topics_page
-from velamq.metadata._worker import SqliteWorker, ops_in_flight_max_default
 
-T = TypeVar("T")
-
-# Entries each read cache keeps at most (one per namespace).
-cache_entries_max_default: Final = 100_000
 # Names a listing reads per operation: a page, so other operations get their turn in between.
 list_page_default: Final = 10_000
-# Namespace names already checked (the check is a regular expression per part; lookups repeat it).
-_checked_namespaces_max: Final = 10_000
 # A partitioned topic has at most this many partitions (Pulsar's maxNumPartitionsPerPartitionedTopic
 # is unlimited by default, but every partition costs a ledger; this bounds one admin call's cost).
 partitions_max: Final = 10_000
-
-# Tenant and namespace parts: Pulsar's NamedEntity rule, also used by velamq._topic_name.
-_NAME_PART_RE: Final = re.compile(r"^[-=:.\w]+$")
-
-
-def _check_tenant(tenant: str) -> str:
-    if not isinstance(tenant, str) or not _NAME_PART_RE.match(tenant) or len(tenant) > 255:
-        raise InvalidTopicNameError(str(tenant), "bad tenant name")
-    return tenant
-
-
-_checked_namespaces: dict[str, str] = {}
-
-
-def _check_namespace(ns: str) -> tuple[str, str]:
-    """'tenant/ns' (or V1 'tenant/cluster/ns') -> (namespace, tenant)."""
-    tenant = _checked_namespaces.get(ns) if isinstance(ns, str) else None
-    if tenant is not None:
-        return ns, tenant
-    parts = ns.split("/") if isinstance(ns, str) else []
-    if len(parts) not in (2, 3) or len(ns) > 512 or not all(_NAME_PART_RE.match(p) for p in parts):
-        raise InvalidTopicNameError(str(ns), "expected tenant/namespace")
-    if len(_checked_namespaces) >= _checked_namespaces_max:
-        _checked_namespaces.clear()
-    _checked_namespaces[ns] = parts[0]
-    return ns, parts[0]
-
-
-def _check_topic(topic: str) -> TopicName:
-    return TopicName.parse(topic)
 
 
 def _check_partitions(partitions: int) -> int:
@@ -114,142 +76,73 @@ class TopicOpen(enum.Enum):
     OUT_OF_RANGE = _ops.TOPIC_OUT_OF_RANGE  # -partition-N beyond its partitioned topic's partitions
 
 
-class MetadataStore:
-    """The metadata store over one SQLite file (e.g. data_dir/metadata.db)."""
-
-    def __init__(
-        self,
-        path: Path,
-        *,
-        ops_in_flight_max: int = ops_in_flight_max_default,
-        cache_entries_max: int = cache_entries_max_default,
-        clock: Clock = system_clock,
-        namespace_rows_max: int = namespace_rows_max_default,
-        cluster_name: str = DEFAULT_CLUSTER,
-    ) -> None:
-        """cluster_name: the local cluster (clusterName), made at start if missing."""
-        self.path = Path(path)
-        self.cluster_name = cluster_name
-        self._worker = SqliteWorker(
-            functools.partial(connect, self.path), ops_in_flight_max=ops_in_flight_max
-        )
-        # Topic schemas, in the same file and thread; deleting a topic (below) deletes its history
-        # in the same transaction once no topic of its schema id is left.
-        self.schemas = SchemaRegistry(self._worker.run, clock)
-        self._namespaces: ReadCache[bool] = ReadCache(cache_entries_max)
-        # namespace -> its policies as stored (JSON text: every reader gets a fresh dict of it)
-        self._policies: ReadCache[str] = ReadCache(cache_entries_max)
-        # namespace -> {partitioned topic: partitions}
-        self._partitions: NamespaceCache[dict[str, int]] = NamespaceCache(cache_entries_max, namespace_rows_max)
-        # namespace -> names that carry topic policies
-        self._topic_policies: NamespaceCache[frozenset[str]] = NamespaceCache(
-            cache_entries_max, namespace_rows_max
-        )
+class MetadataStore(ClusterMetadata):
+    """The metadata store over one SQLite file (e.g. data_dir/metadata.db); its constructor and
+    what every call shares are StoreCore's (_store_core.py), workers, bundles and their owners
+    are ClusterMetadata's (_store_cluster.py)."""
 
     async def start(self) -> None:
         """Open the file, create the schema, and add what is missing of the local cluster,
-        public and public/default."""
-        await self._worker.start()
-        await self._worker.run(functools.partial(_ops.ensure_defaults, cluster=_check_tenant(self.cluster_name)))
-
-    async def close(self) -> None:
-        """Finish the queued operations, then close. Later calls raise MetadataError."""
-        await self._worker.close()
-        for cache in self._caches:
-            cache.clear()
-
-    @property
-    def _caches(self) -> tuple[ReadCache[Any], ...]:
-        return (self._namespaces, self._policies, self._partitions, self._topic_policies)
-
-    async def _run(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
-        return await self._worker.run(functools.partial(fn, **kwargs))
-
-    async def _cached(self, cache: ReadCache[T], key: str, fn: Callable[..., T], /, **kwargs: Any) -> T:
-        hit = cache.get(key)
-        if hit is not None:
-            return hit
-        generation = cache.generation
-        value = await self._run(fn, **kwargs)
-        cache.put_if_current(key, value, generation)
-        return value
-
-    async def _per_namespace(self, cache: NamespaceCache[T], ns: str, fn: Callable[..., T | None]) -> T | None:
-        """The namespace's whole answer (None: too large to cache, ask per topic)."""
-        cached, value = cache.lookup(ns)
-        if cached:
-            return value
-        generation = cache.generation
-        value = await self._run(fn, ns=ns, rows_max=cache.rows_max)
-        cache.put_if_current(ns, value, generation)
-        return value
-
-    async def _write(
-        self, caches: Collection[ReadCache[Any]], key: str, fn: Callable[..., T], /, **kwargs: Any
-    ) -> T:
-        for cache in caches:
-            cache.begin_write()
-        try:
-            return await self._run(fn, **kwargs)
-        finally:
-            for cache in caches:
-                cache.invalidate(key)
+        public and public/default; start watching other processes' commits if shared."""
+        await self._open(_check_tenant(self.cluster_name))
 
     # ------------------------------------------------------------------------ clusters
 
     async def list_clusters(self) -> list[str]:
-        return await self._run(_ops.list_clusters)
+        return await self._read(_ops.list_clusters)
 
     async def get_cluster(self, name: str) -> dict[str, Any]:
-        return await self._run(_ops.get_cluster, name=_check_tenant(name))
+        return await self._read(_ops.get_cluster, name=_check_tenant(name))
 
     async def create_cluster(self, name: str, data: dict[str, Any] | None = None) -> None:
-        await self._run(_ops.create_cluster, name=_check_tenant(name), data=dict(data or {}))
+        await self._announce(_ops.create_cluster, name=_check_tenant(name), data=dict(data or {}))
 
     async def update_cluster(self, name: str, data: dict[str, Any]) -> None:
-        await self._run(_ops.update_cluster, name=_check_tenant(name), data=dict(data))
+        await self._announce(_ops.update_cluster, name=_check_tenant(name), data=dict(data))
 
     async def delete_cluster(self, name: str) -> None:
-        await self._run(_ops.delete_cluster, name=_check_tenant(name))
+        await self._announce(_ops.delete_cluster, name=_check_tenant(name))
 
     # ------------------------------------------------------------------------ tenants
 
     async def create_tenant(self, name: str, info: dict[str, Any]) -> None:
-        await self._run(_ops.create_tenant, name=_check_tenant(name), info=_tenant_info(info))
+        await self._announce(_ops.create_tenant, name=_check_tenant(name), info=_tenant_info(info))
 
     async def get_tenant(self, name: str) -> dict[str, Any]:
-        return await self._run(_ops.get_tenant, name=_check_tenant(name))
+        return await self._read(_ops.get_tenant, name=_check_tenant(name))
 
     async def update_tenant(self, name: str, info: dict[str, Any]) -> None:
-        await self._run(_ops.update_tenant, name=_check_tenant(name), info=_tenant_info(info))
+        await self._announce(_ops.update_tenant, name=_check_tenant(name), info=_tenant_info(info))
 
     async def list_tenants(self) -> list[str]:
-        return await self._run(_ops.list_tenants)
+        return await self._read(_ops.list_tenants)
 
     async def delete_tenant(self, name: str) -> None:
         """PreconditionFailedError while the tenant still has namespaces."""
-        await self._run(_ops.delete_tenant, name=_check_tenant(name))
+        await self._announce(_ops.delete_tenant, name=_check_tenant(name))
 
     # ------------------------------------------------------------------------ namespaces
 
     async def create_namespace(self, ns: str, policies: dict[str, Any] | None = None) -> None:
+        """Its `bundles` policy is checked (Pulsar's BundlesData: numBundles or boundaries), or set
+        to the default count: a namespace's bundles never change with the configuration."""
         ns, tenant = _check_namespace(ns)
         if policies is not None and not isinstance(policies, dict):
             raise PreconditionFailedError("namespace policies must be a JSON object")
-        await self._write(
-            self._caches, ns, _ops.create_namespace, ns=ns, tenant=tenant, policies=dict(policies or {})
-        )
+        checked = with_bundles(dict(policies or {}), self.default_bundles_count)
+        await self._write(self._caches, ns, _ops.create_namespace, ns=ns, tenant=tenant, policies=checked)
 
     async def namespace_exists(self, ns: str) -> bool:
         ns, _ = _check_namespace(ns)
         return await self._cached(self._namespaces, ns, _ops.namespace_exists, ns=ns)
 
     async def list_namespaces(self, tenant: str) -> list[str]:
-        return await self._run(_ops.list_namespaces, tenant=_check_tenant(tenant))
+        return await self._read(_ops.list_namespaces, tenant=_check_tenant(tenant))
 
     async def delete_namespace(self, ns: str) -> None:
         """PreconditionFailedError while the namespace still has topics or partitioned topics.
-        Topic policies and schemas left in it (of topics never created) go with it."""
+        Topic policies and schemas left in it (of topics never created) and its bundle owners go
+        with it."""
         ns, _ = _check_namespace(ns)
         await self._write(self._caches, ns, _ops.delete_namespace, ns=ns)
 
@@ -261,11 +154,26 @@ class MetadataStore:
         return _ops.loads(text)
 
     async def set_policy(self, ns: str, key: str, value: Any) -> None:
-        """Set one policy (e.g. "deduplicationEnabled"); a value of None removes it."""
+        """Set one policy (e.g. "deduplicationEnabled"); a value of None removes it. `bundles` is
+        checked and cannot be removed."""
         ns, _ = _check_namespace(ns)
         if not isinstance(key, str) or not key:
             raise PreconditionFailedError("policy name must be a non-empty string")
-        await self._write((self._policies,), ns, _ops.set_policy, ns=ns, key=key, value=value)
+        if key == BUNDLES_KEY:
+            if value is None:
+                raise PreconditionFailedError("a namespace's bundles cannot be removed")
+            value = bundles_policy(value, self.default_bundles_count)
+        await self._write((self._policies, self._bundles), ns, _ops.set_policy, ns=ns, key=key, value=value)
+
+    async def update_policy(self, ns: str, key: str, change: Callable[[Any], Any]) -> Any:
+        """Store `change(current value or None)` as one policy (None removes it) and return it, in
+        one transaction under the write lock: two changes made at once, by this process or by
+        another sharing the file, both apply (grants, backlog quota maps, properties). `change` runs
+        in the store's thread: a quick pure function of the value, raising to refuse it."""
+        ns, _ = _check_namespace(ns)
+        if not isinstance(key, str) or not key or key == BUNDLES_KEY:
+            raise PreconditionFailedError(f"cannot update policy {key!r} this way")
+        return await self._write((self._policies,), ns, _ops.update_policy, ns=ns, key=key, change=change)
 
     # ------------------------------------------------------------------------ topics
 
@@ -286,7 +194,7 @@ class MetadataStore:
         known = await self._per_namespace(self._partitions, tn.namespace, _ops.partitioned_of_namespace)
         if known is not None:
             return known.get(name, 0)
-        return await self._run(_ops.get_partitions, topic=name)
+        return await self._read(_ops.get_partitions, topic=name)
 
     async def update_partitions(self, topic: str, partitions: int) -> None:
         """Grow a partitioned topic. Fewer partitions: PreconditionFailedError; the same: no-op."""
@@ -306,7 +214,7 @@ class MetadataStore:
 
     async def list_partitioned_topics(self, ns: str) -> list[str]:
         ns, _ = _check_namespace(ns)
-        return await self._run(_ops.list_partitioned_topics, ns=ns)
+        return await self._read(_ops.list_partitioned_topics, ns=ns)
 
     async def create_topic(self, topic: str, exist_ok: bool = False) -> None:
         """A non-partitioned topic, or a partition ("x-partition-3") when it is first used."""
@@ -314,7 +222,7 @@ class MetadataStore:
         await self._run(_ops.create_topic, topic=str(tn), ns=tn.namespace, exist_ok=exist_ok)
 
     async def topic_exists(self, topic: str) -> bool:
-        return await self._run(_ops.topic_exists, topic=str(_check_topic(topic)))
+        return await self._read(_ops.topic_exists, topic=str(_check_topic(topic)))
 
     async def open_topic(self, topic: str, create: bool) -> TopicOpen:
         """Everything the broker checks before loading a topic, in one operation: the topic's row
@@ -341,7 +249,7 @@ class MetadataStore:
         """Non-partitioned topics and the partitions that exist, both domains, sorted. One
         operation: at a million topics, prefer list_topics_page."""
         ns, _ = _check_namespace(ns)
-        return await self._run(_ops.list_topics, ns=ns)
+        return await self._read(_ops.list_topics, ns=ns)
 
     async def topics_page(self, ns: str, search: str = "", offset: int = 0, limit: int = 50) -> TopicListing:
         """One page of the namespace's topics and partitioned topics, sorted, cut in SQLite (see
@@ -349,7 +257,7 @@ class MetadataStore:
         ns, _ = _check_namespace(ns)
         if offset < 0 or not 0 < limit <= page_rows_max:
             raise PreconditionFailedError(f"offset must be >= 0 and limit between 1 and {page_rows_max}")
-        return await self._run(topics_page, ns=ns, search=search, offset=offset, limit=limit)
+        return await self._read(topics_page, ns=ns, search=search, offset=offset, limit=limit)
 
     async def list_topics_page(
         self, ns: str, after: str = "", limit: int = 1000, domain: str = "persistent"
@@ -363,12 +271,12 @@ class MetadataStore:
             raise PreconditionFailedError(f"unknown domain {domain!r}")
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise PreconditionFailedError("limit must be a positive integer")
-        return await self._run(_ops.list_topics_page, prefix=f"{domain}://{ns}/", after=after, limit=limit)
+        return await self._read(_ops.list_topics_page, prefix=f"{domain}://{ns}/", after=after, limit=limit)
 
     async def count_topics(self, ns: str) -> int:
         """Rows of the namespace's topics (non-partitioned topics and partitions that exist)."""
         ns, _ = _check_namespace(ns)
-        return await self._run(_ops.count_topics, ns=ns)
+        return await self._read(_ops.count_topics, ns=ns)
 
     async def namespace_topic_names(self, ns: str, domains: Collection[str]) -> list[str]:
         """The topics of a namespace as Pulsar lists them, sorted: non-partitioned topics and
@@ -404,7 +312,7 @@ class MetadataStore:
         key = str(parent)
         if carriers is not None and key not in carriers:
             return {}
-        return await self._run(_ops.get_topic_policies, policy_key=key)
+        return await self._read(_ops.get_topic_policies, policy_key=key)
 
     async def set_topic_policy(self, topic: str, key: str, value: Any) -> None:
         """Set one topic policy (e.g. "messageTTLInSeconds"); a value of None removes it.
@@ -421,10 +329,21 @@ class MetadataStore:
             policy_key=str(parent), ns=parent.namespace, key=key, value=value,
         )
 
+    async def update_topic_policy(self, topic: str, key: str, change: Callable[[Any], Any]) -> Any:
+        """As update_policy, for a topic policy (where set_topic_policy would set it)."""
+        tn = _check_topic(topic)
+        if not isinstance(key, str) or not key:
+            raise PreconditionFailedError("policy name must be a non-empty string")
+        parent = tn.partitioned_parent
+        return await self._write(
+            (self._topic_policies,), parent.namespace, _ops.update_topic_policy,
+            policy_key=str(parent), ns=parent.namespace, key=key, change=change,
+        )
+
     async def list_topic_policies(self, ns: str) -> list[str]:
         """Names (full topic names) that have topic policies in a namespace, sorted."""
         ns, _ = _check_namespace(ns)
-        return await self._run(_ops.list_topic_policies, ns=ns)
+        return await self._read(_ops.list_topic_policies, ns=ns)
 
     # ------------------------------------------------------------------------ topic deletions
 
@@ -433,11 +352,15 @@ class MetadataStore:
         deleted: the commit point of a delete. Marking a marked topic again changes nothing."""
         names = [str(_check_topic(t)) for t in topics]
         parents = [str(_check_topic(t)) for t in partitioned]
-        await self._run(_ops.mark_deleting, topics=names, partitioned=parents, now_ms=time.time_ns() // 1_000_000)
+        # Announced to the other processes of a shared store: a topic another worker serves is
+        # deleted by that worker when its watch reports the mark (docs/workers.md).
+        now_ms = time.time_ns() // 1_000_000
+        mark = functools.partial(_ops.mark_deleting, topics=names, partitioned=parents, now_ms=now_ms)
+        await self._run(self._announced(mark))
 
     async def topics_being_deleted(self) -> list[tuple[str, bool]]:
         """Marked deletes as (full name, is a partitioned topic), topics before partitioned ones."""
-        return await self._run(_ops.list_deleting)
+        return await self._read(_ops.list_deleting)
 
     async def finish_topic_deletion(self, topic: str, partitioned: bool = False) -> None:
         """Remove the topic's rows (a partitioned topic's with its partitions'), its policies and

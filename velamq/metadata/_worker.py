@@ -8,6 +8,12 @@ thread settles through `loop.call_soon_threadsafe`. The thread drains whatever i
 - many concurrent writes cost one fsync (group commit, like the journal's), not one each;
 - no caller hears "done" before the COMMIT that made its change durable has returned.
 
+Several processes may share the file (worker processes, docs/workers.md). A batch that carries a
+write starts with BEGIN IMMEDIATE: it takes the file's write lock before its first read, so each
+read-modify-write sees the latest commit of every process and none is lost; a process that finds
+the lock taken waits (busy_timeout, _schema.py). A batch of reads only (`run(fn, write=False)`)
+starts a deferred transaction and never waits for another process's writer.
+
 The number of operations queued or running is bounded by `ops_in_flight_max` through a semaphore on
 the loop side, so a burst of callers waits (backpressure) instead of growing the queue without end.
 """
@@ -38,6 +44,7 @@ class _Job:
     fn: Callable[[sqlite3.Connection], Any]
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Any]
+    write: bool
 
 
 class _Stop:
@@ -106,15 +113,20 @@ class SqliteWorker:
             self._closing = True
             raise
 
-    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `fn(conn)` in the store's thread, inside a transaction; return its result."""
+    async def run(self, fn: Callable[[sqlite3.Connection], T], *, write: bool = True) -> T:
+        """Run `fn(conn)` in the store's thread, inside a transaction; return its result.
+        write=False promises that `fn` only reads (its batch need not take the write lock)."""
         async with self._in_flight:
             if self._thread is None or self._closing:
                 raise MetadataError("metadata store is not running")
             loop = asyncio.get_running_loop()
             future: asyncio.Future[T] = loop.create_future()
-            self._queue.put(_Job(fn, loop, future))
+            self._queue.put(_Job(fn, loop, future, write))
             return await future
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """run(fn, write=False)."""
+        return await self.run(fn, write=False)
 
     async def close(self) -> None:
         if self._thread is None or self._stopped is None:
@@ -160,7 +172,8 @@ class SqliteWorker:
     def _execute(self, conn: sqlite3.Connection, jobs: list[_Job]) -> None:
         outcomes: list[tuple[_Job, Any, BaseException | None]] = []
         try:
-            conn.execute("BEGIN")
+            # IMMEDIATE: the write lock before the first read (see the module docstring).
+            conn.execute("BEGIN IMMEDIATE" if any(job.write for job in jobs) else "BEGIN")
             for job in jobs:
                 outcomes.append(self._run_one(conn, job))
             conn.execute("COMMIT")

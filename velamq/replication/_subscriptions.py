@@ -6,26 +6,31 @@ timer (every topic, every second) and by the markers its replicators read (_mark
 payloads):
 
     every second   if a subscription of the topic is replicated (its consumer subscribed with
-                   replicate_subscription_state), data came in since the last request, the remote
-                   replicator is connected and no snapshot is pending: write a REQUEST marker
-    REQUEST in     (from the remote) write a RESPONSE to it with this log's last position
-    RESPONSE in    the remote's position for our pending snapshot: write a SNAPSHOT marker (local
-                   only) pairing the response's position here with the remote's position there
+                   replicate_subscription_state), data came in since the last request, every
+                   remote replicator is connected and no snapshot is pending: write a REQUEST marker
+    REQUEST in     (from a remote) write a RESPONSE to it with this log's last position
+    RESPONSE in    a remote's position for our pending snapshot; once every remote answered:
+                   with one remote, write a SNAPSHOT marker (local only) pairing the position of
+                   that last response here with each remote's position there; with two or more,
+                   first a second REQUEST round (as Pulsar's ReplicatedSubscriptionsSnapshotBuilder),
+                   and the SNAPSHOT pairs the first round's remote positions with the position of
+                   the second round's last response here
     every second   for each replicated subscription whose mark-delete passed a snapshot newer than
-                   the last one it sent: write an UPDATE marker with that snapshot's remote position
+                   the last one it sent: write an UPDATE marker with that snapshot's remote positions
     UPDATE in      the named subscription here (made at earliest if missing) is acknowledged
                    cumulatively up to our position in it: never backwards
 
 Why a consumer loses nothing: a snapshot (L here, W there) is written once the remote's response
-came back through the replication stream, so everything the remote held up to W (its own messages
-and those it had from here) is in this log before L; a subscription acknowledged past L has had
-all of it. Moving the remote subscription to W skips only that. Messages after W are delivered
-again there (duplicates, as Pulsar documents).
+came back through the replication stream, so everything the remote wrote itself up to W is in this
+log before L; a subscription acknowledged past L has had all of it. Moving the remote subscription
+to W skips only that. Messages after W are delivered again there (duplicates, as Pulsar documents).
+With a third cluster C, what B held up to W_B also includes C's messages, which reach this log from
+C, not through B: each of those was written on C before C answered the second round (that round
+starts after B's first answer came back here), so it precedes C's second answer, and so L, here.
 
-Limits: two clusters per topic (with three or more Pulsar needs a second round of requests to
-keep that argument; velamq does not snapshot then), a pending snapshot is given up after 30 s,
-the last 100 snapshots are kept, and a subscription is replicated from the moment a consumer asks
-for it (not remembered across a broker restart until the consumer subscribes again).
+Limits: a pending snapshot is given up after 30 s, the last 100 snapshots are kept, and a
+subscription is replicated from the moment a consumer asks for it (not remembered across a broker
+restart until the consumer subscribes again).
 """
 
 from __future__ import annotations
@@ -93,7 +98,9 @@ class RemoteLink(Protocol):
 class _Pending:
     snapshot_id: str
     started_s: float
-    responses: dict[str, tuple[int, int]] = field(default_factory=dict)
+    missing: set[str]  # remotes whose answer to the current round has not come back
+    rounds_left: int  # REQUEST rounds after the current one: 1 with two or more remotes
+    responses: dict[str, tuple[int, int]] = field(default_factory=dict)  # the first answer of each
 
 
 class ReplicatedSubscriptions:
@@ -130,7 +137,7 @@ class ReplicatedSubscriptions:
 
     async def _request_snapshot(self) -> None:
         remotes = self._remotes()
-        if len(remotes) != 1 or not all(r.connected for r in remotes.values()):
+        if not remotes or not all(r.connected for r in remotes.values()):
             return
         pending = self._pending
         if pending is not None and time.monotonic() - pending.started_s < snapshot_timeout_s:
@@ -140,8 +147,8 @@ class ReplicatedSubscriptions:
             return  # nothing new since the last snapshot
         self._requested_after = published
         snapshot_id = uuid.uuid4().hex
-        self._pending = _Pending(snapshot_id, time.monotonic())
-        await self.topic.append_marker(_markers.request_entry(snapshot_id, self.local))
+        self._pending = _Pending(snapshot_id, time.monotonic(), set(remotes), 1 if len(remotes) > 1 else 0)
+        await self._write_request(snapshot_id)
 
     def on_marker(self, position: Position, incoming: IncomingMarker) -> None:
         """A marker the remote wrote, read by the replicator toward it (on the loop)."""
@@ -166,12 +173,23 @@ class ReplicatedSubscriptions:
         pending = self._pending
         if pending is None or pending.snapshot_id != marker.snapshot_id:
             return  # late, or not ours
-        pending.responses.update(marker.clusters)
-        if set(pending.responses) >= set(self._remotes()):
-            self._pending = None
-            remotes = dict(pending.responses)
-            self._snapshots.append((position, remotes))
-            self._write(self._store_snapshot(pending.snapshot_id, position, remotes))
+        for cluster, at in marker.clusters:
+            pending.responses.setdefault(cluster, at)
+            pending.missing.discard(cluster)
+        if pending.missing:
+            return
+        if pending.rounds_left:
+            pending.rounds_left -= 1
+            pending.missing = set(self._remotes())
+            self._write(self._write_request(pending.snapshot_id))
+            return
+        self._pending = None
+        remotes = dict(pending.responses)
+        self._snapshots.append((position, remotes))
+        self._write(self._store_snapshot(pending.snapshot_id, position, remotes))
+
+    async def _write_request(self, snapshot_id: str) -> None:
+        await self.topic.append_marker(_markers.request_entry(snapshot_id, self.local))
 
     async def _store_snapshot(self, snapshot_id: str, position: Position, remotes: dict[str, tuple[int, int]]) -> None:
         entry = _markers.snapshot_entry(snapshot_id, self.local, (position.ledger_id, position.entry_id), remotes)

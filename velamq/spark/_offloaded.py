@@ -10,7 +10,8 @@ ranges and exactly-once do not change: a range yields the same messages either w
 A task reads its ledger's file (`<root>/<domain>/<tenant>/<namespace>/<topic>/ledger-<id:020d>
 .parquet`, the layout of docs/offload.md), keeps the rows with start < (ledger, entry, batch
 index) <= end, and builds the source's columns from them, with the message ids the broker path
-gives (serialized MessageIdData). It falls back to the broker for its range when the file is
+gives (serialized MessageIdData), leaving out the broker's replicated-subscription markers (which the
+broker never delivers either). It falls back to the broker for its range when the file is
 missing (retention deleted it meanwhile: the broker path reports the data loss), or holds encrypted
 payloads or chunks (the broker path delivers those as the reader would), or values are decoded by a
 schema (decodeValues).
@@ -37,7 +38,10 @@ from velamq.spark._schema import arrow_schema, source_schema
 log = logging.getLogger("velamq.spark")
 
 _COLUMNS = ["entry_id", "batch_index", "batch_size", "key", "value", "properties", "event_time", "publish_time",
-            "encrypted", "num_chunks"]
+            "encrypted", "num_chunks", "producer_name", "sequence_id"]
+# The broker's own markers (replicated subscriptions, RP-10) are messages of this producer with
+# sequence id 0, as Pulsar writes them; the broker never delivers them, and neither does this path.
+MARKER_PRODUCER = "pulsar.marker"
 
 
 class OffloadedRange(TopicRange):
@@ -108,7 +112,7 @@ def _read_offloaded(task: OffloadedRange) -> Iterator[Any]:
         log.info("%r: the file is gone, reading the range through the broker", task)
         yield from read_range(_broker(task))
         return
-    table = table.filter(_in_range(table, task.ledger_id, task.start, task.end))
+    table = table.filter(pc.and_(_in_range(table, task.ledger_id, task.start, task.end), _not_marker(table)))
     if table.num_rows and (pc.any(table.column("encrypted")).as_py() or table.column("num_chunks").null_count
                            != table.num_rows):
         yield from read_range(_broker(task))  # encrypted or chunked: as the reader delivers them
@@ -132,6 +136,11 @@ def _in_range(table: pa.Table, ledger_id: int, start: PartitionOffset, end: Part
     if start.ledger_id > ledger_id or end.ledger_id < ledger_id:
         mask = pa.scalar(False)
     return pc.and_(pc.equal(entry, entry), mask)  # an array as long as the table
+
+
+def _not_marker(table: pa.Table) -> pa.Array:
+    marker = pc.and_(pc.equal(table.column("producer_name"), MARKER_PRODUCER), pc.equal(table.column("sequence_id"), 0))
+    return pc.invert(pc.fill_null(marker, False))
 
 
 def _varint(value: int) -> bytes:

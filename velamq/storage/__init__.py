@@ -14,12 +14,16 @@ current ledger), _read_path (reads), _cursor_persistence (cursors) and _trim (re
 ledgers may be offloaded as Parquet to a filesystem or S3 (offload/, docs/offload.md); the rows are
 made by an EntryRows the caller gives Storage, so storage still never reads the entry format. Every
 timed behaviour goes through the injected velamq._clock.Clock, so tests can drive time with a
-ManualClock.
+ManualClock. With several worker processes, ShardedStorage (_sharded) keeps a whole Storage per
+namespace bundle (a shard: its own directory and lock, opened on first use, closed when the bundle
+moves) behind the same surface, LedgerStore (_ledger_store), which the broker is typed against.
 """
 
 from velamq.storage._config import MemoryBudget, OffloadConfig, StorageConfig
+from velamq.storage._ledger_store import LedgerStore
 from velamq.storage._position import Entry, LedgerInfo, Position
 from velamq.storage._range_set import RangeSet
+from velamq.storage._sharded import ShardedStorage
 from velamq.storage._storage import Storage
 from velamq.storage.ledger._cursor import CursorOwner, ManagedCursor
 from velamq.storage.ledger._managed_ledger import ManagedLedger
@@ -32,6 +36,7 @@ __all__ = [
     "Entry",
     "EntryRows",
     "LedgerInfo",
+    "LedgerStore",
     "ManagedCursor",
     "ManagedLedger",
     "MemoryBudget",
@@ -43,6 +48,7 @@ __all__ = [
     "PublishBuffer",
     "RangeSet",
     "RowColumns",
+    "ShardedStorage",
     "Storage",
     "StorageConfig",
 ]

@@ -92,6 +92,14 @@ class ByteLRU(Generic[K, V]):
             stats.evictions_total += 1
             stats.evicted_bytes_total += size
 
+    def discard_if(self, predicate: Callable[[K], bool]) -> int:
+        """Drop every item whose key matches (the ledgers of a shard that closed); not counted as
+        evictions. Returns how many went. Walks the whole cache: for rare events only."""
+        gone = [key for key in self._items if predicate(key)]
+        for key in gone:
+            self.pop(key)
+        return len(gone)
+
     def clear(self) -> None:
         self._items.clear()
         self.size_bytes = 0

@@ -25,6 +25,7 @@ Storage first. A live topic is never touched: only managed ledgers the caller's 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from pathlib import Path
 
 from velamq.storage import _layout
 from velamq.storage._config import OFFLOADED_DIR
+from velamq.storage._shard_layout import BUNDLES_DIR, SHARD_ID_FILE, SHARD_ID_NEXT_FILE, shard_dirs, shards_root
 from velamq.storage.formats._entry_log import LOG_HEADER_BYTES, log_header_ok
 from velamq.storage.formats._journal_file import JOURNAL_DIR, list_segments, parse_segment_name, segment_name
 from velamq.storage.index._storage_db import LogRow, StorageDb
@@ -50,6 +52,8 @@ KNOWN_TOP = {
     _layout.LOGS_DIR,
     JOURNAL_DIR,
     OFFLOADED_DIR,  # the filesystem offload driver's default root (velamq/storage/offload)
+    BUNDLES_DIR,  # ShardedStorage's shards, each checked as a data directory of its own
+    SHARD_ID_FILE,  # a shard's number (_shard_layout)
 }
 
 
@@ -63,6 +67,7 @@ class Finding:
     ml_id: int | None = None  # an orphan managed ledger's id
     log_id: int | None = None  # a dead entry log's id
     row: str | None = None  # a metadata store row to delete (the CLI's findings)
+    store: Path | None = None  # the shard directory it is in (None: data_dir itself)
 
 
 @dataclass(slots=True)
@@ -75,10 +80,38 @@ class StorageCheck:
 
 
 def check(data_dir: Path, is_live: Callable[[str], bool] | None, *, broker_running: bool) -> StorageCheck:
-    """Everything orphaned or damaged in the storage files of data_dir. Reads only.
+    """Everything orphaned or damaged in the storage files of data_dir, and in every shard under
+    data_dir/bundles (ShardedStorage: each a data directory of its own). Reads only.
 
     is_live(topic name) says whether the metadata store knows the topic; None: it cannot tell, and
-    no managed ledger counts as orphaned."""
+    no managed ledger counts as orphaned. A shard whose lock is held counts as in use by a broker."""
+    out = _check_store(data_dir, is_live, broker_running=broker_running)
+    for key, path in shard_dirs(data_dir):
+        found = _check_store(path, is_live, broker_running=broker_running or _layout.lock_is_held(path))
+        for f in found.findings:
+            detail = f.detail if f.path is not None else f"{f.detail} (shard {key})"
+            out.findings.append(dataclasses.replace(f, detail=detail, store=path))
+        out.managed_ledgers += found.managed_ledgers
+        out.entry_logs += found.entry_logs
+        out.log_bytes += found.log_bytes
+        out.live_bytes += found.live_bytes
+    _check_shards_root(shards_root(data_dir), out)
+    return out
+
+
+def _check_shards_root(root: Path, out: StorageCheck) -> None:
+    """The files of data_dir/bundles itself (the shard directories are checked on their own)."""
+    if not root.is_dir():
+        return
+    for child in sorted(root.iterdir()):
+        if child.name.endswith(_layout.TMP_SUFFIX):
+            out.findings.append(Finding("temp file", child, "an interrupted write", child.stat().st_size))
+        elif not child.is_dir() and child.name not in (_layout.LOCK_FILE, SHARD_ID_NEXT_FILE):
+            out.findings.append(Finding("unknown file", child, "not storage's, left alone", deletable=False))
+
+
+def _check_store(data_dir: Path, is_live: Callable[[str], bool] | None, *, broker_running: bool) -> StorageCheck:
+    """The findings of one Storage's data directory."""
     out = StorageCheck()
     for path in format_1_paths(data_dir):
         out.findings.append(
@@ -179,7 +212,15 @@ def _check_journal(journal_dir: Path, checkpoint_seq: int | None, out: StorageCh
 
 
 def repair(data_dir: Path, findings: list[Finding], *, sync: bool = True) -> list[str]:
-    """Remove the deletable findings (the caller holds the lock, after a recovery). Returns errors."""
+    """Remove the deletable findings (the caller holds the locks of data_dir and of its shards,
+    after a recovery of each). Returns errors."""
+    stores: dict[Path, list[Finding]] = {}
+    for f in findings:
+        stores.setdefault(f.store or data_dir, []).append(f)
+    return [error for store, found in stores.items() for error in _repair_store(store, found, sync=sync)]
+
+
+def _repair_store(data_dir: Path, findings: list[Finding], *, sync: bool) -> list[str]:
     errors: list[str] = []
     orphans = [f for f in findings if f.deletable and f.ml_id is not None]
     dead_logs = [f for f in findings if f.deletable and f.log_id is not None]

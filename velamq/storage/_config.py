@@ -213,6 +213,9 @@ class StorageConfig:
     ballast_bytes: int | None = 0
     # Tiered storage (velamq/storage/offload, docs/offload.md): None, no offloading.
     offload: OffloadConfig | None = None
+    # How long `start` waits for another process to release the directory's lock (0: fail at
+    # once). ShardedStorage waits while a bundle's previous owner closes it.
+    lock_wait_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.sync_policy not in SYNC_POLICIES:
@@ -241,6 +244,8 @@ class StorageConfig:
             raise ValueError("gc_bytes_per_s must not be negative")
         if self.ballast_bytes is not None and self.ballast_bytes < 0:
             raise ValueError("ballast_bytes must not be negative")
+        if self.lock_wait_s < 0:
+            raise ValueError("lock_wait_s must not be negative")
         self.budget  # validates the overrides  # noqa: B018
 
     @property

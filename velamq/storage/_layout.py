@@ -107,17 +107,29 @@ def open_retrying(path: Path, flags: int, mode: int = 0o644, *, attempts: int = 
     raise AssertionError("unreachable")
 
 
-def lock_data_dir(data_dir: Path) -> int:
-    """Take the directory's lock, so two brokers never write one data_dir; returns the lock's fd."""
+def lock_data_dir(data_dir: Path, wait_s: float = 0.0) -> int:
+    """Take the directory's lock, so two brokers never write one data_dir; returns the lock's fd.
+
+    With wait_s > 0 a lock held by another process is tried again (5 ms, doubling up to 250 ms)
+    until wait_s has passed: a bundle's next owner waits while the previous one closes it."""
     fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(fd)
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise StorageError(f"{data_dir} is in use by another Storage") from exc
-        raise
-    return fd
+    deadline = time.monotonic() + wait_s
+    delay = 0.005
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                os.close(fd)
+                raise
+            left = deadline - time.monotonic()
+            if left <= 0:
+                os.close(fd)
+                waited = f" after waiting {wait_s:g} s" if wait_s > 0 else ""
+                raise StorageError(f"{data_dir} is in use by another Storage{waited}") from exc
+        time.sleep(min(delay, left))  # a storage thread, never the event loop
+        delay = min(delay * 2, 0.25)
 
 
 def unlock_data_dir(fd: int) -> None:

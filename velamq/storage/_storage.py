@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,6 +69,27 @@ def _entry_size(data: bytes) -> int:
     return len(data) + cache_entry_overhead_bytes
 
 
+@dataclass(frozen=True, slots=True)
+class SharedCaches:
+    """The memory a Storage's managed ledgers share: the publish buffer and the tail, read and index
+    caches, sized by the memory budget. A Storage makes its own; ShardedStorage gives one set to all
+    its shards, whose ledger ids it keeps apart (`ledger_id_base`), so positions stay unique keys."""
+
+    publish_buffer: PublishBuffer
+    tail_cache: ByteLRU[Position, bytes]
+    read_cache: ByteLRU[Position, bytes]
+    index_cache: ByteLRU[tuple[int, int], Run]
+
+    @classmethod
+    def for_budget(cls, budget: MemoryBudget) -> SharedCaches:
+        return cls(
+            PublishBuffer(budget.publish_buffer_bytes),
+            ByteLRU("tail", budget.tail_cache_bytes, _entry_size),
+            ByteLRU("read", budget.read_cache_bytes, _entry_size),
+            ByteLRU("index", budget.index_cache_bytes, run_size),
+        )
+
+
 class Storage:
     """The broker's one entry point to durable logs: one per data directory, used from one event
     loop. `start` locks the directory and recovers; `open_ledger` hands out managed ledgers by topic
@@ -75,7 +97,17 @@ class Storage:
     `delete_ledger` removes one with its cursors; `collect_garbage` returns the space of deleted
     entries; `close` closes everything, flushes and stops the storage threads."""
 
-    def __init__(self, config: StorageConfig, clock: Clock = system_clock, entry_rows: EntryRows | None = None) -> None:
+    def __init__(
+        self,
+        config: StorageConfig,
+        clock: Clock = system_clock,
+        entry_rows: EntryRows | None = None,
+        *,
+        shared: SharedCaches | None = None,
+        ledger_id_base: int = 1,
+    ) -> None:
+        """`shared` and `ledger_id_base` are for ShardedStorage (several Storages sharing one
+        budget): caches made elsewhere, and the lowest ledger id this data directory may hand out."""
         self.config = config
         self._entry_rows = entry_rows  # what makes offloaded rows of entries (docs/offload.md)
         self.clock = clock
@@ -83,10 +115,12 @@ class Storage:
         self._paths = StoragePaths(self._data_dir)
         budget = config.budget
         self.memory_budget: MemoryBudget = budget
-        self.publish_buffer = PublishBuffer(budget.publish_buffer_bytes)
-        self.tail_cache: ByteLRU[Position, bytes] = ByteLRU("tail", budget.tail_cache_bytes, _entry_size)
-        self.read_cache: ByteLRU[Position, bytes] = ByteLRU("read", budget.read_cache_bytes, _entry_size)
-        self.index_cache: ByteLRU[tuple[int, int], Run] = ByteLRU("index", budget.index_cache_bytes, run_size)
+        shared = shared if shared is not None else SharedCaches.for_budget(budget)
+        self.publish_buffer = shared.publish_buffer
+        self.tail_cache: ByteLRU[Position, bytes] = shared.tail_cache
+        self.read_cache: ByteLRU[Position, bytes] = shared.read_cache
+        self.index_cache: ByteLRU[tuple[int, int], Run] = shared.index_cache
+        self._ledger_id_base = ledger_id_base
         self.write_cache = WriteCache(budget.write_cache_bytes, clock)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._io: ThreadPoolExecutor | None = None
@@ -111,7 +145,7 @@ class Storage:
         self._loop = loop
         io = self._io = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="velamq-storage-io")
         try:
-            self._lock_fd = await loop.run_in_executor(io, lock, self._data_dir)
+            self._lock_fd = await loop.run_in_executor(io, lock, self._data_dir, self.config.lock_wait_s)
             try:
                 recovered = await loop.run_in_executor(io, recover, self.config, self._paths, self._ballast, self.clock)
             except BaseException:
@@ -135,7 +169,7 @@ class Storage:
 
     def _start_threads(self, loop: asyncio.AbstractEventLoop, io: ThreadPoolExecutor, recovered: Recovered) -> None:
         self.recovery = recovered.recovery
-        self._ledger_id_next = recovered.ledger_id_next
+        self._ledger_id_next = max(recovered.ledger_id_next, self._ledger_id_base)
         memory = SharedMemory(self.write_cache, self.tail_cache, self.publish_buffer, self._counters)
         threads = self._threads = StorageThreads.start(
             self.config,
@@ -188,6 +222,11 @@ class Storage:
         await self._loop.run_in_executor(self._io, _layout.unlock_data_dir, self._lock_fd)
         self._io.shutdown(wait=False)  # idle by now; its threads end on their own
         self._state = "closed"
+
+    @property
+    def ledger_id_base(self) -> int:
+        """The lowest ledger id this Storage hands out (1, or a shard's base: _shard_layout)."""
+        return self._ledger_id_base
 
     def _allocate_ledger_id(self) -> int:
         ledger_id = self._ledger_id_next

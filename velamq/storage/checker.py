@@ -4,6 +4,8 @@ may use of storage's internals, and nothing else.
     check(data_dir, is_live, broker_running=...) -> StorageCheck   findings in storage.db, logs, journal
     repair(data_dir, findings) -> errors                         remove what the findings allow
     lock_data_dir / unlock_data_dir / lock_is_held                the data directory's lock (one user)
+    shard_dirs(data_dir) -> [(key, path)]                         ShardedStorage's shards, each a data
+                                                                  directory with a lock of its own
     check_offloaded / remove_offloaded                            offloaded files no ledger owns, or
                                                                   missing (velamq/storage/offload/_check)
 
@@ -18,6 +20,7 @@ from pathlib import Path
 from velamq.storage._check import Finding, StorageCheck, check, repair
 from velamq.storage._config import OFFLOADED_DIR, OffloadConfig
 from velamq.storage._layout import lock_data_dir, lock_is_held, unlock_data_dir
+from velamq.storage._shard_layout import shard_dirs
 from velamq.storage.offload._status import OffloadFinding
 
 
@@ -37,5 +40,5 @@ def remove_offloaded(config: OffloadConfig, data_dir: Path, findings: list[Offlo
 
 __all__ = [
     "OFFLOADED_DIR", "Finding", "OffloadFinding", "StorageCheck", "check", "check_offloaded", "lock_data_dir",
-    "lock_is_held", "remove_offloaded", "repair", "unlock_data_dir",
+    "lock_is_held", "remove_offloaded", "repair", "shard_dirs", "unlock_data_dir",
 ]

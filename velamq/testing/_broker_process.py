@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import resource
 import shutil
 import signal
@@ -19,6 +20,7 @@ from pathlib import Path
 from velamq.broker import BrokerConfig
 
 READY_MARKER = "velamq standalone ready"
+_WORKER_READY = re.compile(r"velamq worker (\d+) of \d+ ready: pid=(\d+)")
 start_timeout_s = 30.0
 
 
@@ -40,8 +42,11 @@ class BrokerProcess:
         *,
         fd_limit: int | None = None,
         config_file: Path | None = None,
+        workers: int = 1,
     ) -> None:
-        """fd_limit: RLIMIT_NOFILE (soft and hard) of the broker process, as `ulimit -n` would set it.
+        """workers: `--workers` (several broker processes under a supervisor: the process this
+        object runs is the supervisor; `worker_pids` names the workers). fd_limit: RLIMIT_NOFILE
+        (soft and hard) of the broker process, as `ulimit -n` would set it.
         config_file: a Pulsar-style config (`--config`); its plain ports are replaced by free ones,
         its TLS port (brokerServicePortTls, e.g. a free_port() written by the test) is kept."""
         self.data_dir = data_dir
@@ -50,6 +55,9 @@ class BrokerProcess:
         self.http_port = free_port()
         self.broker_port_tls: int | None = None
         self.extra_args = list(extra_args)
+        self.workers = workers
+        if workers != 1:
+            self.extra_args += ["--workers", str(workers)]
         if config_file is not None:
             self.broker_port_tls = BrokerConfig.from_file(config_file).security.broker_port_tls
             self.extra_args = ["--config", str(config_file), *self.extra_args]
@@ -74,6 +82,19 @@ class BrokerProcess:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
+
+    def worker_pids(self) -> dict[int, int]:
+        """The pid of each worker as it last said it was ready (a restarted worker's new pid)."""
+        pids: dict[int, int] = {}
+        for line in list(self._lines):
+            found = _WORKER_READY.search(line)
+            if found is not None:
+                pids[int(found.group(1))] = int(found.group(2))
+        return pids
+
+    def worker_lines(self) -> list[str]:
+        """The start lines of the workers (what each owns and where it listens), oldest first."""
+        return [line for line in list(self._lines) if _WORKER_READY.search(line)]
 
     @property
     def output(self) -> str:
@@ -154,14 +175,16 @@ def run_broker(
     *,
     fd_limit: int | None = None,
     config_file: Path | None = None,
+    workers: int = 1,
 ) -> Iterator[BrokerProcess]:
     """Start a broker on free ports; stop it (SIGTERM) and remove a temporary data dir on exit.
-    fd_limit: the broker process's RLIMIT_NOFILE (`ulimit -n`); config_file: see BrokerProcess."""
+    fd_limit: the broker process's RLIMIT_NOFILE (`ulimit -n`); config_file, workers: see
+    BrokerProcess."""
     tmp = None
     if data_dir is None:
         tmp = tempfile.mkdtemp(prefix="velamq-test-")
         data_dir = Path(tmp) / "data"
-    broker = BrokerProcess(Path(data_dir), extra_args, fd_limit=fd_limit, config_file=config_file)
+    broker = BrokerProcess(Path(data_dir), extra_args, fd_limit=fd_limit, config_file=config_file, workers=workers)
     broker.start()
     try:
         yield broker

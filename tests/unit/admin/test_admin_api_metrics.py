@@ -86,7 +86,7 @@ def parse_prometheus(text: str) -> dict[str, Family]:
     finished: set[str] = set()
     current: str | None = None
     assert text.endswith("\n")
-    for line in text.splitlines():
+    for line in text.split("\n"):  # the format's only line end (not \r or \x85)
         if not line.strip():
             continue
         if line.startswith("#"):

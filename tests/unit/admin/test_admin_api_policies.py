@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from admin_harness import Admin, Reply
 
+from velamq._bundles import NamespaceBundles
 from velamq._topic_name import TopicName
 from velamq.metadata import Policies
 
@@ -155,7 +156,7 @@ def test_create_namespace_with_policies_checks_them(admin: Admin) -> None:
     stored = admin.run(admin.metadata.get_policies("public/withp"))
     assert stored["message_ttl_in_seconds"] == 30
     assert stored["backlog_quota_map"]["destination_storage"]["limitSize"] == 100
-    assert stored["bundles"] == {"numBundles": 8}  # other Pulsar fields are kept as given
+    assert stored["bundles"] == NamespaceBundles.even(8).to_policy()  # Pulsar's BundlesData, boundaries filled in
     bad = {"message_ttl_in_seconds": -4}
     assert_error(admin.request("PUT", "/admin/v2/namespaces/public/bad", json.dumps(bad)), 412)
     assert_error(admin.request("PUT", "/admin/v2/namespaces/public/bad2", '{"backlog_quota_map": {"x": {}}}'), 400)

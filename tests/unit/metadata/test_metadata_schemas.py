@@ -121,4 +121,4 @@ def test_a_version_2_file_gets_the_schemas_table(db: Path) -> None:
 
     assert run(db, body) == (0, True)
     with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT value FROM meta").fetchone()[0] == str(SCHEMA_VERSION) == "4"
+        assert conn.execute("SELECT value FROM meta").fetchone()[0] == str(SCHEMA_VERSION) == "5"

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from velamq._bundles import NamespaceBundles
 from velamq._errors import (
     AlreadyExistsError,
     InvalidTopicNameError,
@@ -18,6 +19,9 @@ from velamq._errors import (
     PreconditionFailedError,
 )
 from velamq.metadata import MetadataStore, TopicOpen, partitions_max
+
+# Every namespace's policies carry its bundles, the default 4 unless given at creation.
+BUNDLES = {"bundles": NamespaceBundles.even(4).to_policy()}
 
 Body = Callable[[MetadataStore], Awaitable[Any]]
 
@@ -55,7 +59,7 @@ def test_first_start_creates_standalone_public_default(db: Path) -> None:
         assert await s.get_tenant("public") == {"adminRoles": [], "allowedClusters": ["standalone"]}
         assert await s.list_namespaces("public") == ["public/default"]
         assert await s.namespace_exists("public/default")
-        assert await s.get_policies("public/default") == {}
+        assert await s.get_policies("public/default") == BUNDLES
         assert await s.list_topics("public/default") == []
 
     run(db, body)
@@ -88,6 +92,7 @@ def test_everything_persists_across_close_and_reopen(db: Path) -> None:
         assert await s.get_cluster("other") == {"serviceUrl": "http://x"}
         assert await s.get_tenant("acme") == {"adminRoles": ["admin"], "allowedClusters": ["standalone"]}
         assert await s.get_policies("acme/orders") == {
+            **BUNDLES,
             "retention_policies": {"retentionTimeInMinutes": 5},
             "deduplicationEnabled": True,
         }
@@ -210,7 +215,7 @@ def test_namespace_lifecycle_and_errors(db: Path) -> None:
         assert await s.list_namespaces("public") == ["public/a", "public/b", "public/default"]
         with pytest.raises(NotFoundError):
             await s.list_namespaces("ghost")
-        assert await s.get_policies("public/a") == {"k": [1, 2]}
+        assert await s.get_policies("public/a") == {**BUNDLES, "k": [1, 2]}
         with pytest.raises(NotFoundError):
             await s.get_policies("public/ghost")
         with pytest.raises(NotFoundError):
@@ -263,10 +268,12 @@ def test_set_policy_sets_replaces_and_removes(db: Path) -> None:
         await s.set_policy(ns, "deduplicationEnabled", True)
         await s.set_policy(ns, "schema_compatibility_strategy", "FORWARD")
         await s.set_policy(ns, "deduplicationEnabled", False)
-        assert await s.get_policies(ns) == {"deduplicationEnabled": False, "schema_compatibility_strategy": "FORWARD"}
+        assert await s.get_policies(ns) == {
+            **BUNDLES, "deduplicationEnabled": False, "schema_compatibility_strategy": "FORWARD"
+        }
         await s.set_policy(ns, "deduplicationEnabled", None)
         await s.set_policy(ns, "never-set", None)
-        assert await s.get_policies(ns) == {"schema_compatibility_strategy": "FORWARD"}
+        assert await s.get_policies(ns) == {**BUNDLES, "schema_compatibility_strategy": "FORWARD"}
         with pytest.raises(NotFoundError):
             await s.set_policy("public/ghost", "x", 1)
         with pytest.raises(PreconditionFailedError):
@@ -487,9 +494,9 @@ def test_policy_reads_are_fresh_copies_and_follow_writes(db: Path) -> None:
     async def body(s: MetadataStore) -> None:
         first = await s.get_policies("public/default")
         first["messageTTLInSeconds"] = 1  # changing a copy changes nothing stored
-        assert await s.get_policies("public/default") == {}
+        assert await s.get_policies("public/default") == BUNDLES
         await s.set_policy("public/default", "messageTTLInSeconds", 5)
-        assert await s.get_policies("public/default") == {"messageTTLInSeconds": 5}
+        assert await s.get_policies("public/default") == {**BUNDLES, "messageTTLInSeconds": 5}
 
     run(db, body)
 

@@ -159,7 +159,7 @@ def test_version_1_file_is_upgraded(db: Path) -> None:
 
     run(db, body)
     with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT value FROM meta").fetchone()[0] == str(SCHEMA_VERSION) == "4"
+        assert conn.execute("SELECT value FROM meta").fetchone()[0] == str(SCHEMA_VERSION) == "5"
 
 
 def test_newer_file_is_refused(db: Path) -> None:

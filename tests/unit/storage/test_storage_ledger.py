@@ -348,6 +348,7 @@ def test_public_api_is_pinned() -> None:
         "Entry",
         "EntryRows",
         "LedgerInfo",
+        "LedgerStore",
         "ManagedCursor",
         "ManagedLedger",
         "MemoryBudget",
@@ -359,6 +360,7 @@ def test_public_api_is_pinned() -> None:
         "PublishBuffer",
         "RangeSet",
         "RowColumns",
+        "ShardedStorage",
         "Storage",
         "StorageConfig",
     ]

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from velamq.broker.delayed._bitmap import PositionBitmap
 from velamq.broker.delayed._buckets import SEGMENT_INFO, SealedBucket, Segment, SegmentInfo
-from velamq.storage import ManagedLedger, Position, Storage
+from velamq.storage import LedgerStore, ManagedLedger, Position
 
 DELAYED_INDEX_INFIX = "#delayed/"
 _COUNT = struct.Struct("<I")
@@ -49,7 +49,7 @@ class DelayedIndexStore:
     """One subscription's stored delayed index (module docstring). Only the index's persister
     task calls it, one call at a time."""
 
-    def __init__(self, storage: Storage | None, name: str) -> None:
+    def __init__(self, storage: LedgerStore | None, name: str) -> None:
         self._storage = storage
         self.name = name
         self._ledger: ManagedLedger | None = None
@@ -201,7 +201,7 @@ async def _newest_manifest(ledger: ManagedLedger) -> list[tuple[Position, int]] 
     return out
 
 
-async def delete_delayed_indexes(storage: Storage, topic: str) -> None:
+async def delete_delayed_indexes(storage: LedgerStore, topic: str) -> None:
     """Delete the delayed indexes of every subscription of a deleted topic."""
     prefix = topic + DELAYED_INDEX_INFIX
     after = prefix

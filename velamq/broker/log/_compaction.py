@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from velamq.protocol import build_batch, build_entry, compress, entry_messages, pb, split_entry
-from velamq.storage import Entry, ManagedLedger, Position, Storage
+from velamq.storage import Entry, LedgerStore, ManagedLedger, Position
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ def _is_tombstone(single: pb.SingleMessageMetadata | None, metadata: pb.MessageM
     return null_value or len(payload) == 0
 
 
-async def compact(storage: Storage, ledger: ManagedLedger) -> CompactedView | None:
+async def compact(storage: LedgerStore, ledger: ManagedLedger) -> CompactedView | None:
     """Build a new compacted store for the ledger's topic; returns its view (None if empty)."""
     horizon = ledger.last_confirmed
     if horizon is None:

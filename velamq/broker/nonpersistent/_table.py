@@ -79,10 +79,14 @@ class NonPersistentTopics:
     def loaded_topic(self, full_name: str) -> NonPersistentTopic | None:
         return self.topics.get(full_name)
 
-    async def policies_changed(self, namespace: str) -> None:
+    async def policies_changed(self, namespace: str | None, changed_only: bool = False) -> None:
+        """Apply the policies of a namespace (every namespace if None) to its loaded topics again
+        (changed_only: to those whose policies differ from what they have)."""
         for topic in list(self.topics.values()):
-            if topic.name.namespace == namespace:
-                await topic.apply_policies(await self._policies_for(topic.name))
+            if namespace is None or topic.name.namespace == namespace:
+                policies = await self._policies_for(topic.name)
+                if not changed_only or policies != topic.policies:
+                    await topic.apply_policies(policies)
 
     async def unload(self, full_name: str) -> None:
         """Close a loaded topic: its clients are disconnected (they reconnect and it loads again,

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from velamq._clock import Clock
 from velamq._topic_name import TopicName
 from velamq.broker._errors import BrokerRequestError
+from velamq.broker._ownership import BrokerUrls
 from velamq.broker.delayed._store import delete_delayed_indexes
 from velamq.broker.log._compaction import CompactedView, compacted_store_name
 from velamq.broker.service._auto_create import TopicCreation
@@ -28,7 +29,7 @@ from velamq.broker.topic._terminate import set_terminated, stored_termination
 from velamq.broker.topic._topic import Topic
 from velamq.metadata import Policies, TopicOpen, resolve_policies
 from velamq.protocol import pb
-from velamq.storage import Storage
+from velamq.storage import LedgerStore
 
 
 class TopicRows(Protocol):
@@ -59,7 +60,7 @@ class LoadedTopics:
 
     def __init__(
         self,
-        storage: Storage,
+        storage: LedgerStore,
         metadata: TopicRows,
         clock: Clock,
         *,
@@ -102,17 +103,23 @@ class LoadedTopics:
             self._resolved[name.namespace] = resolved
         return resolved[1]
 
-    async def policies_changed(self, namespace: str, topic: str | None) -> None:
-        """Re-read the policies of the loaded topics of a namespace (or of one partitioned topic)."""
+    async def policies_changed(self, namespace: str | None, topic: str | None, changed_only: bool = False) -> None:
+        """Re-read the policies of the loaded topics of a namespace (or of one partitioned topic;
+        of every loaded topic if namespace is None). changed_only: apply them only to topics whose
+        policies differ from what they have (another worker changed some metadata, nobody knows
+        what)."""
         for loaded in list(self.topics.values()):
-            if loaded.name.namespace != namespace:
+            if namespace is not None and loaded.name.namespace != namespace:
                 continue
             if topic is not None and str(TopicName.parse(topic)) not in (
                 loaded.full_name,
                 str(loaded.name.partitioned_parent),
             ):
                 continue
-            await loaded.apply_policies(await self.policies_for(loaded.name))
+            policies = await self.policies_for(loaded.name)
+            if changed_only and policies == loaded.policies:
+                continue
+            await loaded.apply_policies(policies)
             for observer in self.observers:
                 await observer.policies_applied(loaded)
 
@@ -208,6 +215,25 @@ class LoadedTopics:
         cursors persisted, memory freed."""
         topic.disconnect_clients()
         await self._close_topics([topic])
+
+    async def hand_over(self, topics: list[Topic], new_owner: BrokerUrls | None) -> None:
+        """Unload the topics of a bundle that moves to another worker (PIP-307's order): closed
+        first, so that every append settles and its receipt goes out while SENDs that come later
+        get none, then their clients are told to go to `new_owner`. A producer sends what has no
+        receipt again there, in order; a consumer gets again what it had not acknowledged."""
+        producers = [p for topic in topics for p in topic.producers.values()]
+        consumers = [
+            (subscription, consumer)
+            for topic in topics
+            for subscription in topic.subscriptions.values()
+            for consumer in subscription.consumers
+        ]
+        await self._close_topics(topics)
+        for producer in producers:
+            producer.close_by_broker(new_owner)
+        for subscription, consumer in consumers:
+            subscription.remove_consumer(consumer)
+            consumer.close_by_broker(new_owner)
 
     async def _unload_idle(self, topics: list[Topic]) -> None:
         """The idle unloader's batch: no clients to disconnect (an idle topic has none)."""

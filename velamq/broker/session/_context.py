@@ -13,6 +13,7 @@ from velamq._clock import Clock
 from velamq._log_limit import RateLimitedLog
 from velamq._topic_name import TopicName
 from velamq.broker._config import BrokerConfig
+from velamq.broker._ownership import BrokerUrls
 from velamq.broker.guards._disk import DiskGuard
 from velamq.broker.guards._net_budget import NetworkBudget
 from velamq.broker.session._auth import AuthCounters, Refreshable
@@ -99,6 +100,10 @@ class DiscoveryBroker(TopicRegistry, Protocol):
         ...
 
     async def topics_of_namespace(self, namespace: str, mode: int) -> list[str]: ...
+
+    async def owner_of(self, name: TopicName) -> BrokerUrls | None:
+        """The URLs of the worker serving the topic when it is not this broker (_ownership.py)."""
+        ...
 
 
 class BrokerContext(ProducerBroker, DiscoveryBroker, Protocol):

@@ -1,7 +1,8 @@
 """Discovery commands of one connection: where a topic lives and what it looks like.
 
-PARTITIONED_METADATA, LOOKUP and GET_TOPICS_OF_NAMESPACE answer from the metadata store (every
-topic lives on this broker, so a lookup always answers Connect with this broker's URLs);
+PARTITIONED_METADATA, LOOKUP and GET_TOPICS_OF_NAMESPACE answer from the metadata store (a lookup
+answers Connect with the URLs of the broker that serves the topic: this one, or the worker that owns
+its bundle when several share the machine);
 GET_SCHEMA and GET_OR_CREATE_SCHEMA from the schema registry. Each runs as a task of the
 connection (_connection.py), which turns a BrokerRequestError raised here into the reply the
 client expects; the schema requests answer errors in their own response type instead.
@@ -50,16 +51,21 @@ class DiscoveryCommands:
             raise BrokerRequestError(
                 pb.ServiceNotReady, f"the broker do not have {request.advertised_listener_name} listener"
             )
-        await broker.check_namespace(TopicName.parse(request.topic))
+        name = TopicName.parse(request.topic)
+        await broker.check_namespace(name)
         reply = pb.BaseCommand(type=T.LOOKUP_RESPONSE)
         r = reply.lookupTopicResponse
         r.request_id = request.request_id
         r.response = pb.CommandLookupTopicResponse.Connect
-        # Both URLs where both ports are open: the client takes the one of its own scheme.
-        if broker.service_url_plain:
-            r.brokerServiceUrl = broker.service_url_plain
-        if broker.service_url_tls:
-            r.brokerServiceUrlTls = broker.service_url_tls
+        # The owner's URLs (another worker's, or this broker's own), as any Pulsar broker answers
+        # for a bundle someone owns: Connect, authoritative. Both URLs where both ports are open:
+        # the client takes the one of its own scheme.
+        owner = await broker.owner_of(name)
+        url, url_tls = (broker.service_url_plain, broker.service_url_tls) if owner is None else owner
+        if url:
+            r.brokerServiceUrl = url
+        if url_tls:
+            r.brokerServiceUrlTls = url_tls
         r.authoritative = True
         r.proxy_through_service_url = False
         self._channel.send_command(reply)

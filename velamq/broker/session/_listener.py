@@ -265,6 +265,17 @@ class Listener:
         }
 
 
+@dataclass(frozen=True)
+class ListenSockets:
+    """Listening sockets made by someone else (the supervisor of several workers): this broker's
+    own ports, whose URLs lookups hand out, and the shared service ports every worker accepts on."""
+
+    own: socket.socket | None
+    own_tls: socket.socket | None
+    shared: socket.socket | None
+    shared_tls: socket.socket | None
+
+
 class BrokerPorts:
     """The plain and TLS ports of one broker: opened by `start`, closed by `close`. A port given as
     0 is chosen by the system; `port` and `port_tls` say which one it became (None: not served)."""
@@ -284,6 +295,7 @@ class BrokerPorts:
         self.port_tls = security.broker_port_tls
         self._listener: Listener | None = None
         self._listener_tls: Listener | None = None
+        self._shared: list[Listener] = []
 
     @property
     def service_url(self) -> str:
@@ -302,8 +314,13 @@ class BrokerPorts:
             return None
         return f"pulsar+ssl://{self._config.advertised_address}:{self.port_tls}"
 
-    def start(self, new_connection: ProtocolFactory, new_tls_connection: ProtocolFactory) -> None:
-        """Listen on the configured ports; both count against the same connection caps."""
+    def start(
+        self, new_connection: ProtocolFactory, new_tls_connection: ProtocolFactory, sockets: ListenSockets | None = None
+    ) -> None:
+        """Listen on the configured ports (or on `sockets`); all count against the same caps."""
+        if sockets is not None:
+            self._start_on(new_connection, new_tls_connection, sockets)
+            return
         config = self._config
         if config.broker_port is not None:
             self._listener = Listener(new_connection, self.connection_limits, self._clock, self._log_limit)
@@ -315,15 +332,40 @@ class BrokerPorts:
             )
             self.port_tls = self._listener_tls.start(config.bind_address, self.port_tls)
 
+    def _start_on(self, new_connection: ProtocolFactory, new_tls: ProtocolFactory, sockets: ListenSockets) -> None:
+        """A worker of several: its own ports give its URLs; the shared ones only take connections."""
+        plain = [sockets.own, sockets.shared]
+        tls = [sockets.own_tls, sockets.shared_tls] if self.tls is not None else [None, None]
+        self.port = self.port_tls = None
+        for i, sock in enumerate(plain):
+            if sock is not None:
+                listener = Listener(new_connection, self.connection_limits, self._clock, self._log_limit)
+                port = listener.start_on(sock)
+                if i == 0:
+                    self._listener, self.port = listener, port
+                else:
+                    self._shared.append(listener)
+        for i, sock in enumerate(tls):
+            if sock is not None:
+                listener = Listener(
+                    new_tls, self.connection_limits, self._clock, self._log_limit,
+                    tls=self.tls, handshake_timeout_s=self._config.handshake_timeout_s,
+                )
+                port = listener.start_on(sock)
+                if i == 0:
+                    self._listener_tls, self.port_tls = listener, port
+                else:
+                    self._shared.append(listener)
+
     def close(self) -> None:
         """Stop accepting (the open connections are the broker's to close)."""
-        for listener in (self._listener, self._listener_tls):
+        for listener in (self._listener, self._listener_tls, *self._shared):
             if listener is not None:
                 listener.close()
 
     def metrics(self) -> dict[str, float]:
         """The listeners' figures: the shared caps once, their own counters added up."""
-        listeners = [x for x in (self._listener, self._listener_tls) if x is not None]
+        listeners = [x for x in (self._listener, self._listener_tls, *self._shared) if x is not None]
         if not listeners:
             return {}
         limits = listeners[0].metrics()

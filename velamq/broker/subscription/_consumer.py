@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from velamq.broker._channel import NO_REQUEST_ID, Channel
+from velamq.broker._ownership import BrokerUrls
 from velamq.broker._rates import RateCounter
 from velamq.protocol import encode_payload_command, pb, unsigned64
 from velamq.storage import Position
@@ -98,10 +99,17 @@ class ServerConsumer:
         command.active_consumer_change.is_active = active
         self.channel.send_command(command)
 
-    def close_by_broker(self) -> None:
-        """Detach from the connection and tell the client; it looks up and subscribes again."""
+    def close_by_broker(self, new_owner: BrokerUrls | None = None) -> None:
+        """Detach from the connection and tell the client; it looks up and subscribes again, or
+        goes straight to `new_owner` when its bundle moved to another worker (PIP-307)."""
         self.channel.forget_consumer(self)
         command = pb.BaseCommand(type=pb.BaseCommand.CLOSE_CONSUMER)
-        command.close_consumer.consumer_id = self.consumer_id
-        command.close_consumer.request_id = NO_REQUEST_ID
+        close = command.close_consumer
+        close.consumer_id = self.consumer_id
+        close.request_id = NO_REQUEST_ID
+        if new_owner is not None:
+            if new_owner.url:
+                close.assignedBrokerServiceUrl = new_owner.url
+            if new_owner.url_tls:
+                close.assignedBrokerServiceUrlTls = new_owner.url_tls
         self.channel.send_command(command)

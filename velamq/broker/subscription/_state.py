@@ -20,7 +20,7 @@ from velamq.broker.subscription._chunk_owners import ChunkOwners
 from velamq.broker.subscription._consumer import ServerConsumer
 from velamq.broker.subscription._in_flight import InFlight
 from velamq.broker.subscription._selector import ConsumerSelector, SubType
-from velamq.storage import ManagedCursor, ManagedLedger, Position, Storage
+from velamq.storage import LedgerStore, ManagedCursor, ManagedLedger, Position
 
 _NO_CONSUMERS: tuple[ServerConsumer, ...] = ()
 
@@ -78,7 +78,7 @@ class SubscriptionState:
     _in_flight: InFlight | None
     _delayed: DelayedDeliveryTracker | None
     _chunk_owners: ChunkOwners | None
-    _storage: Storage | None
+    _storage: LedgerStore | None
     _delayed_restored: bool
     _epoch: int
     _wake_pending: bool

@@ -23,7 +23,7 @@ from velamq.broker.subscription._consumer import ServerConsumer
 from velamq.broker.subscription._dispatch import Dispatcher, ReadSize
 from velamq.broker.subscription._end_of_topic import check_end_of_topic
 from velamq.broker.subscription._selector import ConsumerSelector, SubType
-from velamq.storage import ManagedCursor, ManagedLedger, Position, Storage
+from velamq.storage import LedgerStore, ManagedCursor, ManagedLedger, Position
 
 
 class Subscription(Dispatcher, Acknowledgements):
@@ -44,7 +44,7 @@ class Subscription(Dispatcher, Acknowledgements):
         durable: bool,
         partition_index: int,
         clock: Clock,
-        storage: Storage | None = None,
+        storage: LedgerStore | None = None,
     ) -> None:
         """`storage` keeps the delayed-delivery index of a durable subscription (delayed/_store.py);
         without it the index lives in memory."""

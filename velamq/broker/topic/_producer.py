@@ -25,6 +25,7 @@ from typing import Protocol
 from velamq._clock import Clock
 from velamq.broker._channel import NO_REQUEST_ID, Channel
 from velamq.broker._errors import BrokerRequestError
+from velamq.broker._ownership import BrokerUrls
 from velamq.broker._rates import RateCounter
 from velamq.protocol import pb
 
@@ -57,13 +58,20 @@ class ServerProducer:
     # A geo-replicator (pulsar.repl.<from>--><to>): deduplicated by each message's origin (RP-5).
     is_replicator: bool = False
 
-    def close_by_broker(self) -> None:
-        """Detach from topic and connection and tell the client; it reconnects (or learns it is fenced)."""
+    def close_by_broker(self, new_owner: BrokerUrls | None = None) -> None:
+        """Detach from topic and connection and tell the client; it reconnects (or learns it is
+        fenced): straight to `new_owner` when its bundle moved to another worker (PIP-307)."""
         self.topic.remove_producer(self)
         self.channel.forget_producer(self)
         command = pb.BaseCommand(type=pb.BaseCommand.CLOSE_PRODUCER)
-        command.close_producer.producer_id = self.producer_id
-        command.close_producer.request_id = NO_REQUEST_ID
+        close = command.close_producer
+        close.producer_id = self.producer_id
+        close.request_id = NO_REQUEST_ID
+        if new_owner is not None:
+            if new_owner.url:
+                close.assignedBrokerServiceUrl = new_owner.url
+            if new_owner.url_tls:
+                close.assignedBrokerServiceUrlTls = new_owner.url_tls
         self.channel.send_command(command)
 
 

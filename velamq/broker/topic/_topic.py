@@ -33,7 +33,7 @@ from velamq.broker.topic._producer import ProducerAccess, ProducerHost, ServerPr
 from velamq.broker.topic._publish import Published, PublishedFuture
 from velamq.metadata import Policies
 from velamq.protocol import pb
-from velamq.storage import ManagedCursor, ManagedLedger, Position, Storage
+from velamq.storage import LedgerStore, ManagedCursor, ManagedLedger, Position
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class Topic(ProducerHost):
         self.producers: dict[str, ServerProducer] = {}
         self.subscriptions: dict[str, Subscription] = {}
         # Where durable subscriptions store their delayed-delivery index (the broker sets it).
-        self.storage: Storage | None = None
+        self.storage: LedgerStore | None = None
         self.rate_in: RateCounter = NO_RATE  # its own counter from the first publish on
         self.chunks_published = 0
         self.closed = False
@@ -301,13 +301,13 @@ class Topic(ProducerHost):
             subscription.compacted_view = view
             subscription.wake()
 
-    def trigger_compaction(self, storage: Storage) -> None:
+    def trigger_compaction(self, storage: LedgerStore) -> None:
         if self._compaction_task is not None and not self._compaction_task.done():
             return
         self.compaction = CompactionStatus("RUNNING")
         self._compaction_task = asyncio.get_running_loop().create_task(self._compact(storage))
 
-    async def _compact(self, storage: Storage) -> None:
+    async def _compact(self, storage: LedgerStore) -> None:
         try:
             # Readers fall back to the live log while the store is rebuilt under the same name.
             self.set_compacted_view(None)

@@ -31,6 +31,7 @@ from velamq.client._message import MessageId
 from velamq.client.blocking._consumer import BlockingConsumer, BlockingReader
 from velamq.client.blocking._loop import ClientLoop
 from velamq.client.producer._producer import Producer
+from velamq.client.transport._failover import ServiceInfo, ServiceInfoProvider
 
 R = TypeVar("R")
 SendCallback = Callable[[MessageId | None, BaseException | None], None]
@@ -44,7 +45,8 @@ class Client:
     and BlockingReader, thin wrappers with the same methods as their asyncio counterparts.
     """
 
-    def __init__(self, service_url: str, config: ClientConfig | None = None, **options: Any) -> None:
+    def __init__(self, service_url: str | ServiceInfoProvider, config: ClientConfig | None = None,
+                 **options: Any) -> None:
         self._loop = ClientLoop()
 
         async def make() -> AsyncClient:
@@ -61,6 +63,10 @@ class Client:
     @property
     def async_client(self) -> AsyncClient:
         return self._client
+
+    def get_service_info(self) -> ServiceInfo:
+        """The cluster in use now (it changes with an AutoClusterFailover given as the service URL)."""
+        return self._client.get_service_info()
 
     def _run(self, coroutine: Coroutine[Any, Any, R]) -> R:
         return self._loop.run(coroutine)

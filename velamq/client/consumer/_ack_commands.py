@@ -37,6 +37,7 @@ class ConsumerAckCommands(ConnectionHandler):
     state: State
     consumer_id: int
     generation: int
+    first_generation_of_cluster: int  # messages of older generations came from another cluster
     queue: ReceiverQueue
     acks: ConsumerAcks
 
@@ -55,12 +56,14 @@ class ConsumerAckCommands(ConnectionHandler):
 
     def acknowledge_range(self, batch: ReceivedBatch, first: int, end: int) -> None:
         self._check_open()
-        self.acks.acknowledge_range(batch, first, end)
+        if batch.generation >= self.first_generation_of_cluster:
+            self.acks.acknowledge_range(batch, first, end)
 
     def acknowledge_one(self, batch: ReceivedBatch, j: int) -> None:
         if self.state is State.CLOSED:
             raise AlreadyClosedError(f"{self.topic}: consumer is closed")
-        self.acks.acknowledge_one(batch, j)
+        if batch.generation >= self.first_generation_of_cluster:  # else: received on the cluster left
+            self.acks.acknowledge_one(batch, j)
 
     def acknowledge_cumulative(self, message_id: MessageId) -> None:
         self._check_open()

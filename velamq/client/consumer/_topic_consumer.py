@@ -91,14 +91,15 @@ class TopicConsumer(ConsumerAckCommands):
         self._available_permits = 0
         # Readers: where to (re)start, and whether the start message itself is delivered.
         self._start: MessageId | None = start_message_id
+        self._configured_start = start_message_id  # a seek moves _start; a failover goes back here
         self._start_inclusive = config.start_message_id_inclusive
         # The last message the application took (its batch and position): readers resume after it.
         self._last_taken: tuple[ReceivedBatch, int] | None = None
         self._seek_pending = False
+        self.first_generation_of_cluster = 0  # generations before it were on another cluster
         self.acks = ConsumerAcks(self, config, client.clock, dead_letters)
         self.intake = MessageIntake(self, config, client.clock, self.acks)
-        if start_message_id is not None and start_message_id not in (MessageId.earliest, MessageId.latest):
-            self.intake.start_filter = (start_message_id, config.start_message_id_inclusive)
+        self.intake.start_filter = self._configured_start_filter()
 
     def __repr__(self) -> str:
         return f"TopicConsumer({self.topic!r}, {self.subscription!r}, {self.state.value})"
@@ -180,11 +181,32 @@ class TopicConsumer(ConsumerAckCommands):
         self.acks.flush()  # acks made while disconnected go before any new delivery
         self._send_flow(self.receiver_queue_size)
 
+    def _configured_start_filter(self) -> tuple[MessageId, bool] | None:
+        start = self._start
+        if start is None or start in (MessageId.earliest, MessageId.latest):
+            return None
+        return start, self._start_inclusive
+
+    def _on_cluster_switch(self) -> None:
+        """Failover to another cluster (as the C++ client's onClusterSwitching): message ids are
+        per cluster, so a reader starts again from its configured start, a durable subscription
+        from the new cluster's cursor; unsent acknowledgements and ack timeouts are dropped, and
+        acknowledgements of messages received before the switch are ignored from now on."""
+        self._last_taken = None
+        self._start = self._configured_start
+        self.intake.start_filter = self._configured_start_filter()
+        self.acks.discard()
+        self.acks.clear_ack_timeouts()
+        # What is still queued from the old cluster is stale from now on, not only once the
+        # consumer has subscribed on the new one: taking it would make it the reader's resume point.
+        self.generation += 1
+        self.first_generation_of_cluster = self.generation
+
     def on_connection_lost(self, connection: Connection) -> None:
         self._connection_gone(connection)
 
-    def on_closed_by_broker(self, connection: Connection) -> None:
-        self._connection_gone(connection)
+    def on_closed_by_broker(self, connection: Connection, assigned_url: str | None = None) -> None:
+        self._connection_gone(connection, assigned_url)
 
     def _on_disconnected(self) -> None:
         if self.state is State.READY:

@@ -110,9 +110,9 @@ class EntryProducer(ConnectionHandler):
         if self.connection is not None:
             self.connection.close(f"send error {error.error}")
 
-    def on_closed_by_broker(self, connection: Connection) -> None:
+    def on_closed_by_broker(self, connection: Connection, assigned_url: str | None = None) -> None:
         connection.remove_producer(self.producer_id, self)
-        self._connection_gone(connection)
+        self._connection_gone(connection, assigned_url)
 
     def on_connection_lost(self, connection: Connection) -> None:
         self._connection_gone(connection)

@@ -184,8 +184,13 @@ class PartitionProducer(SendOps):
     def on_connection_lost(self, connection: Connection) -> None:
         self._connection_gone(connection)
 
-    def on_closed_by_broker(self, connection: Connection) -> None:
-        self._connection_gone(connection)
+    def _on_cluster_switch(self) -> None:
+        # The new cluster keeps its own topic epochs; the name and sequence ids go on (as the C++
+        # client does), and the pending messages are sent there when PRODUCER succeeds.
+        self._topic_epoch = None
+
+    def on_closed_by_broker(self, connection: Connection, assigned_url: str | None = None) -> None:
+        self._connection_gone(connection, assigned_url)
 
     def _on_disconnected(self) -> None:
         self._ready.clear()

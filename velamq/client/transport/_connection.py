@@ -76,7 +76,7 @@ _RESPONSE_FIELDS = {
 class ProducerListener(Protocol):
     def on_send_receipt(self, receipt: pb.CommandSendReceipt) -> None: ...
     def on_send_error(self, error: pb.CommandSendError) -> None: ...
-    def on_closed_by_broker(self, connection: Connection) -> None: ...
+    def on_closed_by_broker(self, connection: Connection, assigned_url: str | None = None) -> None: ...
     def on_connection_lost(self, connection: Connection) -> None: ...
 
 
@@ -84,7 +84,7 @@ class ConsumerListener(Protocol):
     def on_message(self, message: pb.CommandMessage, entry: bytes, checksum_valid: bool) -> None: ...
     def on_active_consumer_change(self, is_active: bool) -> None: ...
     def on_reached_end_of_topic(self) -> None: ...
-    def on_closed_by_broker(self, connection: Connection) -> None: ...
+    def on_closed_by_broker(self, connection: Connection, assigned_url: str | None = None) -> None: ...
     def on_connection_lost(self, connection: Connection) -> None: ...
 
 
@@ -344,11 +344,11 @@ class Connection:
         elif t == T.CLOSE_PRODUCER:
             p = self._producers.pop(command.close_producer.producer_id, None)
             if p is not None:
-                p.on_closed_by_broker(self)
+                p.on_closed_by_broker(self, self._assigned_url(command.close_producer))
         elif t == T.CLOSE_CONSUMER:
             c = self._consumers.pop(command.close_consumer.consumer_id, None)
             if c is not None:
-                c.on_closed_by_broker(self)
+                c.on_closed_by_broker(self, self._assigned_url(command.close_consumer))
         elif t == T.ACTIVE_CONSUMER_CHANGE:
             c = self._consumers.get(command.active_consumer_change.consumer_id)
             if c is not None:
@@ -359,6 +359,12 @@ class Connection:
                 c.on_reached_end_of_topic()
         else:
             log.debug("%r: ignoring %s", self, T.Type.Name(t))
+
+    def _assigned_url(self, close: pb.CommandCloseProducer | pb.CommandCloseConsumer) -> str | None:
+        """Where the broker sends the producer or consumer (PIP-307: its bundle moved to another
+        broker): the URL of this connection's kind, TLS or plain, as the C++ client takes it."""
+        url = close.assignedBrokerServiceUrlTls if self.ssl_context is not None else close.assignedBrokerServiceUrl
+        return url or None
 
     def _on_connected(self, connected: pb.CommandConnected) -> None:
         if self._connected is None or self._connected.done():

@@ -6,8 +6,12 @@
     connection lost /      reconnect in the background: lookup again, get a pooled connection,
     CLOSE_* from broker    register again (PRODUCER / SUBSCRIBE), with exponential backoff
                            (initial_backoff_s doubling up to max_backoff_s, with jitter);
+                           a CLOSE_* naming the broker that took the topic over (PIP-307's
+                           assignedBrokerServiceUrl) goes there at once, without a lookup;
                            a fatal error ends the handler (_on_fatal), except where the
                            handler keeps trying (_retry_after_refusal: backlog quotas)
+    cluster_switched()     the client failed over to another cluster: the same reconnect, at
+                           once, after _on_cluster_switch dropped the old cluster's state
 """
 
 from __future__ import annotations
@@ -81,6 +85,7 @@ class ConnectionHandler:
         self._reconnect_task: asyncio.Task[None] | None = None
         self._closing = False
         self._failed: BaseException | None = None
+        self._assigned_url: str | None = None  # where the next reconnect goes first (PIP-307)
 
     # ---- to be provided by subclasses ------------------------------------------------------------
 
@@ -93,6 +98,9 @@ class ConnectionHandler:
 
     def _on_disconnected(self) -> None:
         """The connection went away (before reconnecting)."""
+
+    def _on_cluster_switch(self) -> None:
+        """The client moved to another cluster: forget what only made sense on the old one."""
 
     def _retry_after_refusal(self, error: BaseException) -> bool:
         """A reconnect was refused with a non-retriable error: True to keep trying anyway (a
@@ -137,10 +145,11 @@ class ConnectionHandler:
                 log.debug("%s: connect failed (%s), retrying in %.2f s", self.topic, exc, delay)
                 await asyncio.sleep(delay)
 
-    def _connection_gone(self, connection: Connection) -> None:
+    def _connection_gone(self, connection: Connection, assigned_url: str | None = None) -> None:
         if connection is not self.connection:
             return
         self.connection = None
+        self._assigned_url = assigned_url
         self._on_disconnected()
         self.schedule_reconnect()
 
@@ -153,11 +162,16 @@ class ConnectionHandler:
 
     async def _reconnect_loop(self) -> None:
         while not self._closing and not self.client.is_closed:
-            await asyncio.sleep(self._backoff.next())
+            assigned, self._assigned_url = self._assigned_url, None
+            if assigned is None:
+                await asyncio.sleep(self._backoff.next())
             if self._closing or self.client.is_closed:
                 return
             try:
-                await self._connect_once()
+                if assigned is not None:
+                    await self._register(await self.client.pool.get(assigned, assigned))
+                else:
+                    await self._connect_once()
                 self._backoff.reset()
                 return
             except asyncio.CancelledError:
@@ -171,6 +185,20 @@ class ConnectionHandler:
                     self._on_fatal(exc)
                     return
                 log.debug("%s: reconnect failed (%s), retrying", self.topic, exc)
+
+    def cluster_switched(self) -> None:
+        """The client moved to another cluster (its connections are closed, its lookups go to the
+        new one): reconnect there through the usual path, without the backoff the old cluster's
+        failures built up."""
+        if self._closing or self._failed is not None or self.client.is_closed:
+            return
+        self._on_cluster_switch()
+        self._backoff.reset()
+        task = self._reconnect_task
+        if task is not None and not task.done():
+            task.cancel()  # it may be sleeping out a long backoff, or connecting to the old cluster
+            self._reconnect_task = None
+            self.schedule_reconnect()
 
     def _stop_reconnecting(self) -> None:
         self._closing = True

@@ -56,6 +56,7 @@ class ConnectionPool:
         self._opening: dict[tuple[str, str], asyncio.Future[Connection]] = {}
         self._closed = False
         self._ssl_context: ssl.SSLContext | None = None
+        self._cluster = 0  # how many times the client moved to another cluster
 
     def ssl_context(self) -> ssl.SSLContext:
         """The TLS context of every pulsar+ssl:// connection, built on first use (files checked then)."""
@@ -80,11 +81,15 @@ class ConnectionPool:
             hosts = parse_service_url(physical_url)
             host, port = random.choice(hosts)
             context = self.ssl_context() if uses_tls(physical_url) else None
+            cluster = self._cluster
             connection = Connection(logical_url, host, port, self.config, context)
             await connection.open()
             if self._closed:
                 connection.close("client closed")
                 raise AlreadyClosedError("client is closed")
+            if cluster != self._cluster:  # opened toward the cluster the client just left
+                connection.close("the client switched clusters")
+                raise ConnectError(f"{logical_url}: the client switched to another cluster")
             self._connections[key] = connection
             future.set_result(connection)
             return connection
@@ -95,6 +100,17 @@ class ConnectionPool:
             raise
         finally:
             del self._opening[key]
+
+    def switch_cluster(self, config: ClientConfig) -> None:
+        """The client moved to another cluster (a failover): every connection closes, and the next
+        ones use that cluster's credentials and TLS settings (`config`)."""
+        self._cluster += 1
+        self.config = config
+        self._ssl_context = None
+        connections = list(self._connections.values())
+        self._connections.clear()
+        for connection in connections:
+            connection.close("the client switched clusters")
 
     def close(self) -> None:
         self._closed = True

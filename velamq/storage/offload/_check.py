@@ -10,6 +10,9 @@
     unknown file              under the root but not a ledger's (report only)
 
 Reads storage.db and lists the store; `remove` deletes the deletable findings through the store.
+A data directory with shards (bundles/, ShardedStorage) has a storage.db per shard and, with the
+filesystem driver's default root, an offloaded/ per shard: every one is read, and since ledger
+ids are unique across the shards, one ledger list judges the files of all of them.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 
 from velamq.storage import _layout
 from velamq.storage._config import OffloadConfig
+from velamq.storage._shard_layout import shard_dirs
 from velamq.storage.index._storage_db import StorageDb
 from velamq.storage.offload._parquet import WriteLimits
 from velamq.storage.offload._status import OffloadFinding
@@ -38,12 +42,26 @@ def _ledger_flags(data_dir: Path) -> dict[int, tuple[bool, bool]]:
         db.close()
 
 
+def _stores(config: OffloadConfig, data_dir: Path) -> tuple[list[OffloadStore], dict[int, tuple[bool, bool]]]:
+    """The offload stores of data_dir and its shards (one, unless each has its default root), and
+    the offload flags of every ledger of them all."""
+    dirs = [data_dir, *(path for _, path in shard_dirs(data_dir))]
+    flags: dict[int, tuple[bool, bool]] = {}
+    stores: dict[str, OffloadStore] = {}
+    for directory in dirs:
+        if (directory / _layout.DB_FILE).exists():
+            flags |= _ledger_flags(directory)
+        store = open_store(config, directory)
+        stores.setdefault(store.root, store)
+    return list(stores.values()), flags
+
+
 def check_offloaded(config: OffloadConfig, data_dir: Path, *, broker_running: bool) -> list[OffloadFinding]:
-    store = open_store(config, data_dir)
-    flags = _ledger_flags(data_dir) if (data_dir / _layout.DB_FILE).exists() else {}
+    stores, flags = _stores(config, data_dir)
+    store = stores[0]
     out: list[OffloadFinding] = []
     present: dict[int, set[str]] = {}
-    for f in store.files():
+    for f in (f for s in stores for f in s.files()):
         name = f.path.rpartition("/")[2]
         if name.startswith("."):
             out.append(OffloadFinding("temp file", f.path, "an interrupted write", f.size, not broker_running))
@@ -62,7 +80,8 @@ def check_offloaded(config: OffloadConfig, data_dir: Path, *, broker_running: bo
     for ledger_id, (offloaded, local) in sorted(flags.items()):
         if offloaded and not local and present.get(ledger_id, set()) != {"manifest", "parquet"}:
             detail = f"ledger {ledger_id}: its local copy is deleted and its offloaded copy is incomplete"
-            out.append(OffloadFinding("missing offloaded file", store.root, detail, deletable=False))
+            root = store.root if len(stores) == 1 else "every offload root"
+            out.append(OffloadFinding("missing offloaded file", root, detail, deletable=False))
     return out
 
 

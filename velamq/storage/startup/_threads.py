@@ -63,10 +63,11 @@ class StoragePaths:
         return self.data_dir / _layout.DB_FILE
 
 
-def lock(data_dir: Path) -> int:
-    """Blocking: create the directory if needed and lock it against a second broker."""
+def lock(data_dir: Path, wait_s: float = 0.0) -> int:
+    """Blocking: create the directory if needed and lock it against a second broker, waiting up to
+    wait_s for another process to release it."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    return _layout.lock_data_dir(data_dir)
+    return _layout.lock_data_dir(data_dir, wait_s)
 
 
 @dataclass(eq=False, slots=True)

@@ -107,6 +107,13 @@ class WriteCache:
     def size_bytes(self) -> int:
         return self.active.size_bytes + (self.flushing.size_bytes if self.flushing is not None else 0)
 
+    def resize(self, bytes_max: int) -> None:
+        """A new bound for both halves (ShardedStorage shares one write cache budget among the
+        shards open). A half already fuller than the new half bound is swapped at the next chance,
+        and groups park meanwhile, as with any full half."""
+        self.bytes_max = bytes_max
+        self.half_bytes_max = max(1, bytes_max // 2)
+
     @property
     def has_room(self) -> bool:
         return self.active.size_bytes < self.half_bytes_max
