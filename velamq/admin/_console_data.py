@@ -16,6 +16,7 @@ one broker's, so the worker that serves it gathers every worker's figures (each 
     busiest topics                                every worker's, busiest first, cut to the count
     a topic's figures                             from the worker that has it loaded (a topic is
                                                   loaded on its owner only)
+    a namespace's replicators                     every worker's (each replicates its own topics)
 
 Field names are camelCase, as in Pulsar's stats JSON; a TopicMetrics travels with every field of
 the record (its subscriptions too), so a page drawn from a peer's figures is the page its owner
@@ -28,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from velamq.admin._replication_control import ReplicatorFigures
 from velamq.broker import BrokerOverview, RateSeries, SubscriptionMetrics, TopicMetrics
 
 
@@ -61,6 +63,29 @@ class Gathered:
         names = ", ".join(f"worker {w.worker_id} ({w.web_service_url})" for w in missing)
         return (f"{self.answered} of {len(self.workers)} workers answered: the figures of {names} "
                 "are missing from this page.")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicatorRow:
+    """One replicator of a namespace's topic as the namespace page shows it (a ReplicatorFigures)."""
+
+    topic: str
+    remote: str
+    connected: bool
+    replication_backlog: int
+    msg_rate_out: float
+    msg_throughput_out: float
+    replication_delay_s: float
+    msg_out_total: int
+    bytes_out_total: int
+    producer_name: str
+    outbound_connection: str
+
+    @classmethod
+    def of(cls, topic: str, remote: str, f: ReplicatorFigures) -> ReplicatorRow:
+        return cls(topic, remote, f.connected, f.replication_backlog, f.msg_rate_out, f.msg_throughput_out,
+                   f.replication_delay_s, f.msg_out_total, f.bytes_out_total, f.producer_name,
+                   f.outbound_connection)
 
 
 def camel(name: str) -> str:
@@ -107,6 +132,14 @@ def metrics_from_json(data: Mapping[str, Any]) -> TopicMetrics:
     kept = {f.name: data[camel(f.name)] for f in fields(TopicMetrics)
             if f.name != "subscriptions" and camel(f.name) in data}
     return TopicMetrics(**kept, subscriptions=subscriptions)
+
+
+def replicator_json(row: ReplicatorRow) -> dict[str, Any]:
+    return {camel(f.name): getattr(row, f.name) for f in fields(row)}
+
+
+def replicator_from_json(data: Mapping[str, Any]) -> ReplicatorRow:
+    return ReplicatorRow(**{f.name: data[camel(f.name)] for f in fields(ReplicatorRow)})
 
 
 def overview_json(overview: BrokerOverview, workers: Iterable[WorkerStatus]) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The console's figures of the whole broker: this worker's, and with several workers every peer's.
 
     overview, gathered = await whole_overview(call, busiest_max)
-    metrics, gathered = await whole_loaded_metrics(call, names, peer_target)
+    figures = await whole_loaded_figures(call, names, peer_target)
     data = await owner_topic_data(call, topic, target)     # None: this worker owns the topic
 
 Each peer is asked for the console's JSON of its own figures (`GET <its own admin URL>/console/data
@@ -21,16 +21,19 @@ import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from velamq._log_limit import RateLimitedLog
 from velamq.admin._console_data import (
     Gathered,
+    ReplicatorRow,
     WorkerStatus,
     merge_metrics,
     merge_overviews,
     metrics_from_json,
     overview_from_json,
+    replicator_from_json,
 )
 from velamq.admin._http import HttpError
 from velamq.admin._params import bool_param
@@ -119,19 +122,35 @@ def metrics_map_from_json(data: Mapping[str, Any]) -> dict[str, TopicMetrics]:
     return {str(name): metrics_from_json(m) for name, m in data["metrics"].items()}
 
 
-async def whole_loaded_metrics(
-    call: Call, names: list[str], peer_target: str
-) -> tuple[dict[str, TopicMetrics], Gathered]:
-    """The figures of those of `names` loaded on any worker; peers are asked `peer_target` (a
-    console data path with ?local=true, whose answer has "metrics")."""
+@dataclass(frozen=True, slots=True)
+class LoadedFigures:
+    """Loaded topics' figures and replicators of every worker that answered, and the workers."""
+
+    metrics: Mapping[str, TopicMetrics]
+    replicators: tuple[ReplicatorRow, ...]
+    gathered: Gathered
+
+
+def _loaded_from_json(data: Mapping[str, Any]) -> tuple[dict[str, TopicMetrics], list[ReplicatorRow]]:
+    return metrics_map_from_json(data), [replicator_from_json(r) for r in data.get("replicators", ())]
+
+
+async def whole_loaded_figures(
+    call: Call, names: list[str], peer_target: str, replicators: Iterable[ReplicatorRow] = ()
+) -> LoadedFigures:
+    """The figures of those of `names` loaded on any worker, and every worker's replicators (this
+    one's are `replicators`); peers are asked `peer_target` (a console data path with ?local=true,
+    whose answer has "metrics" and maybe "replicators")."""
     own = call.backend.loaded_topic_metrics(names)
     me = own_status(call)
     if not gathers(call):
-        return own, Gathered((me,))
-    answers = await _from_peers(call, peer_target, metrics_map_from_json)
+        return LoadedFigures(own, tuple(replicators), Gathered((me,)))
+    answers = await _from_peers(call, peer_target, _loaded_from_json)
     wanted = set(names)
-    peers = [{k: m for k, m in found.items() if k in wanted} for _, found in answers if found is not None]
-    return merge_metrics([own, *peers]), _sorted([me, *(status for status, _ in answers)])
+    found = [parsed for _, parsed in answers if parsed is not None]
+    metrics = merge_metrics([own, *({k: m for k, m in peer.items() if k in wanted} for peer, _ in found)])
+    rows = (*replicators, *(row for _, peer_rows in found for row in peer_rows))
+    return LoadedFigures(metrics, rows, _sorted([me, *(status for status, _ in answers)]))
 
 
 async def owner_topic_data(call: Call, topic: str, target: str) -> dict[str, Any] | None:

@@ -29,9 +29,11 @@ from velamq._topic_name import TopicName
 from velamq.admin._console import page_size_default
 from velamq.admin._console_data import (
     Gathered,
+    ReplicatorRow,
     WorkerStatus,
     metrics_json,
     overview_json,
+    replicator_json,
     series_from_json,
     series_json,
     worker_from_json,
@@ -41,7 +43,7 @@ from velamq.admin._console_gather import (
     gathers,
     own_status,
     owner_topic_data,
-    whole_loaded_metrics,
+    whole_loaded_figures,
     whole_overview,
 )
 from velamq.admin._console_html import namespace_href, query, seg
@@ -110,6 +112,7 @@ async def overview_data(call: Call) -> Response:
 class NamespaceView:
     listing: TopicListing
     metrics: Mapping[str, TopicMetrics]
+    replicators: tuple[ReplicatorRow, ...]  # of the namespace's loaded topics, every worker's
     gathered: Gathered
     page: int
     size: int
@@ -128,8 +131,12 @@ async def namespace_view(call: Call) -> NamespaceView:
     tenant, _, local_ns = ns.partition("/")
     target = (f"/console/data/namespaces/{seg(tenant)}/{seg(local_ns)}"
               + query(q=search, page=number, size=size, local="true"))
-    metrics, gathered = await whole_loaded_metrics(call, [name for name, _ in listing.topics], target)
-    return NamespaceView(listing, metrics, gathered, number, size)
+    replicators = [] if call.replication is None else [
+        ReplicatorRow.of(topic, remote, f) for topic, remote, f in call.replication.all_stats()
+        if TopicName.parse(topic).namespace == ns
+    ]
+    figures = await whole_loaded_figures(call, [name for name, _ in listing.topics], target, replicators)
+    return NamespaceView(listing, figures.metrics, figures.replicators, figures.gathered, number, size)
 
 
 async def namespace_data(call: Call) -> Response:
@@ -141,6 +148,7 @@ async def namespace_data(call: Call) -> Response:
         "page": view.page, "size": view.size, "href": namespace_href(listing.namespace, listing.search, view.page),
         "topics": [{"name": name, "partitions": partitions} for name, partitions in listing.topics],
         "metrics": {name: metrics_json(m) for name, m in view.metrics.items()},
+        "replicators": [replicator_json(r) for r in view.replicators],
         **_workers_json(call, view.gathered),
     })
 
@@ -181,8 +189,8 @@ async def topic_view(call: Call) -> TopicView | PartitionedView:
     partitions = await call.backend.metadata.get_partitions(full) if name.partition_index < 0 else 0
     if partitions > 0:
         names = [str(name.partition(i)) for i in range(partitions)]
-        metrics, gathered = await whole_loaded_metrics(call, names, _data_path(name) + "?local=true")
-        return PartitionedView(partitions, metrics, gathered)
+        figures = await whole_loaded_figures(call, names, _data_path(name) + "?local=true")
+        return PartitionedView(partitions, figures.metrics, figures.gathered)
     # Another worker's topic: its owner's figures, asked by this worker (`local`: the owner answers itself).
     owners = await owner_topic_data(call, full, _data_path(name) + "?local=true") if gathers(call) else None
     return await _local_topic(call, full) if owners is None else _topic_view_from_json(owners)

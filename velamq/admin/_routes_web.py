@@ -29,7 +29,6 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from velamq._errors import InvalidTopicNameError, NotFoundError
-from velamq._topic_name import TopicName
 from velamq.admin import _console, _console_views, _metrics
 from velamq.admin._console_html import CONTENT_TYPE, SECURITY_HEADERS, namespace_href, topic_href
 from velamq.admin._console_replication import namespace_section
@@ -125,18 +124,11 @@ async def namespace_topics(call: Call, frame: _console.Frame) -> Response:
     view = await namespace_view(call)
     listing = view.listing
     href = namespace_href(listing.namespace, listing.search, view.page)
-    return _html(_console.namespace_page(
-        frame, listing, view.metrics, view.size, href, [await _replication_section(call, listing.namespace)],
-        note=view.gathered.missing_note(),
-    ))
-
-
-async def _replication_section(call: Call, ns: str) -> str:
-    clusters = (await call.backend.metadata.get_policies(ns)).get("replication_clusters")
-    figures = [] if call.replication is None else [
-        row for row in call.replication.all_stats() if TopicName.parse(row[0]).namespace == ns
-    ]
-    return namespace_section(clusters if isinstance(clusters, list) else [], call.backend.cluster_name, figures)
+    clusters = (await call.backend.metadata.get_policies(listing.namespace)).get("replication_clusters")
+    replication = namespace_section(clusters if isinstance(clusters, list) else [], call.backend.cluster_name,
+                                    [(r.topic, r.remote, r) for r in view.replicators])
+    return _html(_console.namespace_page(frame, listing, view.metrics, view.size, href, [replication],
+                                         note=view.gathered.missing_note()))
 
 
 async def topic(call: Call, frame: _console.Frame) -> Response:

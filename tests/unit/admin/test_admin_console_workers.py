@@ -24,9 +24,19 @@ import pytest
 from test_admin_worker_routing import PARTITIONED, TOPIC, Workers, running_workers
 from wait_helpers import wait_until
 
-from velamq.admin._console_data import merge_metrics, merge_series, metrics_from_json, metrics_json
+from velamq.admin._console_data import (
+    ReplicatorRow,
+    merge_metrics,
+    merge_series,
+    metrics_from_json,
+    metrics_json,
+    replicator_from_json,
+    replicator_json,
+)
+from velamq.admin._console_replication import namespace_section
 from velamq.broker import RateSeries, SubscriptionMetrics, TopicMetrics
 from velamq.client import AdminClient
+from velamq.replication import ReplicatorStats
 from velamq.testing import free_port
 
 pytestmark = pytest.mark.timeout(120)
@@ -121,6 +131,7 @@ def test_the_namespace_page_shows_topics_loaded_on_either_worker(ws: Workers) ->
         assert "data-stat='producers' data-value='1'" in row.group(1)
     data = _json(ws, 0, "/console/data/namespaces/public/default?size=10")
     assert set(data["metrics"]) == {HERE, TOPIC} and data["metrics"][TOPIC]["producers"] == 1
+    assert data["replicators"] == []  # no replication here: the shape only (see the test below)
     assert [w["up"] for w in data["workers"]] == [True, True]
 
 
@@ -183,3 +194,12 @@ def test_topic_figures_travel_as_json_whole() -> None:
     assert metrics_from_json(data) == m
     other = TopicMetrics("persistent://public/default/x", 0, 0, 0, 0, 0, 0, 0, 0, 0)
     assert merge_metrics([{m.topic: m}, {m.topic: other}]) == {m.topic: m}  # this worker's first
+
+
+def test_a_peers_replicators_draw_as_its_own_would() -> None:
+    stats = ReplicatorStats(True, 12, 3.5, 350.0, 2.4, 40, 4000, "velamq-repl", "pulsar://west:6650")
+    row = ReplicatorRow.of(TOPIC, "west", stats)
+    back = replicator_from_json(json.loads(json.dumps(replicator_json(row))))
+    assert back == row
+    assert namespace_section(["standalone", "west"], "standalone", [(TOPIC, "west", back)]) == namespace_section(
+        ["standalone", "west"], "standalone", [(TOPIC, "west", stats)])
