@@ -6,12 +6,15 @@ owners (test_admin_worker_routing.py's harness):
 - the namespace page and a partitioned topic's page show figures of topics loaded on the other worker;
 - a topic's page is drawn by the worker asked, from the owner's figures: no redirect;
 - a worker that does not answer is left out and the page says so;
+- with authentication on, the caller's credentials travel to the peer (else it would refuse);
 - and, with no I/O, how rate histories and topic figures of several workers add up.
 """
 
 from __future__ import annotations
 
+import base64
 import html
+import http.client
 import json
 import os
 import re
@@ -21,9 +24,11 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from test_admin_worker_routing import PARTITIONED, TOPIC, Workers, running_workers
+from security_harness import SUPERUSERS, security_properties
+from test_admin_worker_routing import PARTITIONED, TOPIC, Cluster, TableRouting, Workers, running_workers
 from wait_helpers import wait_until
 
+from velamq.admin import AdminServer
 from velamq.admin._console_data import (
     ReplicatorRow,
     merge_metrics,
@@ -34,10 +39,18 @@ from velamq.admin._console_data import (
     replicator_json,
 )
 from velamq.admin._console_replication import namespace_section
-from velamq.broker import RateSeries, SubscriptionMetrics, TopicMetrics
+from velamq.broker import BrokerAdmin, RateSeries, SubscriptionMetrics, TopicMetrics
 from velamq.client import AdminClient
 from velamq.replication import ReplicatorStats
-from velamq.testing import free_port
+from velamq.security import (
+    AuthorizationModel,
+    SecuritySettings,
+    build_authentication_service,
+    create_secret_key,
+    create_token,
+)
+from velamq.testing import BrokerThread, free_port
+from velamq.testing._certs import make_test_pki
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -160,6 +173,49 @@ def test_a_topic_page_is_drawn_by_the_worker_asked_from_its_owners_figures(ws: W
     ws.cluster.web_urls[1] = f"http://127.0.0.1:{free_port()}"
     status, headers, page = _get(ws, 0, _topic_url(TOPIC))
     assert status == 503 and headers["content-type"].startswith("text/html") and "did not answer" in page
+
+
+def test_the_callers_credentials_travel_to_the_peer(tmp_path: Path) -> None:
+    pki = make_test_pki(tmp_path / "pki", client_names=SUPERUSERS)
+    secret = create_secret_key()
+    settings = SecuritySettings.from_properties(security_properties(tmp_path, pki, secret))
+    cluster = Cluster()
+    brokers = [BrokerThread(tmp_path / f"w{i}") for i in range(2)]
+    admins: list[AdminServer] = []
+    try:
+        for i, broker in enumerate(brokers):
+            broker.start()
+            admin = AdminServer(
+                BrokerAdmin(broker.server.broker), "127.0.0.1", 0, advertised_address="127.0.0.1",
+                authentication=build_authentication_service(settings, environ={}),
+                authorization=AuthorizationModel(settings.super_user_roles), security=settings,
+                routing=TableRouting(cluster, i),
+            )
+            broker.run(admin.start())
+            admins.append(admin)
+            cluster.web_urls[i] = admin.web_service_url
+
+        def get(path: str, headers: dict[str, str]) -> tuple[int, str]:
+            conn = http.client.HTTPConnection("127.0.0.1", admins[0].port, timeout=10)
+            try:
+                conn.request("GET", path, headers=headers)
+                reply = conn.getresponse()
+                return reply.status, reply.read().decode()
+            finally:
+                conn.close()
+
+        superuser = {"Authorization": f"Bearer {create_token(secret, 'superUser')}"}
+        status, body = get("/console/data/overview", superuser)
+        assert status == 200 and [w["up"] for w in json.loads(body)["workers"]] == [True, True]
+        alice = {"Authorization": "Basic " + base64.b64encode(b"alice:wonderland").decode()}
+        status, page = get("/", alice)
+        assert status == 200 and "Workers (2 of 2 answered)" in page
+        assert get("/console/data/overview", {})[0] == 401
+    finally:
+        for broker, admin in zip(brokers, admins, strict=False):
+            broker.run(admin.close())
+        for broker in brokers:
+            broker.stop()
 
 
 # ---- adding up, without I/O ------------------------------------------------------------------------
