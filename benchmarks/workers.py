@@ -97,6 +97,9 @@ def profiled(load: str, setting: str, opts: LoadOptions, top: int, gil_only: boo
                 continue
             with open(path) as f:
                 samples, lines = top_table(f.read(), top)
+            if samples == 0:
+                out += [f"{name} (pid {pids[name]}): no samples (it never held the GIL)", ""]
+                continue
             out += [f"{name} (pid {pids[name]}): {samples} samples", "", *lines, ""]
     return "\n".join(out)
 
