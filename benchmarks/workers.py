@@ -22,7 +22,9 @@ the URL it answers. The 16 topics are named so that each worker owns the same nu
 Broker CPU is user + system time of every broker process (the supervisor and each worker, or
 the one process; /proc/PID/stat, every thread) over the timed window, divided by the entries the
 broker stored (a batch is one entry) or sent (fan-out: messages delivered) or the topics created.
-Each figure is the median of --runs runs; the load average is printed before and after.
+Each figure is the median of --runs runs; the ratios are the medians of the ratios of run i of a
+setting to run i of the first one (the two ran one after the other); the load average is printed
+before and after.
 
     .venv/bin/python benchmarks/workers.py
     .venv/bin/python benchmarks/workers.py --runs 3 --loads unbatched,create --profile gil
@@ -133,8 +135,11 @@ def report(args: argparse.Namespace, settings: list[str], results: dict[tuple[st
                                for k in runs[0].cpu_s)
             ratio_rate = ratio_cpu = "1.00"
             if base and setting != settings[0]:
-                ratio_rate = f"{rate / median(base, lambda r: r.rate):.2f}"
-                ratio_cpu = f"{us / median(base, lambda r: r.us_per_entry):.2f}"
+                # Run i of each setting ran one after the other: the median of those pairs' ratios
+                # follows the machine's load less than a ratio of medians would.
+                pairs = list(zip(runs, base, strict=False))
+                ratio_rate = f"{statistics.median(r.rate / b.rate for r, b in pairs):.2f}"
+                ratio_cpu = f"{statistics.median(r.us_per_entry / b.us_per_entry for r, b in pairs):.2f}"
             print(f"| {LOADS[load][0]} | {setting} | {rate:,.0f} {LOADS[load][1]} | {us:.1f} | {split} "
                   f"| {busy:.2f} | {gen:.2f} | {ratio_rate} | {ratio_cpu} |")
     for profile in profiles:
