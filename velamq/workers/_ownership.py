@@ -88,15 +88,24 @@ class WorkerOwnership:
     async def owner_id(self, namespace: str, bundle: BundleRange, fresh: bool = False) -> int:
         """The worker that owns a bundle now (`fresh`: moves read again from the metadata)."""
         bundles = await self.namespace_bundles(namespace)
-        index = bundles.index_of_range(bundle)
-        moved = (await self._metadata.get_bundle_owners(namespace, fresh)).get(bundle.name)
-        if moved is not None and 0 <= moved < self._workers:
-            return moved
+        return await self._owner_at(namespace, bundles, bundles.index_of_range(bundle), fresh)
+
+    async def _owner_at(self, namespace: str, bundles: NamespaceBundles, index: int, fresh: bool) -> int:
+        owners = await self._metadata.get_bundle_owners(namespace, fresh)
+        if owners:  # some bundle of the namespace moved: is it this one?
+            b = bundles.boundaries
+            moved = owners.get(BundleRange(b[index], b[index + 1]).name)
+            if moved is not None and 0 <= moved < self._workers:
+                return moved
         return default_owner(namespace, index, self._workers)
 
     async def owner_of_topic(self, full_topic: str, fresh: bool = False) -> WorkerAddress:
-        namespace, bundle = await self.bundle_of(full_topic)
-        return self._addresses[await self.owner_id(namespace, bundle, fresh)]
+        """The worker serving a topic: its bundle computed once (every lookup and every topic load
+        of a worker of several asks this)."""
+        namespace = TopicName.parse(full_topic).namespace
+        bundles = await self.namespace_bundles(namespace)
+        owner = await self._owner_at(namespace, bundles, bundles.index_of(full_topic), fresh)
+        return self._addresses[owner]
 
     async def owned_bundles(self, namespaces: list[str]) -> dict[str, list[str]]:
         """The bundles of these namespaces this worker owns, by namespace (for its start line)."""
