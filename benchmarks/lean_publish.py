@@ -43,6 +43,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from _machine import machine_facts
 from _nats import NatsAckCounter, nats_connect, nats_request, nats_server, nats_version
@@ -318,15 +319,17 @@ def nats_run(port: int, pid: int, args: argparse.Namespace, connections: int, me
 
 
 @contextlib.contextmanager
-def velamq_broker(tree: str, sync_policy: str) -> Iterator[tuple[int, str, int]]:
-    """(broker port, admin URL, pid) of a broker of the tree at `tree`."""
+def velamq_broker(tree: str, sync_policy: str, config_file: str | None = None) -> Iterator[tuple[int, str, int]]:
+    """(broker port, admin URL, pid) of a broker of the tree at `tree` (with a broker.conf of
+    overrides, e.g. diskUsageThreshold=0.99 on a disk the default 95 % would make read-only)."""
     old, cwd = os.environ.get("PYTHONPATH"), os.getcwd()
     os.environ["PYTHONPATH"] = os.path.abspath(tree)
     # `python -m velamq` puts its working directory first on sys.path, before PYTHONPATH: the
     # broker starts in the tree's directory, or a run from another tree would import that one.
     os.chdir(tree)
     try:
-        with run_broker(extra_args=["--sync-policy", sync_policy]) as b:
+        conf = Path(config_file).resolve() if config_file else None
+        with run_broker(extra_args=["--sync-policy", sync_policy], config_file=conf) as b:
             os.chdir(cwd)
             assert b.pid is not None
             yield b.broker_port, b.admin_url, b.pid
@@ -342,7 +345,7 @@ def profiled(name: str, path: str, policy: str, connections: int, args: argparse
     """A run of its own under py-spy: the top frames as a markdown table."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "profile.txt")
-        with velamq_broker(path, policy) as (port, admin_url, pid):
+        with velamq_broker(path, policy, args.broker_conf) as (port, admin_url, pid):
             velamq_run(port, admin_url, pid, args, connections, out)
         with open(out) as f:
             samples, lines = top_table(f.read(), args.top)
@@ -371,6 +374,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--policies", default="fsync,none", help="velamq --sync-policy values")
     ap.add_argument("--tree", action="append", default=[],
                     help="NAME=PATH: a velamq source tree to start brokers from (repeatable; default: this one)")
+    ap.add_argument("--broker-conf", help="a broker.conf of overrides for every velamq broker")
     ap.add_argument("--profile", choices=("all", "gil"),
                     help="sample each tree's first velamq run with py-spy --threads (gil: --gil too) and print "
                          "the top frames (the profiler costs the broker CPU: those runs' figures are not kept)")
@@ -393,7 +397,7 @@ def velamq_results(args: argparse.Namespace, trees: list[list[str]], conns: list
                 for name, path in trees:
                     if args.profile and not per_tree[name]:
                         profiles.append(profiled(name, path, policy, c, args))
-                    with velamq_broker(path, policy) as (port, admin_url, pid):
+                    with velamq_broker(path, policy, args.broker_conf) as (port, admin_url, pid):
                         per_tree[name].append(velamq_run(port, admin_url, pid, args, c))
                     last = per_tree[name][-1]
                     print(f"  velamq {name} {policy} {c} conn: {last.rate:,.0f} msg/s, "

@@ -79,6 +79,7 @@ def main() -> int:
     ap.add_argument("--window", type=int, default=5000, help="sends in flight per connection / producer")
     ap.add_argument("--processes", default="1,2", help="velamq perf --processes values")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--broker-conf", help="a broker.conf of overrides for every broker")
     ap.add_argument("--policy", default="fsync", help="the broker's --sync-policy")
     args = ap.parse_args()
     tree = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -88,7 +89,7 @@ def main() -> int:
     figures: dict[str, list[Figure]] = {k: [] for k in kinds}
     for _ in range(args.runs):
         for kind in kinds:  # alternating, so every kind sees the same load
-            with lean.velamq_broker(tree, args.policy) as (port, admin_url, pid):
+            with lean.velamq_broker(tree, args.policy, args.broker_conf) as (port, admin_url, pid):
                 time.sleep(0.2)
                 if kind.startswith("lean_publish"):
                     figure = reference_run(port, admin_url, pid, args)

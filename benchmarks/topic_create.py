@@ -125,7 +125,7 @@ def admin_phase(admin_url: str, pid: int, args: argparse.Namespace) -> float:
 
 def one_run(path: str, args: argparse.Namespace, profile: str | None = None) -> tuple[float, float, float]:
     """(ms of broker CPU per topic: PRODUCER, CLOSE_PRODUCER, admin create)."""
-    with lean.velamq_broker(path, args.policy) as (port, admin_url, pid):
+    with lean.velamq_broker(path, args.policy, args.broker_conf) as (port, admin_url, pid):
         spy = py_spy_path()
         with (recording(spy, pid, profile, gil_only=True) if profile and spy else contextlib.nullcontext()):
             opened, closed = producer_phase(port, pid, args)
@@ -141,6 +141,7 @@ def main() -> int:
     ap.add_argument("--in-flight", type=int, default=200)
     ap.add_argument("--admin-threads", type=int, default=4)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--broker-conf", help="a broker.conf of overrides for every broker")
     ap.add_argument("--policy", default="fsync")
     ap.add_argument("--tree", action="append", default=[], help="NAME=PATH (repeatable; default: this tree)")
     ap.add_argument("--profile", action="store_true", help="one extra py-spy run per tree (GIL holder)")
