@@ -128,6 +128,11 @@ def shares(total: int, weights: list[int]) -> list[int]:
     return out
 
 
+def lean_entry_messages(args: argparse.Namespace) -> int:
+    """--lean: one message per entry with -db, else batches of -bm messages."""
+    return 1 if args.disable_batching else int(args.batch_max_messages or default_batch_max_messages)
+
+
 def build_plans(args: argparse.Namespace) -> tuple[list[WorkerPlan], StopRule, RunShape]:
     if getattr(args, "security", None) is None:
         resolve_connection(args)
@@ -170,9 +175,8 @@ def build_plans(args: argparse.Namespace) -> tuple[list[WorkerPlan], StopRule, R
             consume_messages=args.num_messages if command == "consume" and n == 1 else 0,
             duration_s=args.test_duration, interval_s=args.interval, stamped=command == "end-to-end",
             drain_timeout_s=getattr(args, "drain_timeout", 0.0),
-            lean=lean, lean_batch=1 if args.disable_batching or not lean else
-            (args.batch_max_messages or default_batch_max_messages),
-            lean_window=args.max_outstanding or default_lean_window if lean else 0,
+            lean=lean, lean_batch=lean_entry_messages(args) if lean else 1,
+            lean_window=(args.max_outstanding or default_lean_window) if lean else 0,
         ))
     rule = StopRule(command, consume_messages=args.num_messages if command == "consume" else 0,
                     subscriptions_per_topic=len(subscriptions) or 1)
