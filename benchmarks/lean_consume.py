@@ -202,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window", type=int, default=5000, help="messages permitted per consumer")
     ap.add_argument("--publish-window", type=int, default=5000, help="sends in flight (keep-up)")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--broker-conf", help="a broker.conf of overrides for every broker")
     ap.add_argument("--tree", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     args = ap.parse_args(argv)
     load_before = os.getloadavg()
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 results = []
                 for _ in range(args.runs):
-                    with lean.velamq_broker(args.tree, "fsync") as (port, _admin, pid):
+                    with lean.velamq_broker(args.tree, "fsync", args.broker_conf) as (port, _admin, pid):
                         results.append(one_run(port, pid, args, subs, mode))
                 r = sorted(results, key=lambda x: x.us)[len(results) // 2]
                 rows.append((batch, subs, mode, r))
