@@ -6,7 +6,10 @@
        caches empty, from the local entry logs against from the offloaded Parquet files (same
        entries, same process, one after the other in each run), and the ratio;
     c) with --spark: Spark over a mostly offloaded topic, the velamq source with offloadPath,
-       without it, and spark.read.parquet of the same files (_offload_spark.py).
+       without it, and spark.read.parquet of the same files (_offload_spark.py);
+    d) with --idle-topics N: one offload check over N stored topics nobody has open (two sealed
+       ledgers each, in 100 namespaces), with nothing due: with the broker's settings alone, and
+       with each namespace's policy read from a real metadata store (the broker's PolicySource).
 
 Each at two batchings: official-client-like batches of 100 messages of 100 bytes, and unbatched
 1 KiB messages. Median of --runs (default 3) fresh stores each; the load average is printed with
@@ -15,6 +18,7 @@ the table, as every figure here shares the machine.
     .venv/bin/python benchmarks/offload.py                    # about a minute
     .venv/bin/python benchmarks/offload.py --mib 64 --runs 5
     .venv/bin/python benchmarks/offload.py --spark --spark-messages 400000   # adds c (a few minutes)
+    .venv/bin/python benchmarks/offload.py --mib 0 --idle-topics 5000        # part d alone
 
 Data goes to a temporary directory under --dir (default: the system temp dir).
 """
@@ -32,8 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from velamq.broker.log._offload_rows import PulsarEntryRows
+from velamq.broker.service._offload_policies import TopicOffloadPolicies
+from velamq.metadata import MetadataStore
+from velamq.metadata import _offload_policies as O
 from velamq.protocol import build_batch, build_entry, pb
-from velamq.storage import OffloadConfig, Position, Storage, StorageConfig
+from velamq.storage import OffloadConfig, OffloadPolicy, Position, Storage, StorageConfig
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _machine import machine_facts
@@ -127,6 +134,47 @@ async def one_run(directory: Path, shape: Shape, mib: int) -> Run:
         await storage.close()
 
 
+async def idle_check(directory: Path, topics: int) -> tuple[float, float]:
+    """Seconds of one check over `topics` stored topics with nothing due: (broker's settings only,
+    each namespace's policy from metadata)."""
+    offload = OffloadConfig("filesystem", uri=str(directory / "tier"), check_interval_s=3600.0)
+    config = StorageConfig(directory / "data", sync_policy="none", offload=offload, ledger_entries_max=2,
+                           memory_bytes=256 << 20)
+    storage = Storage(config, entry_rows=PulsarEntryRows())
+    metadata = MetadataStore(directory / "metadata.db")
+    await metadata.start()
+    await storage.start()
+    try:
+        namespaces = [f"public/idle{i}" for i in range(100)]
+        for ns in namespaces:
+            await metadata.create_namespace(ns)
+            await metadata.set_policy(ns, O.NS_OFFLOAD_THRESHOLD, -2)  # no offload by size here
+        names = [f"persistent://{namespaces[i % 100]}/t{i}" for i in range(topics)]
+        for start in range(0, topics, 500):
+            await asyncio.gather(*(fill_and_close(storage, name) for name in names[start:start + 500]))
+        await storage.flush()
+        assert storage.open_ledgers == {}
+        began = time.perf_counter()
+        await storage.check_offload()
+        alone = time.perf_counter() - began
+        storage.set_offload_policies(TopicOffloadPolicies(metadata, OffloadPolicy(-1, -1, 0)))
+        began = time.perf_counter()
+        await storage.check_offload()
+        with_policies = time.perf_counter() - began
+        assert storage.open_ledgers == {}  # nothing was due: no log was opened
+        return alone, with_policies
+    finally:
+        await storage.close()
+        await metadata.close()
+
+
+async def fill_and_close(storage: Storage, name: str) -> None:
+    ml = await storage.open_ledger(name)
+    for _ in range(5):  # two sealed ledgers of 2 entries and the current one
+        await ml.append(b"x" * 100)
+    await ml.close()
+
+
 def loadavg() -> str:
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
@@ -134,11 +182,12 @@ def loadavg() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mib", type=int, default=32, help="stored bytes per run (MiB)")
+    parser.add_argument("--mib", type=int, default=32, help="stored bytes per run (MiB); 0 skips parts a and b")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
     parser.add_argument("--spark", action="store_true", help="also part c, Spark over an offloaded topic")
     parser.add_argument("--spark-messages", type=int, default=400_000)
+    parser.add_argument("--idle-topics", type=int, default=0, help="also part d, a check over this many idle topics")
     args = parser.parse_args()
     print("offload benchmark (filesystem driver)")
     for key, value in machine_facts(["pyarrow"]):
@@ -149,7 +198,7 @@ def main() -> None:
              f"{'offloaded read MB/s':>20} {'offloaded/local':>16}"
     print(header)
     print("-" * len(header))
-    for shape in SHAPES:
+    for shape in SHAPES if args.mib > 0 else ():
         runs = []
         for _ in range(args.runs):
             with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
@@ -166,6 +215,23 @@ def main() -> None:
         print()
         print_spark_part(args.spark_messages, args.runs, args.dir)
         print(f"median of {args.runs} runs; load average at end: {loadavg()}")
+    if args.idle_topics:
+        print_idle_part(args.idle_topics, args.runs, args.dir)
+
+
+def print_idle_part(topics: int, runs: int, directory: Path) -> None:
+    print()
+    print(f"d) one offload check over {topics:,} stored topics nobody has open, nothing due "
+          f"(load average {loadavg()})")
+    results = []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory(dir=directory) as tmp:
+            results.append(asyncio.run(idle_check(Path(tmp), topics)))
+    for label, index in (("broker's settings only", 0), ("namespace policies from metadata", 1)):
+        seconds = statistics.median(r[index] for r in results)
+        each = ", ".join(f"{r[index]:.2f}" for r in results)
+        print(f"  {label:<34} {seconds:6.2f} s  ({seconds / topics * 1e6:,.0f} µs a topic; runs: {each})")
+    print(f"median of {runs} runs; load average at end: {loadavg()}")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 # interop_helpers (official-client helpers) is shared by tests outside tests/interop too, and
 # wait_helpers (the one poll-until-a-condition loop) by every test directory.
@@ -27,6 +28,12 @@ sys.path.insert(0, str(Path(__file__).parent / "interop"))
 sys.path.insert(0, str(Path(__file__).parent))
 
 from velamq.testing import BrokerProcess, run_broker
+
+# Property tests judge inputs, not time: on two loaded cores (CI, a parallel run) an example may
+# take longer than hypothesis's default 200 ms deadline, and data generation may be "too slow" for
+# its health check, without anything being wrong.
+settings.register_profile("velamq", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("velamq")
 
 # How long an operation of the official client may take before it fails instead of retrying for the
 # default 30 s: keeps a broken broker from turning a test run into a long hang.

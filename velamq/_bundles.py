@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from velamq._errors import VelamqError
+
 FULL_LOWER: Final = 0x00000000
 FULL_UPPER: Final = 0xFFFFFFFF
 # Pulsar's defaultNumberOfNamespaceBundles.
@@ -28,7 +30,7 @@ default_bundles: Final = 4
 bundles_max: Final = 1024
 
 
-class BundleError(ValueError):
+class BundleError(VelamqError, ValueError):
     """A bundle name or a boundaries list that is not well formed."""
 
 

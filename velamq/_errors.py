@@ -23,6 +23,7 @@ a builtin, it is named after "also": code that catches the builtin keeps working
     │   ├── AccessDeniedError             a role lacks the right (ServerError.AuthorizationError, HTTP 403)
     │   └── InvalidGrantError             a grant or permission body Pulsar's admin API would refuse (HTTP 400)
     ├── InvalidTopicNameError             a topic or namespace name that does not parse (also ValueError)
+    ├── _bundles.BundleError              a bundle range or boundaries that are not well formed (also ValueError)
     ├── ServerError                       a Pulsar ServerError code: .code, .message
     │   ├── broker.BrokerRequestError     a request the broker refuses, with the code it answers
     │   └── client.BrokerError            the client got that code back (also ClientError; see below)
@@ -50,6 +51,7 @@ a builtin, it is named after "also": code that catches the builtin keeps working
     │                                     retried ones (ServiceNotReadyError, TooManyRequestsError)
     ├── broker.HashRangeOverlapError      a Key_Shared STICKY consumer whose ranges overlap another's
     ├── admin.HttpError                   an HTTP request the admin server answers with an error status
+    ├── admin.PeerError                   another worker's admin server could not be asked
     ├── cli.PerfError                     `velamq perf` cannot run as asked
     ├── replication.ClusterError          a cluster's data that does not say how to reach it (also ValueError)
     └── spark                             the PySpark data source (velamq.spark)

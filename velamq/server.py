@@ -241,6 +241,12 @@ class VelamqServer:
     async def start(self) -> None:
         asyncio.get_running_loop().set_exception_handler(self._asyncio_error)
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.role is None and (self.config.data_dir / "bundles").is_dir():
+            # Its topics live in bundles' storages (docs/workers.md): alone, it would look empty.
+            raise ValueError(
+                f"{self.config.data_dir} holds the storage of a broker of several workers: "
+                "start it with --workers N"
+            )
         await self.metadata.start()
         if self.authorization is not None:
             await load_authorization(self.authorization, self.metadata)
@@ -268,6 +274,7 @@ class VelamqServer:
         if self.authorization is not None:
             await load_authorization(self.authorization, self.metadata)
         await self.broker.metadata_changed_elsewhere()
+        await self.replication.metadata_changed_elsewhere()
 
     def _asyncio_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         """asyncio's own reports (a failed callback, "socket.accept() out of system resource" on a

@@ -7,6 +7,9 @@ a ManualClock, so the test says exactly which check switches."""
 from __future__ import annotations
 
 import asyncio
+import http.server
+import json
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ from velamq.client import (
     AuthenticationToken,
     AutoClusterFailover,
     Client,
+    ControlledClusterFailover,
     InvalidConfigurationError,
     ServiceInfo,
 )
@@ -225,3 +229,74 @@ def test_a_replicated_subscription_resumes_on_the_secondary_after_kill_9() -> No
                 assert await _receive(consumer, 1) == [b"on-west"]
 
         asyncio.run(main())
+
+
+class _Endpoint:
+    """An operator's failover endpoint: a real HTTP server answering what the test sets."""
+
+    def __init__(self) -> None:
+        self.status = 200
+        self.body = b"{}"
+        self.headers_seen: list[dict[str, str]] = []
+        endpoint = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                endpoint.headers_seen.append(dict(self.headers))
+                self.send_response(endpoint.status)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(endpoint.body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/pulsar-cluster"
+
+    def answer(self, status: int, body: object) -> None:
+        self.status, self.body = status, json.dumps(body).encode()
+
+
+def test_controlled_failover_follows_the_operators_endpoint() -> None:
+    with clusters("east", "west") as (east, west):
+        topic = f"persistent://public/default/controlled-{uuid.uuid4().hex[:8]}"
+        endpoint = _Endpoint()
+        clock = ManualClock()
+        failover = ControlledClusterFailover(east.broker.service_url, endpoint.url, check_interval_ms=30_000,
+                                             url_provider_headers={"X-Ops-Key": "k1"}, clock=clock)
+
+        async def check() -> None:
+            done = failover.checks
+            await until(lambda: clock.sleepers == 1, "the provider waiting for its next check")
+            clock.advance(30)
+            await until(lambda: failover.checks == done + 1, "the provider's next check")
+
+        async def main() -> None:
+            async with AsyncClient(failover, initial_backoff_s=0.05, max_backoff_s=0.5) as client:
+                producer = await client.create_producer(topic)
+                reader = await client.create_reader(topic, "earliest")
+                await producer.send(b"on-east")
+                endpoint.answer(200, {"serviceUrl": east.broker.service_url})
+                await check()  # the endpoint names the cluster in use: nothing moves
+                assert client.get_service_info().service_url == east.broker.service_url
+                assert endpoint.headers_seen[-1]["X-Ops-Key"] == "k1"
+                endpoint.answer(503, {"serviceUrl": west.broker.service_url})
+                await check()  # an error status is not an instruction
+                endpoint.status, endpoint.body = 200, b"not json"
+                await check()
+                assert client.get_service_info().service_url == east.broker.service_url
+                endpoint.answer(200, {"serviceUrl": west.broker.service_url})
+                await check()  # both brokers are up: the operator alone moves the client
+                assert client.get_service_info().service_url == west.broker.service_url
+                await producer.send(b"on-west")
+                assert await _read(reader, 1) == [b"on-west"]  # the reader starts over on west
+
+        try:
+            asyncio.run(main())
+        finally:
+            endpoint.server.shutdown()

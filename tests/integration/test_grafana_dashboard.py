@@ -166,6 +166,7 @@ def test_the_promql_reader_finds_metric_names_only() -> None:
     assert metric_names("topk(10, e) and f unless g > bool 2") == {"e", "f", "g"}
     assert metric_names('label_replace(h, "dst", "$1", "src", "(.*)")') == {"h"}
     assert variable_query_names('label_values(i{cluster=~"$cluster"}, namespace)') == {"i"}
+    assert grouped_by(tokenize("sum by (a, worker) (x) / sum(y) by (b)")) == {"a", "worker", "b"}
     with pytest.raises(ValueError, match="not a PromQL function"):
         metric_names("summ(x)")
 
@@ -197,9 +198,24 @@ def scrape(broker: BrokerProcess) -> str:
         client.close()
 
 
-def test_every_metric_the_dashboard_queries_is_exported(scrape: str) -> None:
+@pytest.fixture(scope="module")
+def workers_scrape() -> str:
+    """/metrics of a broker of two workers: every worker's families merged, and the families only
+    such a broker has (velamq_worker_*)."""
+    with run_broker(workers=2) as broker:
+
+        def merged_page() -> str | None:
+            with urllib.request.urlopen(f"{broker.admin_url}/metrics", timeout=30) as response:
+                page = response.read().decode()
+            return page if 'worker="1"' in page else None
+
+        return wait_until(merged_page, "a /metrics page with both workers' samples")
+
+
+def test_every_metric_the_dashboard_queries_is_exported(scrape: str, workers_scrape: str) -> None:
     dashboard = json.loads(DASHBOARD.read_text())
-    exported = exported_names(scrape)
+    # One process exports everything but the workers' own families, which the Workers row reads.
+    exported = exported_names(scrape) | {n for n in exported_names(workers_scrape) if n.startswith("velamq_worker_")}
     queries = dashboard_queries(dashboard)
     assert len(queries) > 40
     missing = sorted({f"{where}: {name}" for where, names in queries for name in names - exported})
@@ -210,6 +226,33 @@ def test_every_metric_the_dashboard_queries_is_exported(scrape: str) -> None:
                    "velamq_storage_tail_cache_hits_total", "velamq_storage_journal_fsyncs_total",
                    "velamq_storage_publish_buffer_bytes"):
         assert prefix in used
+
+
+def grouped_by(tokens: list[tuple[str, str]]) -> set[str]:
+    """The labels of every `by (...)` list."""
+    labels: set[str] = set()
+    for i, (_, text) in enumerate(tokens[:-1]):
+        if text == "by" and tokens[i + 1][1] == "(":
+            j = i + 2
+            while j < len(tokens) and tokens[j][1] != ")":
+                labels.add(tokens[j][1])
+                j += 1
+    return labels - {","}
+
+
+def test_every_panel_adds_up_the_workers() -> None:
+    """With several workers every sample has a worker label: each expression aggregates (so it
+    shows the whole broker whatever the number of workers), and only the Workers row keeps the
+    workers apart (`by (worker)`)."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    row = ""
+    for panel in dashboard["panels"]:
+        if panel["type"] == "row":
+            row = panel["title"]
+        for target in panel.get("targets", []):
+            tokens = tokenize(target["expr"])
+            assert tokens[0][1] in AGGREGATORS, (panel["title"], target["expr"])
+            assert ("worker" in grouped_by(tokens)) == (row == "Workers"), (panel["title"], target["expr"])
 
 
 def test_every_panel_queries_through_the_datasource_variable() -> None:

@@ -38,8 +38,10 @@ def ns_url(broker: BrokerProcess, what: str) -> str:
 
 def test_namespace_policies_offload_a_topic_that_is_not_loaded(tmp_path: Path, topic: str, make_client: Any,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
-    full = f"persistent://{NS}/{topic}"
+    full = f"persistent://{NS}/{topic}-b"
+    own = f"persistent://{NS}/{topic}-a"  # a policy of its own; checked before the other (name order)
     files = tmp_path / "tier" / topic_dir(full)
+    own_files = tmp_path / "tier" / topic_dir(own)
     # Broker-wide: no automatic offload, local copies deleted at once.
     conf = offload_conf(tmp_path)
     with run_broker(tmp_path / "data", config_file=conf) as broker:
@@ -50,7 +52,15 @@ def test_namespace_policies_offload_a_topic_that_is_not_loaded(tmp_path: Path, t
             producer.send(f"m-{i}".encode() * (1 + i % 7), properties={"i": str(i)}, partition_key=f"k{i % 3}")
         producer.close()
         before = read_all(client, full, 100)
-        assert http("PUT", f"{broker.admin_url}/admin/v2/persistent/{NS}/{topic}/unload")[0] == 204
+        producer = client.create_producer(own, batching_enabled=False)
+        for i in range(50):  # 2 sealed ledgers
+            producer.send(f"own-{i}".encode())
+        producer.close()
+        for name in (full, own):
+            assert http("PUT", f"{broker.admin_url}/admin/v2/persistent/{NS}/{name.rsplit('/', 1)[1]}/unload")[0] == 204
+        assert cli(broker, capsys, "topics", "get-offload-policies", own) is None
+        cli(broker, capsys, "topics", "set-offload-policies", own, "-d", "filesystem", "-oat", "-2")  # not by size
+        assert cli(broker, capsys, "topics", "get-offload-policies", own)["managedLedgerOffloadThresholdInBytes"] == -2
 
         assert cli(broker, capsys, "namespaces", "get-offload-threshold", NS) == {
             "offloadThresholdInBytes": -1, "offloadThresholdInSeconds": -1}
@@ -63,9 +73,12 @@ def test_namespace_policies_offload_a_topic_that_is_not_loaded(tmp_path: Path, t
                    and len(list((files / "_manifests").glob("*.json"))) == 4)
         wait_until(lambda: metrics(broker.admin_url).get("velamq_storage_offload_ledgers_total") == 4)
         assert metrics(broker.admin_url)["velamq_topics_loaded"] == 0  # offloaded without loading it
+        assert not list(own_files.glob("*.parquet"))  # its own policy over the namespace's
         cli(broker, capsys, "namespaces", "clear-offload-deletion-lag", NS)  # the broker's lag: 0
         wait_until(lambda: metrics(broker.admin_url).get("velamq_storage_offload_local_deleted_total") == 4)
         assert cli(broker, capsys, "namespaces", "get-offload-threshold", NS)["offloadThresholdInBytes"] == 0
+        cli(broker, capsys, "topics", "remove-offload-policies", own)  # now the namespace's applies
+        wait_until(lambda: len(list(own_files.glob("*.parquet"))) == 2)
 
         # offloadPolicies: the threshold set alone is one setting with its field.
         cli(broker, capsys, "namespaces", "set-offload-policies", NS, "-d", "filesystem", "-oat", "10M", "-oae", "2h")
@@ -94,5 +107,5 @@ def test_namespace_policies_offload_a_topic_that_is_not_loaded(tmp_path: Path, t
         assert read_all(client, full, 100) == before
         assert metrics(broker.admin_url)["velamq_storage_offload_row_groups_read_total"] >= 4
         flags = [ledger["offloaded"] for ledger in
-                 http("GET", f"{broker.admin_url}/admin/v2/persistent/{NS}/{topic}/internalStats")[1]["ledgers"]]
+                 http("GET", f"{broker.admin_url}/admin/v2/persistent/{NS}/{topic}-b/internalStats")[1]["ledgers"]]
         assert flags == [True, True, True, True, False]

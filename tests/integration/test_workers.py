@@ -39,6 +39,21 @@ def owner_index(full_topic: str, workers: int = 2) -> int:
     return default_owner(NAMESPACE, bundles.index_of(full_topic), workers)
 
 
+class Receipts:
+    """The indexes of the messages whose send_async succeeded, in the order the receipts came."""
+
+    def __init__(self) -> None:
+        self.acked: list[int] = []
+        self._lock = threading.Lock()
+
+    def callback_for(self, i: int) -> Any:
+        def callback(result: Any, _msg_id: Any) -> None:
+            if result == pulsar.Result.Ok:
+                with self._lock:
+                    self.acked.append(i)
+        return callback
+
+
 def lookup(admin: AdminClient, topic: str) -> dict[str, Any]:
     reply = admin.request("GET", f"/lookup/v2/topic/persistent/{NAMESPACE}/{topic}")
     assert isinstance(reply, dict)
@@ -161,16 +176,8 @@ def test_bundle_unload_moves_it_without_loss_and_in_order(topic: str, make_clien
         producer = client.create_producer(
             name, batching_enabled=False, max_pending_messages=500, block_if_queue_full=True
         )
-        acked: list[int] = []
-        lock = threading.Lock()
-
-        def done(i: int) -> Any:
-            def callback(result: Any, _msg_id: Any) -> None:
-                if result == pulsar.Result.Ok:
-                    with lock:
-                        acked.append(i)
-            return callback
-
+        receipts = Receipts()
+        acked, done = receipts.acked, receipts.callback_for
         stop = threading.Event()
         sent = [0]
 
@@ -209,16 +216,8 @@ def test_a_killed_worker_is_restarted_and_nothing_acknowledged_is_lost(topic: st
         old_pid = broker.worker_pids()[victim]
         client = make_client(broker.service_url)
         producer = client.create_producer(name, batching_enabled=False, send_timeout_millis=60_000)
-        acked: list[int] = []
-        lock = threading.Lock()
-
-        def callback_for(i: int) -> Any:
-            def callback(result: Any, _msg_id: Any) -> None:
-                if result == pulsar.Result.Ok:
-                    with lock:
-                        acked.append(i)
-            return callback
-
+        receipts = Receipts()
+        acked, callback_for = receipts.acked, receipts.callback_for
         for i in range(300):
             producer.send_async(str(i).encode(), callback_for(i))
         wait_until(lambda: len(acked) >= 100, "receipts before the kill")
@@ -308,3 +307,36 @@ def test_a_worker_that_owns_no_partition_deletes_a_partitioned_topic(
                                        query={"force": "true"})
     listed = shared.request("GET", f"/admin/v2/persistent/{NAMESPACE}/partitioned")
     assert f"persistent://{NAMESPACE}/{name}" not in listed
+
+
+def test_a_data_dir_keeps_the_layout_it_was_made_with(tmp_path: Any) -> None:
+    one, several = tmp_path / "one", tmp_path / "several"
+    with run_broker(one):
+        pass
+    with pytest.raises(RuntimeError, match="holds the storage of a one-process broker"), run_broker(one, workers=2):
+        pass
+    with run_broker(several, workers=2) as broker:
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+        client.create_producer(f"persistent://{NAMESPACE}/layout").send(b"x")
+        client.close()
+    with pytest.raises(RuntimeError, match="holds the storage of a broker of several workers"), run_broker(several):
+        pass
+
+
+def test_kill_9_of_the_supervisor_takes_the_workers_and_loses_nothing_acknowledged(
+    topic: str, make_client: Any, tmp_path: Any
+) -> None:
+    with run_broker(tmp_path / "data", workers=2) as broker:
+        client = make_client(broker.service_url)
+        names = [f"persistent://{NAMESPACE}/{topic}-{i}" for i in range(6)]
+        for n in names:
+            client.create_producer(n, batching_enabled=False).send(n.encode())
+        pids = list(broker.worker_pids().values())
+        broker.kill()  # SIGKILL: a crash of the whole broker
+        for pid in pids:
+            wait_until(lambda pid=pid: not _alive(pid), f"worker {pid} died with its supervisor")
+        broker.start()
+        reader_client = make_client(broker.service_url)
+        for n in names:
+            reader = reader_client.create_reader(n, pulsar.MessageId.earliest)
+            assert reader.read_next(timeout_millis=20_000).data() == n.encode()

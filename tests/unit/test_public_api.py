@@ -22,7 +22,7 @@ PUBLIC_API: dict[str, list[str]] = {
     ],
     "velamq.client": [
         "AdminClient", "AdminError", "AdminReply", "AlreadyClosedError", "AsyncClient", "Authentication",
-        "AutoClusterFailover", "ServiceInfo", "ServiceInfoProvider",
+        "AutoClusterFailover", "ControlledClusterFailover", "ServiceInfo", "ServiceInfoProvider",
         "AuthenticationBasic", "AuthenticationError", "AuthenticationTLS", "AuthenticationToken", "AuthorizationError",
         "AvroSchema", "BatchReceivePolicy", "BlockingConsumer", "BlockingOrderedConsumer", "BlockingProducer",
         "BlockingReader", "BrokerError", "BytesSchema", "ChecksumError", "Client", "ClientConfig",
@@ -81,7 +81,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "BrokerUrls", "CompactionStatus", "ConsumerStats", "CursorStats", "DiskUsage", "InternalStats",
         "LastMessageId", "LedgerStats", "ListenSockets", "NamespaceMetrics", "NonPersistentTopicStats",
         "Ownership", "PublisherStats", "RateSeries", "SubscriptionMetrics", "SubscriptionStats", "TopicMetrics",
-        "TopicStats",
+        "TopicStats", "listening_socket",
     ],
     "velamq.admin": ["AdminServer", "AdminSockets", "BrokerBackend", "WorkerRouting"],
     "velamq.workers": ["Supervisor", "WorkerOwnership", "WorkerSpec", "serve_worker", "worker_spec_from_environment"],

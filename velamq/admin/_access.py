@@ -87,6 +87,9 @@ RULES: Final[Mapping[tuple[str, str], Access]] = {
     ("GET", "/"): _CONSOLE,
     ("GET", "/console/namespaces/{tenant}/{namespace}"): _CONSOLE,
     ("GET", "/console/topics/" + DOMAIN + "/{tenant}/{namespace}/{topic}"): _CONSOLE,
+    ("GET", "/console/data/overview"): _CONSOLE,
+    ("GET", "/console/data/namespaces/{tenant}/{namespace}"): _CONSOLE,
+    ("GET", "/console/data/topics/" + DOMAIN + "/{tenant}/{namespace}/{topic}"): _CONSOLE,
     ("GET", "/admin/v2/clusters"): _AUTHENTICATED,
     ("GET", "/admin/v2/clusters/{cluster}"): _AUTHENTICATED,
     # Creating, updating and deleting a tenant is a superuser's, though the path names the tenant.

@@ -1,7 +1,8 @@
 """The web console's pages (OP-3): read-only views of tenants, namespaces, topics and rates.
 
     /                                              overview: broker rates (chart), busiest topics,
-                                                   tenants and namespaces with their topic counts
+                                                   tenants and namespaces with their topic counts,
+                                                   with several workers each worker (up or not)
     /console/namespaces/{t}/{ns}?q=&page=          a namespace's topics, searched and paged in the
                                                    metadata store (never the whole list), with the
                                                    figures of those that are loaded
@@ -24,6 +25,7 @@ from typing import Any, Final
 
 from velamq._topic_name import TopicName
 from velamq.admin._console_charts import rate_chart
+from velamq.admin._console_data import WorkerStatus
 from velamq.admin._console_html import (
     card,
     esc,
@@ -69,9 +71,11 @@ def _namespace_crumbs(namespace: str) -> list[tuple[str, str | None]]:
 
 
 def overview_page(
-    frame: Frame, overview: BrokerOverview, namespaces: Sequence[tuple[str, int, int]], namespaces_total: int
+    frame: Frame, overview: BrokerOverview, namespaces: Sequence[tuple[str, int, int]], namespaces_total: int,
+    workers: Sequence[WorkerStatus] = (), note: str = "",
 ) -> str:
-    """`namespaces`: (namespace, topics, loaded topics), those shown; namespaces_total: all there are."""
+    """`namespaces`: (namespace, topics, loaded topics), those shown; namespaces_total: all there are.
+    `workers`: the workers of a broker of several (none: one process); `note`: which did not answer."""
     cards = [
         card("connections", str(overview.connections_active), "connectionsActive"),
         card("topics loaded", str(overview.topics_loaded), "topicsLoaded"),
@@ -93,6 +97,7 @@ def overview_page(
         for ns, topics, loaded in namespaces
     ]
     body = [
+        *_note(note),
         f"<div class='cards'>{''.join(cards)}</div>",
         "<h2>Messages per second, whole broker</h2>",
         rate_chart(overview.rate_history, "msg/s in and out, whole broker"),
@@ -100,10 +105,33 @@ def overview_page(
         table(["topic", "msg/s in", "msg/s out"], busiest, cls="busiest", empty="no traffic at the last sample"),
         "<h2>Tenants and namespaces</h2>",
         table(["namespace", "topics", "loaded"], ns_rows, cls="namespaces", empty="no namespace"),
+        *_workers_section(workers),
     ]
     if namespaces_total > len(namespaces):
         body.append(f"<p class='note'>{namespaces_total - len(namespaces)} more namespaces are not shown.</p>")
     return frame.page("Overview", body, [], "/")
+
+
+def _note(note: str) -> list[str]:
+    """A page's warning line (e.g. the workers that did not answer), or nothing."""
+    return [f"<p class='note missing-workers'>{esc(note)}</p>"] if note else []
+
+
+def _workers_section(workers: Sequence[WorkerStatus]) -> list[str]:
+    if not workers:
+        return []
+    rows = [
+        f"<tr data-worker='{w.worker_id}'><td class='name'>{w.worker_id}</td>{stat('address', w.web_service_url)}"
+        f"{stat('pid', '-' if w.pid is None else str(w.pid))}"
+        f"{stat('topicsLoaded', '-' if w.topics_loaded is None else str(w.topics_loaded))}"
+        f"{stat('up', w.up)}</tr>"
+        for w in workers
+    ]
+    answered = sum(1 for w in workers if w.up)
+    return [
+        f"<h2>Workers ({answered} of {len(workers)} answered)</h2>",
+        table(["worker", "address", "pid", "topics loaded", "up"], rows, cls="workers"),
+    ]
 
 
 def _namespace_link(namespace: str) -> str:
@@ -165,10 +193,10 @@ def _pager(listing: TopicListing, page_size: int) -> str:
 
 def namespace_page(
     frame: Frame, listing: TopicListing, metrics: Mapping[str, TopicMetrics], page_size: int, href: str,
-    extra: Sequence[str] = (),
+    extra: Sequence[str] = (), note: str = "",
 ) -> str:
     """One page of the namespace's topics (already cut by the metadata store); `extra`: sections
-    after them (geo-replication's)."""
+    after them (geo-replication's); `note`: which workers did not answer."""
     ns = listing.namespace
     first = listing.offset + 1 if listing.topics else 0
     last = listing.offset + len(listing.topics)
@@ -185,6 +213,7 @@ def namespace_page(
     headers = ["topic", "kind", "producers", "consumers", "subscriptions", "msg/s in", "msg/s out",
                "backlog", "backlog size", "storage"]
     body = [
+        *_note(note),
         form,
         f"<p class='summary' data-total='{listing.total}'>{esc(summary)}</p>",
         _pager(listing, page_size),
@@ -206,9 +235,10 @@ def _history_note(history: RateSeries | None, interval_s: float) -> str:
 
 
 def topic_page(
-    frame: Frame, topic: str, stats: Mapping[str, Any], history: RateSeries | None, interval_s: float, href: str
+    frame: Frame, topic: str, stats: Mapping[str, Any], history: RateSeries | None, interval_s: float, href: str,
+    served_by: str = "",
 ) -> str:
-    """`stats` is the topic's /stats JSON (Pulsar's TopicStats)."""
+    """`stats` is the topic's /stats JSON (Pulsar's TopicStats); `served_by`: which worker's figures."""
     name = TopicName.parse(topic)
     summary_rows = [
         "<tr>" + "".join([
@@ -265,15 +295,17 @@ def topic_page(
                "connected since"], consumers, cls="consumers"),
         topic_section(stats.get("replication", {})),
         f"<p class='note'>The same figures as {link(_stats_path(name), 'GET …/stats')}.</p>",
+        *([f"<p class='note served-by'>{esc(served_by)}</p>"] if served_by else []),
     ]
     crumbs = [*_namespace_crumbs(name.namespace), (name.local_name, None)]
     return frame.page(topic, body, crumbs, href)
 
 
 def partitioned_page(
-    frame: Frame, topic: str, partitions: int, metrics: Mapping[str, TopicMetrics], href: str
+    frame: Frame, topic: str, partitions: int, metrics: Mapping[str, TopicMetrics], href: str, note: str = ""
 ) -> str:
-    """A partitioned topic: its partitions, with the figures of the loaded ones."""
+    """A partitioned topic: its partitions, with the figures of the loaded ones (`note`: which
+    workers did not answer)."""
     name = TopicName.parse(topic)
     rows = [_topic_row(str(p), 0, metrics.get(str(p))) for p in (name.partition(i) for i in range(partitions))]
     headers = ["partition", "kind", "producers", "consumers", "subscriptions", "msg/s in", "msg/s out",
@@ -282,6 +314,7 @@ def partitioned_page(
     total_out = sum(m.msg_rate_out for m in metrics.values())
     storage = sum(m.storage_size_bytes for m in metrics.values())
     body = [
+        *_note(note),
         "<div class='cards'>" + card("partitions", str(partitions), "partitions")
         + card("msg/s in", fmt_rate(total_in)) + card("msg/s out", fmt_rate(total_out))
         + card("storage (loaded)", fmt_bytes(storage)) + "</div>",
@@ -292,7 +325,11 @@ def partitioned_page(
 
 
 def not_found_page(frame: Frame, what: str, href: str) -> str:
-    return frame.page("Not found", [f"<p>{esc(what)}</p>", f"<p>{link('/', 'back to the overview')}</p>"],
+    return message_page(frame, "Not found", what, href)
+
+
+def message_page(frame: Frame, title: str, what: str, href: str) -> str:
+    return frame.page(title, [f"<p>{esc(what)}</p>", f"<p>{link('/', 'back to the overview')}</p>"],
                       [("overview", "/")], href)
 
 

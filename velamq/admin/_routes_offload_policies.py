@@ -11,6 +11,9 @@ Under /admin/v2/namespaces/{tenant}/{namespace}:
     offloadPolicies            GET: Pulsar's OffloadPoliciesImpl, or 204; POST (PUT) one; DELETE
                                (and DELETE .../removeOffloadPolicies, the path pulsar-admin uses)
 
+Under /admin/v2/persistent/{tenant}/{namespace}/{topic}: offloadPolicies (GET / POST / DELETE),
+the topic's own, over its namespace's field by field (on a partition: its partitioned topic's).
+
 As in Pulsar, a threshold or lag set alone and the same field of offloadPolicies are one setting:
 each write keeps the two in step, and offloadPolicies given without a field takes the one set
 alone. offloadPolicies must name a supported driver and, for S3, a bucket (412 otherwise, with
@@ -25,12 +28,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from velamq.admin._http import HttpError, Response
-from velamq.admin._params import json_body, namespace_of, notify_policies_changed
+from velamq.admin._params import json_body, namespace_of, notify_policies_changed, require_topic, topic_of
 from velamq.admin._policy_specs import as_int, as_object
 from velamq.admin._router import Call, Router
 from velamq.metadata import _offload_policies as O
 
 NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}"
+TOPIC = "/admin/v2/{domain:persistent|non-persistent}/{tenant}/{namespace}/{topic}"
 PULSAR_DRIVERS = ("S3", "aws-s3", "google-cloud-storage", "filesystem", "azureblob", "aliyun-oss")
 
 Handler = Callable[[Call], Awaitable[Response]]
@@ -137,6 +141,35 @@ async def remove_offload_policies(call: Call) -> Response:
     return Response.no_content()
 
 
+async def _topic(call: Call) -> str:
+    topic = topic_of(call)
+    if not topic.persistent:
+        raise HttpError(405, "offload policies are for persistent topics only")
+    await require_topic(call, topic)
+    return str(topic.partitioned_parent)
+
+
+async def get_topic_offload_policies(call: Call) -> Response:
+    stored = await call.backend.metadata.get_topic_policies(await _topic(call))
+    impl = stored.get(O.TOPIC_OFFLOAD_POLICIES)
+    return Response.json(impl) if isinstance(impl, dict) else Response.no_content()
+
+
+async def set_topic_offload_policies(call: Call) -> Response:
+    topic = await _topic(call)
+    impl = check_offload_policies(call, json_body(call))
+    await call.backend.metadata.set_topic_policy(topic, O.TOPIC_OFFLOAD_POLICIES, impl)
+    await notify_policies_changed(call, topic_of(call).namespace, topic)
+    return Response.no_content()
+
+
+async def remove_topic_offload_policies(call: Call) -> Response:
+    topic = await _topic(call)
+    await call.backend.metadata.set_topic_policy(topic, O.TOPIC_OFFLOAD_POLICIES, None)
+    await notify_policies_changed(call, topic_of(call).namespace, topic)
+    return Response.no_content()
+
+
 def register(router: Router) -> None:
     settings = (
         ("offloadThreshold", O.THRESHOLD_BYTES, O.NS_OFFLOAD_THRESHOLD, O.NOT_SET),
@@ -154,3 +187,7 @@ def register(router: Router) -> None:
     router.add("PUT", f"{NAMESPACE}/offloadPolicies", set_offload_policies)
     router.add("DELETE", f"{NAMESPACE}/offloadPolicies", remove_offload_policies)
     router.add("DELETE", f"{NAMESPACE}/removeOffloadPolicies", remove_offload_policies)
+    router.add("GET", f"{TOPIC}/offloadPolicies", get_topic_offload_policies)
+    router.add("POST", f"{TOPIC}/offloadPolicies", set_topic_offload_policies)
+    router.add("PUT", f"{TOPIC}/offloadPolicies", set_topic_offload_policies)
+    router.add("DELETE", f"{TOPIC}/offloadPolicies", remove_topic_offload_policies)

@@ -148,11 +148,11 @@ async def on_partition(
     except PeerError as exc:
         raise HttpError(503, f"the worker that owns {partition} did not answer: {exc}") from None
     if reply.status >= 400:
-        raise _peer_refusal(reply.status, reply.body)
+        raise peer_refusal(reply.status, reply.body)
     return from_json(json.loads(reply.body) if reply.body.strip() else None)
 
 
-def _peer_refusal(status: int, body: bytes) -> Exception:
+def peer_refusal(status: int, body: bytes) -> Exception:
     try:
         reason = str(json.loads(body).get("reason", ""))
     except (ValueError, AttributeError):
@@ -190,7 +190,7 @@ async def on_every_peer(call: Call) -> None:
             failure = failure or HttpError(503, f"worker {worker} did not answer: {exc}")
             continue
         if reply.status >= 400:
-            failure = failure or _peer_refusal(reply.status, reply.body)
+            failure = failure or peer_refusal(reply.status, reply.body)
     if failure is not None:
         raise failure
 

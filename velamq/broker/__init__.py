@@ -17,7 +17,7 @@ from velamq.broker._service import BrokerService
 from velamq.broker.guards._disk import DiskUsage
 from velamq.broker.log._compaction import CompactionStatus
 from velamq.broker.nonpersistent._stats import NonPersistentTopicStats
-from velamq.broker.session._listener import ListenSockets
+from velamq.broker.session._listener import ListenSockets, listening_socket
 from velamq.broker.stats._rate_history import RateSeries
 from velamq.broker.stats._records import (
     BrokerMetrics,
@@ -60,4 +60,5 @@ __all__ = [
     "SubscriptionStats",
     "TopicMetrics",
     "TopicStats",
+    "listening_socket",
 ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import NamedTuple, Protocol
 
 from velamq._bundles import BundleRange
+from velamq.protocol import pb
 
 
 class BrokerUrls(NamedTuple):
@@ -23,6 +24,17 @@ class BrokerUrls(NamedTuple):
 
     url: str | None
     url_tls: str | None
+
+
+def tell_new_owner(close: pb.CommandCloseProducer | pb.CommandCloseConsumer, new_owner: BrokerUrls | None) -> None:
+    """Fill a CLOSE_PRODUCER / CLOSE_CONSUMER's assignedBrokerServiceUrl[Tls] (PIP-307): the client
+    goes straight there, without a lookup."""
+    if new_owner is None:
+        return
+    if new_owner.url:
+        close.assignedBrokerServiceUrl = new_owner.url
+    if new_owner.url_tls:
+        close.assignedBrokerServiceUrlTls = new_owner.url_tls
 
 
 class Ownership(Protocol):

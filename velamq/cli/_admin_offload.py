@@ -5,6 +5,8 @@ topics:
                                     hold at most SIZE (10M, 1G; 0: every sealed ledger)
     offload-status  [-w]            NOT_RUN, RUNNING, SUCCESS or ERROR (with the error), and the
                                     first message not offloaded; -w waits while it runs
+    set-offload-policies / get-offload-policies / remove-offload-policies   the topic's own, with
+                                    the namespace verb's flags
 
 namespaces (argument tenant/namespace):
     set-offload-threshold   -s SIZE [-t TIME]   bytes (-1: the broker's; 0: as soon as sealed) and
@@ -78,6 +80,21 @@ def add_offload_verbs(group: Group) -> None:
     verb(group, "offload", "offload sealed ledgers to tiered storage", _offload, offload_args)
     verb(group, "offload-status", "state of the last offload", _offload_status, status_args)
 
+    def topic_only(p: argparse.ArgumentParser) -> None:
+        p.add_argument("topic")
+
+    def policies_args(p: argparse.ArgumentParser) -> None:
+        topic_only(p)
+        policies_flags(p)
+
+    verb(group, "set-offload-policies", "a topic's own offload policies (over its namespace's)",
+         lambda c, a: c.request("POST", topic_path(a.topic, "offloadPolicies"), offload_policies_body(a)),
+         policies_args)
+    verb(group, "get-offload-policies", "a topic's own offload policies",
+         lambda c, a: c.request("GET", topic_path(a.topic, "offloadPolicies")), topic_only)
+    verb(group, "remove-offload-policies", "remove a topic's own offload policies",
+         lambda c, a: c.request("DELETE", topic_path(a.topic, "offloadPolicies")), topic_only)
+
 
 # ---------------------------------------------------------------------------- namespaces
 
@@ -132,6 +149,21 @@ def _set_policies(c: AdminClient, a: argparse.Namespace) -> Any:
     c.request("POST", namespace_path(a.namespace, "offloadPolicies"), offload_policies_body(a))
 
 
+def policies_flags(p: argparse.ArgumentParser) -> None:
+    """set-offload-policies' flags, as pulsar-admin's (the store's must be the broker's)."""
+    p.add_argument("--driver", "-d", required=True,
+                   help=f"one of {', '.join(DRIVERS)} (velamq: filesystem, aws-s3)")
+    p.add_argument("--bucket", "-b", help="the bucket (S3)")
+    p.add_argument("--region", "-r", help="the bucket's region (S3)")
+    p.add_argument("--endpoint", "-e", help="the S3 service endpoint")
+    p.add_argument("--offloadAfterThreshold", "-oat", dest="offload_after_threshold",
+                   help="offload past this many bytes kept locally (1M, 5G)")
+    p.add_argument("--offloadAfterThresholdInSeconds", "-oats", dest="offload_after_threshold_s",
+                   help="offload ledgers sealed longer ago than this (100m, 3h)")
+    p.add_argument("--offloadAfterElapsed", "-oae", dest="offload_after_elapsed",
+                   help="delete local copies this long after offloading (10s, 3h)")
+
+
 def add_namespace_offload_verbs(group: Group) -> None:
     def ns_only(p: argparse.ArgumentParser) -> None:
         p.add_argument("namespace", help="tenant/namespace")
@@ -149,17 +181,7 @@ def add_namespace_offload_verbs(group: Group) -> None:
 
     def policies_args(p: argparse.ArgumentParser) -> None:
         ns_only(p)
-        p.add_argument("--driver", "-d", required=True,
-                       help=f"one of {', '.join(DRIVERS)} (velamq: filesystem, aws-s3)")
-        p.add_argument("--bucket", "-b", help="the bucket (S3)")
-        p.add_argument("--region", "-r", help="the bucket's region (S3)")
-        p.add_argument("--endpoint", "-e", help="the S3 service endpoint")
-        p.add_argument("--offloadAfterThreshold", "-oat", dest="offload_after_threshold",
-                       help="offload past this many bytes kept locally (1M, 5G)")
-        p.add_argument("--offloadAfterThresholdInSeconds", "-oats", dest="offload_after_threshold_s",
-                       help="offload ledgers sealed longer ago than this (100m, 3h)")
-        p.add_argument("--offloadAfterElapsed", "-oae", dest="offload_after_elapsed",
-                       help="delete local copies this long after offloading (10s, 3h)")
+        policies_flags(p)
 
     verb(group, "set-offload-threshold", "offload a namespace's topics past a size or an age", _set_threshold,
          threshold_args)

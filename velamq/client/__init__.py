@@ -83,6 +83,7 @@ from velamq.client.schema._record import Record
 from velamq.client.schema._schemas import AvroSchema, BytesSchema, JsonSchema, Schema, StringSchema
 from velamq.client.security._auth import Authentication, AuthenticationBasic, AuthenticationTLS, AuthenticationToken
 from velamq.client.security._settings import ConnectionSecurity
+from velamq.client.transport._controlled_failover import ControlledClusterFailover
 from velamq.client.transport._failover import AutoClusterFailover, ServiceInfo, ServiceInfoProvider
 
 __all__ = [
@@ -117,6 +118,7 @@ __all__ = [
     "ConsumerBusyError",
     "ConsumerConfig",
     "ConsumerNotFoundError",
+    "ControlledClusterFailover",
     "CredentialsError",
     "DeadLetterPolicy",
     "EntryListener",

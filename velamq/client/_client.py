@@ -77,6 +77,11 @@ class AsyncClient:
         self._provider: ServiceInfoProvider | None = None
         if not isinstance(service_url, str):  # failover between clusters (_failover.py)
             check_failover_config(config)
+            try:
+                asyncio.get_running_loop()  # the provider's checks run on the client's loop
+            except RuntimeError:
+                raise InvalidConfigurationError("a client with a service-info provider is made on a running "
+                                                "event loop (inside async code, or use the blocking Client)") from None
             self._provider = service_url
             self._service_info = service_url.initial_service_info()
             self._base_config = config
@@ -97,11 +102,7 @@ class AsyncClient:
         self._consumers: set[Consumer] = set()
         self._closed = False
         if self._provider is not None:
-            try:
-                self._provider.initialize(self._switch_cluster)
-            except RuntimeError:  # no running event loop
-                raise InvalidConfigurationError("a client with a service-info provider is made on a running "
-                                                "event loop (inside async code, or use the blocking Client)") from None
+            self._provider.initialize(self._switch_cluster)
 
     def _check_tls_files(self) -> None:
         url = self.service_url

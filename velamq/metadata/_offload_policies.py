@@ -11,6 +11,10 @@
 For each of the three settings, `namespace_offload` gives what the namespace sets: the
 offload_policies field if set, else the older single field (as Pulsar's
 OffloadPoliciesImpl.oldPoliciesCompatible reads them), else None: the broker's setting applies.
+
+A topic sets its own in its TopicPolicies' `offloadPolicies` (an OffloadPoliciesImpl, on the
+partitioned topic for its partitions); `topic_offload` reads it, and `over` puts a topic's fields
+over its namespace's, field by field (Pulsar's OffloadPoliciesImpl.mergeConfiguration).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ NS_OFFLOAD_THRESHOLD: Final = "offload_threshold"
 NS_OFFLOAD_THRESHOLD_S: Final = "offload_threshold_in_seconds"
 NS_OFFLOAD_DELETION_LAG: Final = "offload_deletion_lag_ms"
 NS_OFFLOAD_POLICIES: Final = "offload_policies"
+TOPIC_OFFLOAD_POLICIES: Final = "offloadPolicies"
 
 # OffloadPoliciesImpl's fields that say when.
 THRESHOLD_BYTES: Final = "managedLedgerOffloadThresholdInBytes"
@@ -81,3 +86,21 @@ def namespace_offload(policies: Mapping[str, Any]) -> OffloadOverrides:
     if lag is None:
         lag = _int(policies.get(NS_OFFLOAD_DELETION_LAG))
     return OffloadOverrides(threshold, threshold_s, lag)
+
+
+def topic_offload(topic_policies: Mapping[str, Any]) -> OffloadOverrides:
+    """The offload settings a topic's stored TopicPolicies set (its offloadPolicies' fields)."""
+    impl = topic_policies.get(TOPIC_OFFLOAD_POLICIES)
+    if not isinstance(impl, Mapping):
+        return OffloadOverrides()
+    return OffloadOverrides(_int(impl.get(THRESHOLD_BYTES)), _int(impl.get(THRESHOLD_S)),
+                            _int(impl.get(DELETION_LAG_MS)))
+
+
+def over(topic: OffloadOverrides, namespace: OffloadOverrides) -> OffloadOverrides:
+    """The topic's settings where it sets them, the namespace's elsewhere."""
+    return OffloadOverrides(
+        namespace.threshold_bytes if topic.threshold_bytes is None else topic.threshold_bytes,
+        namespace.threshold_s if topic.threshold_s is None else topic.threshold_s,
+        namespace.deletion_lag_ms if topic.deletion_lag_ms is None else topic.deletion_lag_ms,
+    )

@@ -62,6 +62,7 @@ class ReplicationService:
         self.metadata = metadata
         self.local = local_cluster
         self._clients: dict[str, AsyncClient] = {}
+        self._cluster_seen: dict[str, RemoteCluster] = {}  # what each client was made from
         self._replicators: dict[str, dict[str, Replicator]] = {}  # topic -> remote -> replicator
         self._subscriptions: dict[str, ReplicatedSubscriptions] = {}  # topic -> its controller
         self._closed = False
@@ -122,6 +123,7 @@ class ReplicationService:
         """A cluster's data changed or it was deleted: its replicators start again with what is
         stored now (or stop, if it is gone)."""
         client = self._clients.pop(cluster, None)
+        self._cluster_seen.pop(cluster, None)
         for name, by_remote in list(self._replicators.items()):
             replicator = by_remote.pop(cluster, None)
             if replicator is not None:
@@ -246,7 +248,20 @@ class ReplicationService:
         client = AsyncClient(cluster.service_url, **cluster.security.client_options(),
                              max_backoff_s=reconnect_backoff_max_s)
         self._clients[remote] = client
+        self._cluster_seen[remote] = cluster
         return client
+
+    async def metadata_changed_elsewhere(self) -> None:
+        """Another worker changed the shared metadata: a cluster this worker replicates to whose
+        data changed (or that is gone) is taken up again, as a change made here would be."""
+        for remote, seen in list(self._cluster_seen.items()):
+            try:
+                now: RemoteCluster | None = remote_cluster(remote, await self.metadata.get_cluster(remote))
+            except (NotFoundError, ClusterError):
+                now = None
+            if now != seen:
+                self._cluster_seen.pop(remote, None)
+                await self.clusters_changed(remote)
 
     # ---- figures -------------------------------------------------------------------------------
 

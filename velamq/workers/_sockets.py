@@ -19,7 +19,7 @@ import socket
 from dataclasses import asdict, dataclass, field
 from typing import Final
 
-from velamq.broker import BrokerConfig
+from velamq.broker import BrokerConfig, listening_socket
 
 ENV_VAR: Final = "VELAMQ_WORKER"
 # Connections that may wait for a worker to accept them (a restarting worker's port included).
@@ -28,17 +28,8 @@ listen_backlog: Final = 1024
 
 def listen(host: str, port: int) -> socket.socket:
     """A bound, listening TCP socket (port 0: the system picks one), inheritable by children."""
-    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    family, kind, proto, _, address = infos[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen(listen_backlog)
-        sock.set_inheritable(True)
-    except BaseException:
-        sock.close()
-        raise
+    sock = listening_socket(host, port, listen_backlog)
+    sock.set_inheritable(True)
     return sock
 
 

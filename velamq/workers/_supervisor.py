@@ -6,14 +6,13 @@ the same configuration) and `VELAMQ_WORKER` in their environment (_sockets.py). 
 while the broker runs is started again on the same sockets, at once the first time and then with a
 growing delay while it keeps dying young (a broken disk must not make a fork loop). A worker dies
 with its supervisor (PR_SET_PDEATHSIG: a supervisor killed with -9 takes its workers with it, as a
-crash of the whole broker would).
+crash of the whole broker would; the worker asks for it itself, _worker.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import os
 import signal
@@ -26,7 +25,7 @@ from typing import Final
 from velamq.broker import BrokerConfig
 from velamq.metadata import MetadataStore
 from velamq.workers._sockets import ENV_VAR, SupervisorSockets
-from velamq.workers._worker import READY_ENV
+from velamq.workers._worker import READY_ENV, SUPERVISOR_ENV
 
 log = logging.getLogger("velamq.workers")
 
@@ -37,14 +36,6 @@ stop_timeout_s: Final = 120.0
 # A worker that dies sooner than this after its start is restarted after a growing delay.
 young_s: Final = 10.0
 restart_delay_max_s: Final = 30.0
-_PR_SET_PDEATHSIG: Final = 1
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGKILL when the supervisor dies."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
 
 class WorkerProcess:
     """One worker slot: the process now running in it, and how often it had to be restarted."""
@@ -120,12 +111,13 @@ class Supervisor:
             **os.environ,
             ENV_VAR: sockets.spec(slot.worker_id).to_env(),
             READY_ENV: str(write_end),
+            SUPERVISOR_ENV: str(os.getpid()),
             "PYTHONUNBUFFERED": "1",
         }
         try:
             slot.process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "velamq", *self.argv,
-                env=env, pass_fds=[*sockets.fds_for(slot.worker_id), write_end], preexec_fn=_die_with_parent,
+                env=env, pass_fds=[*sockets.fds_for(slot.worker_id), write_end],
             )
         finally:
             os.close(write_end)

@@ -12,6 +12,7 @@ listens, and stops cleanly on SIGTERM (flushes storage and persists cursors, as 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import os
 import signal
@@ -27,6 +28,8 @@ from velamq.workers._sockets import WorkerSpec, adopt
 log = logging.getLogger("velamq.workers")
 
 READY_ENV: Final = "VELAMQ_WORKER_READY"
+SUPERVISOR_ENV: Final = "VELAMQ_SUPERVISOR_PID"
+_PR_SET_PDEATHSIG: Final = 1
 # Namespaces named in the start line at most (the rest are counted).
 _named_namespaces_max: Final = 8
 
@@ -78,7 +81,21 @@ async def _start_line(server: VelamqServer, ownership: WorkerOwnership) -> str:
     )
 
 
+def die_with_supervisor() -> None:
+    """SIGKILL this worker when its supervisor dies (Linux's PR_SET_PDEATHSIG), as a crash of the
+    whole broker would; asked here rather than between fork and exec, where the supervisor's
+    threads make Python code unsafe. A supervisor gone before the request took effect: exit now."""
+    supervisor = os.environ.get(SUPERVISOR_ENV)
+    if supervisor is None:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != int(supervisor):
+        raise SystemExit("velamq worker: its supervisor is gone")
+
+
 async def serve_worker(spec: WorkerSpec, config: BrokerConfig) -> None:
+    die_with_supervisor()
     raise_fd_limit()
     server = VelamqServer(worker_config(config, spec.workers), role=worker_role(spec, config))
     await server.start()

@@ -12,6 +12,7 @@ call served by the wrong one would find nothing there.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import subprocess
@@ -113,8 +114,9 @@ class Workers:
         return self.brokers[worker].run(snapshot())
 
 
-@pytest.fixture
-def workers(tmp_path: Path) -> Iterator[Workers]:
+@contextlib.contextmanager
+def running_workers(tmp_path: Path) -> Iterator[Workers]:
+    """Two in-process brokers, each with an admin server routed over one Cluster table."""
     cluster = Cluster()
     brokers = [BrokerThread(tmp_path / f"w{i}") for i in range(2)]
     admins: list[AdminServer] = []
@@ -137,6 +139,12 @@ def workers(tmp_path: Path) -> Iterator[Workers]:
             broker.run(admin.close())
         for broker in brokers:
             broker.stop()
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[Workers]:
+    with running_workers(tmp_path) as ws:
+        yield ws
 
 
 def _produce(ws: Workers, worker: int, topic: str, count: int) -> None:

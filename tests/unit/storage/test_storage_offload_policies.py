@@ -14,8 +14,9 @@ from test_storage_offload import HOUR_MS, fill, offload_config
 
 from velamq._clock import ManualClock
 from velamq.storage import OffloadPolicy, Storage
+from velamq.storage.index._storage_db import StoredOffloadSummary
 from velamq.storage.offload import _offloader
-from velamq.storage.offload._select import Ledger, local_copies_due, may_be_due, to_offload
+from velamq.storage.offload._select import Ledger, local_copies_due, may_be_due, stored_due, to_offload
 
 A = "persistent://public/a/t"
 B = "persistent://public/b/t"
@@ -137,5 +138,20 @@ def test_the_choice_by_size_by_age_and_by_lag() -> None:
     assert local_copies_due(ledgers, OffloadPolicy(-1, -1, 8_000), 10_000) == [1]
     assert local_copies_due(ledgers, OffloadPolicy(-1, -1, 8_001), 10_000) == []
     assert local_copies_due(ledgers, OffloadPolicy(-1, -1, -1), 10_000) == []
-    assert may_be_due(ledgers) and not may_be_due([ledger(4, 100, None)])
-    assert not may_be_due([ledger(1, 100, 1_000, offloaded_ms=2_000, local=False)])
+
+
+def test_a_stored_topics_summary_is_due_by_the_same_rules() -> None:
+    # As the database sums up the ledgers above: 300 bytes not offloaded, 2 sealed candidates (the
+    # oldest sealed at 5 000), one offloaded ledger still local (offloaded at 2 000).
+    summary = StoredOffloadSummary("t", 300, 2, 5_000, 2_000)
+    idle = StoredOffloadSummary("u", 100, 0, None, None)  # only a current ledger
+    assert may_be_due(summary) and not may_be_due(idle)
+    assert may_be_due(StoredOffloadSummary("v", 0, 0, None, 2_000))
+    assert not stored_due(summary, OffloadPolicy(-1, -1, -1), 10_000)
+    assert stored_due(summary, OffloadPolicy(200, -1, -1), 10_000)
+    assert not stored_due(summary, OffloadPolicy(300, -1, -1), 10_000)
+    assert stored_due(summary, OffloadPolicy(-1, 4, -1), 10_000)  # sealed more than 4 s ago
+    assert not stored_due(summary, OffloadPolicy(-1, 5, -1), 10_000)
+    assert stored_due(summary, OffloadPolicy(-1, -1, 8_000), 10_000)
+    assert not stored_due(summary, OffloadPolicy(-1, -1, 8_001), 10_000)
+    assert not stored_due(idle, OffloadPolicy(0, 0, 0), 10_000)

@@ -43,6 +43,8 @@ class TopicRows(Protocol):
 
     async def get_topic_policies(self, topic: str) -> dict[str, Any]: ...
 
+    async def list_topic_policies(self, ns: str) -> list[str]: ...
+
 
 class TopicObserver(Protocol):
     """Told of each topic as it loads (before anyone can publish to it) and after its policies
@@ -97,10 +99,15 @@ class LoadedTopics:
         own = await self.metadata.get_topic_policies(str(name)) if name.partition_index >= 0 else {}
         if topic or own:
             return resolve_policies(namespace, {**topic, **own}, self.default_policies)
-        resolved = self._resolved.get(name.namespace)
-        if resolved is None or resolved[0] != namespace:
-            resolved = (namespace, resolve_policies(namespace, {}, self.default_policies))
-            self._resolved[name.namespace] = resolved
+        return self._namespace_resolved(name.namespace, namespace)
+
+    def _namespace_resolved(self, namespace: str, stored: dict[str, object]) -> Policies:
+        """The policies of the namespace's topics that have none of their own (one object while
+        the namespace's stored policies stay the same)."""
+        resolved = self._resolved.get(namespace)
+        if resolved is None or resolved[0] != stored:
+            resolved = (stored, resolve_policies(stored, {}, self.default_policies))
+            self._resolved[namespace] = resolved
         return resolved[1]
 
     async def policies_changed(self, namespace: str | None, topic: str | None, changed_only: bool = False) -> None:
@@ -108,6 +115,9 @@ class LoadedTopics:
         of every loaded topic if namespace is None). changed_only: apply them only to topics whose
         policies differ from what they have (another worker changed some metadata, nobody knows
         what)."""
+        if changed_only and namespace is None and topic is None:
+            await self._policies_changed_elsewhere()
+            return
         for loaded in list(self.topics.values()):
             if namespace is not None and loaded.name.namespace != namespace:
                 continue
@@ -119,9 +129,33 @@ class LoadedTopics:
             policies = await self.policies_for(loaded.name)
             if changed_only and policies == loaded.policies:
                 continue
-            await loaded.apply_policies(policies)
-            for observer in self.observers:
-                await observer.policies_applied(loaded)
+            await self._apply(loaded, policies)
+
+    async def _policies_changed_elsewhere(self) -> None:
+        """Every loaded topic checked against the policies it resolves to now, with two reads of
+        the metadata store per namespace rather than three awaited reads per topic: any commit
+        of another worker (a topic it created, a policy) brings this walk, every change-watch
+        interval, so its cost per loaded topic must be small."""
+        by_namespace: dict[str, list[Topic]] = {}
+        for loaded in list(self.topics.values()):
+            by_namespace.setdefault(loaded.name.namespace, []).append(loaded)
+        for namespace, topics in by_namespace.items():
+            common = self._namespace_resolved(namespace, await self.metadata.get_policies(namespace))
+            carriers = set(await self.metadata.list_topic_policies(namespace))
+            for loaded in topics:
+                if self.topics.get(loaded.full_name) is not loaded:
+                    continue  # unloaded or deleted while this walk awaited
+                if carriers and str(loaded.name.partitioned_parent) in carriers:
+                    policies = await self.policies_for(loaded.name)  # it has topic policies
+                else:
+                    policies = common
+                if policies is not loaded.policies and policies != loaded.policies:
+                    await self._apply(loaded, policies)
+
+    async def _apply(self, loaded: Topic, policies: Policies) -> None:
+        await loaded.apply_policies(policies)
+        for observer in self.observers:
+            await observer.policies_applied(loaded)
 
     # ---- loading ---------------------------------------------------------------------------------
 

@@ -1,9 +1,11 @@
 """Each topic's offload policy (docs/offload.md), as storage's offload check asks for it: the
-namespace's offload policies (velamq/metadata/_offload_policies) over the broker's settings, read
-from metadata at every check, so that a namespace's change applies at the next one, no restart.
+topic's own offload policies over its namespace's (velamq/metadata/_offload_policies) over the
+broker's settings, read from metadata at every check, so that a change applies at the next one, no
+restart.
 
-A partition has its namespace's policy, as every topic of the namespace has. A name that is not a
-topic's, or whose namespace is gone, gets the broker's settings (storage's default: left out).
+A partition has its partitioned topic's policy. A name that is not a topic's, or whose namespace is
+gone, gets the broker's settings (storage's default: left out). Topic policies cost little to look
+up for topics that have none (metadata caches which topics of a namespace carry policies).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any, Protocol
 
 from velamq._errors import InvalidTopicNameError, NotFoundError
 from velamq._topic_name import TopicName
-from velamq.metadata._offload_policies import OffloadOverrides, namespace_offload
+from velamq.metadata._offload_policies import OffloadOverrides, namespace_offload, over, topic_offload
 from velamq.storage import OffloadPolicy
 
 log = logging.getLogger("velamq.broker")
@@ -21,6 +23,8 @@ log = logging.getLogger("velamq.broker")
 
 class NamespacePolicies(Protocol):
     async def get_policies(self, ns: str) -> dict[str, Any]: ...
+
+    async def get_topic_policies(self, topic: str) -> dict[str, Any]: ...
 
 
 def apply(overrides: OffloadOverrides, default: OffloadPolicy) -> OffloadPolicy:
@@ -50,7 +54,10 @@ class TopicOffloadPolicies:
             if namespace not in by_namespace:
                 by_namespace[namespace] = await self._namespace(namespace)
             overrides = by_namespace[namespace]
-            if overrides is not None and overrides != OffloadOverrides():
+            if overrides is None:
+                continue
+            overrides = over(topic_offload(await self._metadata.get_topic_policies(name)), overrides)
+            if overrides != OffloadOverrides():
                 policies[name] = apply(overrides, self.default)
         return policies
 

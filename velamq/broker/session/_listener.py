@@ -108,6 +108,21 @@ class _Slot:
 ProtocolFactory = Callable[[Callable[[], None]], asyncio.Protocol]
 
 
+def listening_socket(host: str, port: int, backlog: int = listen_backlog) -> socket.socket:
+    """A bound, listening TCP socket (port 0: the system picks one)."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(backlog)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 class Listener:
     """Accepts connections on one TCP port and hands each to a protocol built by `factory`, which
     receives the callback that gives the connection's slot back (call it once it is closed)."""
@@ -140,17 +155,7 @@ class Listener:
 
     def start(self, host: str, port: int) -> int:
         """Bind, listen and start accepting; returns the bound port."""
-        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        family, kind, proto, _, address = infos[0]
-        sock = socket.socket(family, kind, proto)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(address)
-            sock.listen(listen_backlog)
-        except BaseException:
-            sock.close()
-            raise
-        return self.start_on(sock)
+        return self.start_on(listening_socket(host, port))
 
     def start_on(self, sock: socket.socket) -> int:
         """Start accepting on a listening socket (tests wrap one to play the kernel's refusals)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from velamq.broker._channel import NO_REQUEST_ID, Channel
-from velamq.broker._ownership import BrokerUrls
+from velamq.broker._ownership import BrokerUrls, tell_new_owner
 from velamq.broker._rates import RateCounter
 from velamq.protocol import encode_payload_command, pb, unsigned64
 from velamq.storage import Position
@@ -107,9 +107,5 @@ class ServerConsumer:
         close = command.close_consumer
         close.consumer_id = self.consumer_id
         close.request_id = NO_REQUEST_ID
-        if new_owner is not None:
-            if new_owner.url:
-                close.assignedBrokerServiceUrl = new_owner.url
-            if new_owner.url_tls:
-                close.assignedBrokerServiceUrlTls = new_owner.url_tls
+        tell_new_owner(close, new_owner)
         self.channel.send_command(command)

@@ -25,7 +25,7 @@ from typing import Protocol
 from velamq._clock import Clock
 from velamq.broker._channel import NO_REQUEST_ID, Channel
 from velamq.broker._errors import BrokerRequestError
-from velamq.broker._ownership import BrokerUrls
+from velamq.broker._ownership import BrokerUrls, tell_new_owner
 from velamq.broker._rates import RateCounter
 from velamq.protocol import pb
 
@@ -67,11 +67,7 @@ class ServerProducer:
         close = command.close_producer
         close.producer_id = self.producer_id
         close.request_id = NO_REQUEST_ID
-        if new_owner is not None:
-            if new_owner.url:
-                close.assignedBrokerServiceUrl = new_owner.url
-            if new_owner.url_tls:
-                close.assignedBrokerServiceUrlTls = new_owner.url_tls
+        tell_new_owner(close, new_owner)
         self.channel.send_command(command)
 
 

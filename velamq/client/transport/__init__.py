@@ -7,6 +7,7 @@
     _failover      ServiceInfo, ServiceInfoProvider, AutoClusterFailover: which cluster the client
                    uses, and when it moves to another (the client then calls switch_cluster on the
                    pool and cluster_switched on every handler)
+    _controlled_failover  ControlledClusterFailover: the cluster an operator's HTTP endpoint names
     _handler       ConnectionHandler (what producers and consumers share: finding their broker,
                    reconnecting with back-off); ClientContext and ClientOwner, what a child may ask
                    of its client

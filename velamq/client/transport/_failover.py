@@ -118,7 +118,43 @@ class _Streak:
         return self.count >= threshold and self.since_s is not None and now_s - self.since_s >= delay_s
 
 
-class AutoClusterFailover:
+class PeriodicChecks:
+    """What both providers share: `check()` every check_interval_s on the client's loop, from
+    `initialize` (the client hands its switch callback) until `close`."""
+
+    check_interval_s: float
+    clock: Clock
+    checks: int  # checks completed: tests wait on it
+    _on_switch: Callable[[ServiceInfo], None] | None
+    _task: asyncio.Task[None] | None
+
+    async def check(self) -> None:
+        raise NotImplementedError
+
+    def initialize(self, on_switch: Callable[[ServiceInfo], None]) -> None:
+        if self._task is not None:
+            raise InvalidConfigurationError(f"this {type(self).__name__} already serves a client")
+        self._on_switch = on_switch
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"velamq-{type(self).__name__}")
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        while True:
+            await self.clock.sleep(self.check_interval_s)
+            try:
+                await self.check()
+            except Exception:  # a bug in a callback must not end the checks
+                log.exception("%s check failed", type(self).__name__)
+            self.checks += 1
+
+
+class AutoClusterFailover(PeriodicChecks):
     """Moves a client from the primary cluster to a secondary when the primary stops answering
     probes, and back when it answers again (see the module docstring for the exact rule).
 
@@ -154,28 +190,6 @@ class AutoClusterFailover:
 
     def initial_service_info(self) -> ServiceInfo:
         return self.primary
-
-    def initialize(self, on_switch: Callable[[ServiceInfo], None]) -> None:
-        if self._task is not None:
-            raise InvalidConfigurationError("this AutoClusterFailover already serves a client")
-        self._on_switch = on_switch
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="velamq-cluster-failover")
-
-    async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _run(self) -> None:
-        while True:
-            await self.clock.sleep(self.check_interval_s)
-            try:
-                await self.check()
-            except Exception:  # a bug in a callback must not end the checks
-                log.exception("cluster failover check failed")
-            self.checks += 1
 
     async def _up(self, info: ServiceInfo) -> bool:
         return await probe(info.service_url, self.probe_timeout_s)

@@ -92,6 +92,17 @@ class LedgerRow:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredOffloadSummary:
+    """A stored managed ledger as the offload's check sees it (StorageDb.offload_summaries)."""
+
+    name: str
+    local_bytes: int  # bytes of its ledgers not offloaded (the current one included)
+    sealed_local: int  # sealed ledgers, not offloaded, local, with entries: what may be offloaded
+    oldest_sealed_ms: int | None  # when the oldest of those was sealed
+    oldest_offloaded_ms: int | None  # when the oldest offloaded ledger still local was offloaded
+
+
+@dataclass(frozen=True, slots=True)
 class LogRow:
     log_id: int
     total_bytes: int
@@ -219,20 +230,21 @@ class StorageDb:
             )
         ]
 
-    def ledgers_page(self, after: str = "", limit: int = 1000) -> list[tuple[str, list[LedgerRow]]]:
-        """Managed ledgers in name order with their ledgers, a page of names at a time: one query
-        (the offload's check of topics nobody has open)."""
-        page: dict[str, list[LedgerRow]] = {}
-        for row in self._conn.execute(
-            "SELECT m.name, l.id, l.entries, l.size_bytes, l.created_ms, l.closed_ms, l.offloaded_ms, "
-            "l.local_deleted_ms FROM (SELECT id, name FROM managed_ledgers WHERE name > ? ORDER BY name LIMIT ?) m "
-            "LEFT JOIN ledgers l ON l.ml = m.id ORDER BY m.name, l.id",
+    def offload_summaries(self, after: str = "", limit: int = 1000) -> list[StoredOffloadSummary]:
+        """For the managed ledgers after `after` in name order (a page of `limit` names), what the
+        offload's check needs to know whether anything may be due, summed up by SQLite: one query,
+        one small tuple a name (the check of topics nobody has open, storage/offload)."""
+        candidate = ("l.offloaded_ms IS NULL AND l.closed_ms IS NOT NULL AND l.local_deleted_ms IS NULL "
+                     "AND l.entries > 0")
+        rows = self._conn.execute(
+            "SELECT m.name, COALESCE(SUM(CASE WHEN l.offloaded_ms IS NULL THEN l.size_bytes END), 0), "
+            f"COUNT(CASE WHEN {candidate} THEN 1 END), MIN(CASE WHEN {candidate} THEN l.closed_ms END), "
+            "MIN(CASE WHEN l.offloaded_ms IS NOT NULL AND l.local_deleted_ms IS NULL THEN l.offloaded_ms END) "
+            "FROM (SELECT id, name FROM managed_ledgers WHERE name > ? ORDER BY name LIMIT ?) m "
+            "LEFT JOIN ledgers l ON l.ml = m.id GROUP BY m.id, m.name ORDER BY m.name",
             (after, limit),
-        ):
-            ledgers = page.setdefault(str(row[0]), [])
-            if row[1] is not None:
-                ledgers.append(LedgerRow(*row[1:]))
-        return list(page.items())
+        )
+        return [StoredOffloadSummary(str(n), int(b), int(c), s, o) for n, b, c, s, o in rows]
 
     # -- the entry index -----------------------------------------------------------------------
 

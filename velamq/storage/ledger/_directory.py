@@ -11,6 +11,12 @@ database, that database still has the log: this object keeps the deleted names a
 (`on_metadata_flushed` lifts it), so a deleted name is neither listed nor read back. A delete whose
 write failed leaves the log as it was; if its ledger had been closed for it, the name is not read
 from the database again before the write cache half holding its last operations is flushed.
+
+Storage's own work on logs nobody may have open (the offload's check, storage/offload) borrows
+them: `borrow` opens one as open_ledger would, `give_back` closes it again unless it was open
+before or a caller of open_ledger took it meanwhile (the object is shared, so closing it under a
+loaded topic would end that topic's log). `stored_page` sums up stored logs for the offload's
+check, a page of names at a time, from the database alone.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from velamq._errors import StorageError
 from velamq.storage.formats import _meta_ops
 from velamq.storage.formats._meta_ops import MetaOp
 from velamq.storage.index._db_reader import DbReader
-from velamq.storage.index._storage_db import LedgerRow, StorageDb, StoredLedger
+from velamq.storage.index._storage_db import StorageDb, StoredLedger, StoredOffloadSummary
 from velamq.storage.ledger._context import ClosedLog, StorageContext
 from velamq.storage.ledger._managed_ledger import ManagedLedger
 
@@ -184,14 +190,14 @@ class LedgerDirectory:
         names = {n for _, n in stored} | {n for n in (*self.open, *self._unflushed) if n > after}
         return sorted(n for n in names if n not in self._deleted or n in self.open)[:limit]
 
-    async def stored_page(self, after: str = "", limit: int = 1000) -> list[tuple[str, list[LedgerRow]]]:
-        """Managed ledgers in name order with their ledgers as the database has them, the first
-        `limit` names after `after` (a deleted one with no ledgers). An open log may be ahead of
-        this."""
+    async def stored_page(self, after: str = "", limit: int = 1000) -> list[StoredOffloadSummary]:
+        """Stored logs in name order as the offload's check sees them, the first `limit` names
+        after `after`, from the database alone (a deleted one as having nothing). An open log may
+        be ahead of this."""
         self._check_started()
         assert self._reader is not None
-        page = await self._reader.run(lambda db: db.ledgers_page(after, limit))
-        return [(name, [] if name in self._deleted else rows) for name, rows in page]
+        page = await self._reader.run(lambda db: db.offload_summaries(after, limit))
+        return [StoredOffloadSummary(s.name, 0, 0, None, None) if s.name in self._deleted else s for s in page]
 
     # -- deleting ------------------------------------------------------------------------------
 

@@ -35,9 +35,9 @@ from velamq._errors import StorageError
 from velamq._topic_name import TopicName
 from velamq.storage._config import OffloadConfig
 from velamq.storage._position import LedgerInfo, Position
-from velamq.storage.index._storage_db import LedgerRow
+from velamq.storage.index._storage_db import StoredOffloadSummary
 from velamq.storage.ledger._managed_ledger import ManagedLedger
-from velamq.storage.offload._select import Ledger, local_copies_due, may_be_due, to_offload
+from velamq.storage.offload._select import Ledger, local_copies_due, may_be_due, stored_due, to_offload
 from velamq.storage.offload._status import OffloadPolicy, OffloadStatus, PolicySource
 from velamq.storage.offload._store import OffloadStore
 
@@ -54,7 +54,7 @@ class OffloadLedgers(Protocol):
 
     open: dict[str, ManagedLedger]
 
-    async def stored_page(self, after: str, limit: int) -> list[tuple[str, list[LedgerRow]]]: ...
+    async def stored_page(self, after: str, limit: int) -> list[StoredOffloadSummary]: ...
 
     async def borrow(self, name: str) -> ManagedLedger | None: ...
 
@@ -216,24 +216,24 @@ class Offloader:
             page = await self._ledgers.stored_page(after, check_page_names)
             if not page:
                 return
-            after = page[-1][0]
+            after = page[-1].name
             await self._check_stored(page, set(open_now))
             if len(page) < check_page_names:
                 return
 
-    async def _check_stored(self, page: list[tuple[str, list[LedgerRow]]], seen: set[str]) -> None:
+    async def _check_stored(self, page: list[StoredOffloadSummary], seen: set[str]) -> None:
         now = self._clock.now_ms()
-        candidates = {
-            name: [Ledger.of_row(r) for r in rows] for name, rows in page
-            if name not in seen and name not in self._ledgers.open and not internal(name)
-        }
-        candidates = {name: ledgers for name, ledgers in candidates.items() if may_be_due(ledgers)}
-        policies = await self._policies_of(list(candidates))
-        for name, ledgers in candidates.items():
-            policy = policies.get(name, self.default_policy)
-            if not to_offload(ledgers, policy, now) and not local_copies_due(ledgers, policy, now):
+        candidates = [
+            summary for summary in page
+            if summary.name not in seen and summary.name not in self._ledgers.open and not internal(summary.name)
+            and may_be_due(summary)
+        ]
+        policies = await self._policies_of([summary.name for summary in candidates])
+        for summary in candidates:
+            policy = policies.get(summary.name, self.default_policy)
+            if not stored_due(summary, policy, now):
                 continue
-            ml = await self._ledgers.borrow(name)
+            ml = await self._ledgers.borrow(summary.name)
             if ml is None:
                 continue
             try:

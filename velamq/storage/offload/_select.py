@@ -1,9 +1,10 @@
 """Which ledgers of a topic are due, under its offload policy: to be offloaded (past the size or the
 age threshold) and to lose their local copy (offloaded longer ago than the deletion lag).
 
-Pure functions over a topic's ledgers, oldest first, as the managed ledger has them (LedgerInfo) or
-as the storage database has them (LedgerRow, for a topic nobody has open), so the offloader's check
-decides the same way for both without opening a log that has nothing due.
+Pure functions over a topic's ledgers, oldest first, as the managed ledger has them (LedgerInfo),
+and over the storage database's summary of a topic nobody has open (StoredOffloadSummary: what may
+be due, summed up by SQLite), so the check opens only a log that has something due; the open log
+then decides exactly, with the same rules.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from velamq.storage._position import LedgerInfo
-from velamq.storage.index._storage_db import LedgerRow
+from velamq.storage.index._storage_db import StoredOffloadSummary
 from velamq.storage.offload._status import OffloadPolicy
 
 
@@ -30,11 +31,6 @@ class Ledger:
     @classmethod
     def of_info(cls, info: LedgerInfo) -> Ledger:
         return cls(info.ledger_id, info.entries, info.size_bytes, info.closed_ms, info.offloaded_ms, info.local)
-
-    @classmethod
-    def of_row(cls, row: LedgerRow) -> Ledger:
-        return cls(row.ledger_id, row.entries, row.size_bytes, row.closed_ms, row.offloaded_ms,
-                   row.local_deleted_ms is None)
 
 
 def to_offload(ledgers: Sequence[Ledger], policy: OffloadPolicy, now_ms: int) -> list[int]:
@@ -65,10 +61,20 @@ def local_copies_due(ledgers: Iterable[Ledger], policy: OffloadPolicy, now_ms: i
     ]
 
 
-def may_be_due(ledgers: Iterable[Ledger]) -> bool:
+def may_be_due(summary: StoredOffloadSummary) -> bool:
     """Whether some policy could find something due: a sealed local ledger not offloaded, or an
     offloaded one still local. A topic with neither needs no policy looked up."""
-    return any(
-        ledger.local and (ledger.offloaded_ms is not None or (ledger.closed_ms is not None and ledger.entries > 0))
-        for ledger in ledgers
-    )
+    return summary.sealed_local > 0 or summary.oldest_offloaded_ms is not None
+
+
+def stored_due(summary: StoredOffloadSummary, policy: OffloadPolicy, now_ms: int) -> bool:
+    """Whether a stored topic has something due under the policy (the same rules as to_offload and
+    local_copies_due, over the database's summary)."""
+    if summary.sealed_local > 0:
+        if 0 <= policy.threshold_bytes < summary.local_bytes:
+            return True
+        oldest = summary.oldest_sealed_ms
+        if policy.threshold_s >= 0 and oldest is not None and now_ms - oldest > policy.threshold_s * 1000:
+            return True
+    offloaded = summary.oldest_offloaded_ms
+    return policy.deletion_lag_ms >= 0 and offloaded is not None and now_ms - offloaded >= policy.deletion_lag_ms
