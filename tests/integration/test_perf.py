@@ -20,7 +20,7 @@ import pulsar
 import pytest
 from wait_helpers import wait_until
 
-from velamq.testing import BrokerProcess
+from velamq.testing import BrokerProcess, run_broker
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -208,3 +208,26 @@ def test_lean_produce_refuses_what_it_cannot_build(broker: BrokerProcess, topic:
                                "-u", broker.service_url, topic], capture_output=True, text=True, timeout=60)
         assert done.returncode == 2, done.stderr
         assert reason in done.stderr
+
+
+def test_lean_produce_ends_with_the_in_flight_sends_failed_when_the_broker_dies(topic: str) -> None:
+    with run_broker() as own:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "velamq", "perf", "produce", "--lean", "-db", "-r", "0", "-time", "120",
+             "-i", "0.5", "-u", own.service_url, "--json", topic],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            assert proc.stdout is not None
+            first = json.loads(proc.stdout.readline())  # sending is under way
+            assert first["type"] == "interval"
+            own.kill()
+            rest, stderr = proc.communicate(timeout=run_timeout_s)  # ends: no hang on the lost receipts
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    summary = json.loads(rest.splitlines()[-1])
+    assert summary["type"] == "summary", stderr
+    # At -r 0 the window is never empty: what was in flight when the connection broke failed.
+    assert summary["produced"]["failed"] > 0
+    assert summary["elapsed_s"] < 120

@@ -67,6 +67,7 @@ class _LeanProducer(asyncio.Protocol):
         self._writable = asyncio.Event()
         self._writable.set()
         self.groups: collections.deque[list[float]] = collections.deque()  # [entries left, started]
+        self.broken = False  # the connection failed or closed: no more sends
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -129,12 +130,12 @@ class _LeanProducer(asyncio.Protocol):
 
     async def send(self, entries: int, window: int) -> None:
         """Write `entries` frames once there is room for them in the window."""
-        while self.in_flight and self.in_flight + entries > window:
+        while self.in_flight and self.in_flight + entries > window and not self.broken:
             self.room.clear()
             await self.room.wait()
-            if self.transport is None or self.transport.is_closing():
-                raise PerfError("the broker closed the connection")
         await self._writable.wait()
+        if self.broken:
+            raise PerfError("the connection to the broker failed")
         assert self.frames is not None and self.transport is not None
         started = time.perf_counter()
         data = self.frames.frames(self.next_sequence_id, entries, time.time_ns() // 1_000_000)
@@ -163,6 +164,7 @@ class LeanProduceSide:
         self._stop = asyncio.Event()
         self._sending_done = False
         self._drained = asyncio.Event()
+        self._closing = False
         self.sent = 0
         self.sent_bytes = 0
         self.failed = 0
@@ -247,15 +249,17 @@ class LeanProduceSide:
             self._drained.set()
 
     def fail(self, producer: _LeanProducer, reason: str) -> None:
-        """A producer cannot go on: what it has in flight is counted as failed."""
-        if producer.in_flight:
-            lost = producer.in_flight * self._batch
-            producer.in_flight = 0
-            producer.groups.clear()
-            self.failed += lost
-            self.pending -= lost
-            self.last_error = reason
-        elif self._sending_done is False and self.sent == 0 and not self._stop.is_set():
+        """A producer cannot go on (a refused send, a closed connection): what it has in flight
+        is counted as failed, and its send loop ends. Closing at the end of the run is no error."""
+        if producer.broken:
+            return
+        producer.broken = True
+        lost = producer.in_flight * self._batch
+        producer.in_flight = 0
+        producer.groups.clear()
+        self.failed += lost
+        self.pending -= lost
+        if lost or not self._closing:
             self.last_error = self.last_error or reason
         if producer.transport is not None:
             producer.transport.close()
@@ -270,6 +274,7 @@ class LeanProduceSide:
         self._drained.set()
 
     async def close(self) -> None:
+        self._closing = True
         for producer in self._producers:
             if producer.transport is not None and not producer.transport.is_closing():
                 producer.transport.close()
