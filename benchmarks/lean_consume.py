@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import lean_publish as lean
 from _machine import machine_facts
 
+from velamq.cli._perf_frames import command_bytes, scan_frames
 from velamq.protocol import encode_command, pb
 
 T = pb.BaseCommand
@@ -59,10 +60,10 @@ class Consumer:
     def on_data(self, data: bytes) -> None:
         buf = self._buf
         buf += data
-        offset, count, last = lean.scan_frames(buf, _MESSAGE_PREFIX, self._other)
+        offset, count, last = scan_frames(buf, _MESSAGE_PREFIX, self._other)
         replies = []
         if last >= 0:
-            command = pb.BaseCommand.FromString(lean.command_bytes(buf, last))
+            command = pb.BaseCommand.FromString(command_bytes(buf, last))
             ack = pb.BaseCommand(type=T.ACK)
             ack.ack.consumer_id = 1
             ack.ack.ack_type = pb.CommandAck.Cumulative
@@ -157,7 +158,7 @@ def drive_all(producers: list[lean.Stream], consumers: list[Consumer], timeout_s
 def _producer(port: int, topic: str, args: argparse.Namespace, entries: int) -> lean.Stream:
     sock, name = lean.velamq_connect("127.0.0.1", port, topic, 1)
     frames = lean.velamq_frames(1, entries, args.size, args.batch, name)
-    return lean.Stream(sock, frames, args.publish_window, 1000, lean.ReceiptCounter(sock))
+    return lean.Stream(sock, frames, args.publish_window, 1000, lean.ReceiptCounter(sock.sendall))
 
 
 @dataclass
@@ -201,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window", type=int, default=5000, help="messages permitted per consumer")
     ap.add_argument("--publish-window", type=int, default=5000, help="sends in flight (keep-up)")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--broker-conf", help="a broker.conf of overrides for every broker")
     ap.add_argument("--tree", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     args = ap.parse_args(argv)
     load_before = os.getloadavg()
@@ -213,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 results = []
                 for _ in range(args.runs):
-                    with lean.velamq_broker(args.tree, "fsync") as (port, _admin, pid):
+                    with lean.velamq_broker(args.tree, "fsync", args.broker_conf) as (port, _admin, pid):
                         results.append(one_run(port, pid, args, subs, mode))
                 r = sorted(results, key=lambda x: x.us)[len(results) // 2]
                 rows.append((batch, subs, mode, r))

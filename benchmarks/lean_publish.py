@@ -20,6 +20,8 @@ the others by CPU.
     .venv/bin/python benchmarks/lean_publish.py --tree before=/path/to/old/tree --tree after=.
     .venv/bin/python benchmarks/lean_publish.py --batch 100            # batched entries of 100 messages
 
+The frames and the receipt counting are `velamq perf produce --lean`'s (velamq/cli/_perf_frames.py).
+
 `--tree NAME=PATH` starts the velamq brokers with PYTHONPATH=PATH, so two builds are measured
 side by side in one invocation (runs alternate between the trees).
 """
@@ -41,18 +43,19 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from _machine import machine_facts
 from _nats import NatsAckCounter, nats_connect, nats_request, nats_server, nats_version
 from _pyspy import py_spy_path, recording, top_table
 
-from velamq.protocol import build_batch, build_entry, encode_command, encode_payload_command, pb
+from velamq.cli._perf_frames import ReceiptCounter, SendFrames
+from velamq.protocol import build_batch, encode_command, pb
 from velamq.testing import run_broker
 
 T = pb.BaseCommand
 _HEADER = struct.Struct(">II")
 _U32 = struct.Struct(">I")
-_RECEIPT_PREFIX = bytes((0x08, T.SEND_RECEIPT))  # BaseCommand field 1 (type) = SEND_RECEIPT
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -154,28 +157,14 @@ def drive(streams: list[Stream], timeout_s: float = 300.0) -> float:
 # ---- velamq ------------------------------------------------------------------------------------
 
 
-def _send_frame(producer_id: int, sequence_id: int, entry: bytes, num_messages: int) -> bytes:
-    command = pb.BaseCommand(type=T.SEND)
-    command.send.producer_id = producer_id
-    command.send.sequence_id = sequence_id
-    if num_messages > 1:
-        command.send.num_messages = num_messages
-    return encode_payload_command(command, entry)
-
-
 def velamq_frames(producer_id: int, count: int, size: int, batch: int, producer_name: str) -> list[bytes]:
-    """`count` SEND frames, sequence ids 0.., each entry one message of `size` bytes (or a batch)."""
+    """`count` SEND frames, sequence ids 0.., each entry one message of `size` bytes (or a batch);
+    built by `velamq perf produce --lean`'s SendFrames."""
     payload = os.urandom(size)
-    meta = pb.MessageMetadata(producer_name=producer_name, publish_time=int(time.time() * 1000))
-    singles = [(pb.SingleMessageMetadata(), payload) for _ in range(batch)] if batch > 1 else []
-    batch_payload = build_batch(singles) if batch > 1 else payload
-    frames = []
-    for seq in range(count):
-        meta.sequence_id = seq
-        if batch > 1:
-            meta.num_messages_in_batch = batch
-        frames.append(_send_frame(producer_id, seq, build_entry(meta, batch_payload), batch))
-    return frames
+    body = build_batch([(pb.SingleMessageMetadata(), payload) for _ in range(batch)]) if batch > 1 else payload
+    frames = SendFrames(producer_id, producer_name, body, batch)
+    publish_time = int(time.time() * 1000)
+    return [frames.frame(seq, publish_time) for seq in range(count)]
 
 
 def _read_command(sock: socket.socket) -> pb.BaseCommand:
@@ -210,65 +199,6 @@ def velamq_connect(host: str, port: int, topic: str, producer_id: int) -> tuple[
     if reply.type != T.PRODUCER_SUCCESS:
         raise RuntimeError(f"PRODUCER answered {reply}")
     return sock, reply.producer_success.producer_name
-
-
-def scan_frames(buf: bytearray, prefix: bytes, other: Callable[[bytes], None]) -> tuple[int, int, int]:
-    """The whole frames at the start of `buf`, without decoding the common ones: (bytes they take,
-    how many have a command starting with `prefix`, the offset of the last of those or -1); every
-    other frame's command bytes go to `other`."""
-    offset, end, count, last = 0, len(buf), 0, -1
-    while end - offset >= 4:
-        (total,) = _U32.unpack_from(buf, offset)
-        if end - offset - 4 < total:
-            break
-        if buf[offset + 8:offset + 8 + len(prefix)] == prefix:
-            count += 1
-            last = offset
-        else:
-            other(command_bytes(buf, offset))
-        offset += 4 + total
-    return offset, count, last
-
-
-def command_bytes(buf: bytearray, offset: int) -> bytes:
-    """The command of the frame at `offset` (after its total and command sizes)."""
-    (size,) = _U32.unpack_from(buf, offset + 4)
-    return bytes(buf[offset + 8:offset + 8 + size])
-
-
-class ReceiptCounter:
-    """Counts SEND_RECEIPT frames in a byte stream; anything else but a PING is an error. The last
-    receipt of each read is decoded: its sequence id must be above the previous one checked."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-        self._buf = bytearray()
-        self.last_sequence_id = -1
-
-    def __call__(self, data: bytes) -> int:
-        buf = self._buf
-        buf += data
-        offset, count, last = scan_frames(buf, _RECEIPT_PREFIX, self._other)
-        if last >= 0:
-            self._check_order(command_bytes(buf, last))
-        del buf[:offset]
-        return count
-
-    def _check_order(self, body: bytes) -> None:
-        command = pb.BaseCommand()
-        command.ParseFromString(body)
-        sequence_id = command.send_receipt.sequence_id
-        if sequence_id <= self.last_sequence_id:
-            raise RuntimeError(f"receipt {sequence_id} after {self.last_sequence_id}")
-        self.last_sequence_id = sequence_id
-
-    def _other(self, body: bytes) -> None:
-        command = pb.BaseCommand()
-        command.ParseFromString(body)
-        if command.type == T.PING:
-            self._sock.sendall(encode_command(pb.BaseCommand(type=T.PONG, pong=pb.CommandPong())))
-            return
-        raise RuntimeError(f"unexpected reply: {command}")
 
 
 def create_subscription(host: str, port: int, topic: str, name: str) -> None:
@@ -344,7 +274,7 @@ def velamq_run(broker_port: int, admin_url: str, pid: int, args: argparse.Namesp
     for c in range(connections):
         sock, name = velamq_connect("127.0.0.1", broker_port, full, c + 1)
         frames = velamq_frames(c + 1, entries, args.size, args.batch, name)
-        streams.append(Stream(sock, frames, args.window, args.chunk, ReceiptCounter(sock)))
+        streams.append(Stream(sock, frames, args.window, args.chunk, ReceiptCounter(sock.sendall)))
     spy = py_spy_path()
     with (recording(spy, pid, profile, gil_only=args.profile == "gil") if profile and spy
           else contextlib.nullcontext()):
@@ -389,15 +319,17 @@ def nats_run(port: int, pid: int, args: argparse.Namespace, connections: int, me
 
 
 @contextlib.contextmanager
-def velamq_broker(tree: str, sync_policy: str) -> Iterator[tuple[int, str, int]]:
-    """(broker port, admin URL, pid) of a broker of the tree at `tree`."""
+def velamq_broker(tree: str, sync_policy: str, config_file: str | None = None) -> Iterator[tuple[int, str, int]]:
+    """(broker port, admin URL, pid) of a broker of the tree at `tree` (with a broker.conf of
+    overrides, e.g. diskUsageThreshold=0.99 on a disk the default 95 % would make read-only)."""
     old, cwd = os.environ.get("PYTHONPATH"), os.getcwd()
     os.environ["PYTHONPATH"] = os.path.abspath(tree)
     # `python -m velamq` puts its working directory first on sys.path, before PYTHONPATH: the
     # broker starts in the tree's directory, or a run from another tree would import that one.
     os.chdir(tree)
     try:
-        with run_broker(extra_args=["--sync-policy", sync_policy]) as b:
+        conf = Path(config_file).resolve() if config_file else None
+        with run_broker(extra_args=["--sync-policy", sync_policy], config_file=conf) as b:
             os.chdir(cwd)
             assert b.pid is not None
             yield b.broker_port, b.admin_url, b.pid
@@ -413,7 +345,7 @@ def profiled(name: str, path: str, policy: str, connections: int, args: argparse
     """A run of its own under py-spy: the top frames as a markdown table."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "profile.txt")
-        with velamq_broker(path, policy) as (port, admin_url, pid):
+        with velamq_broker(path, policy, args.broker_conf) as (port, admin_url, pid):
             velamq_run(port, admin_url, pid, args, connections, out)
         with open(out) as f:
             samples, lines = top_table(f.read(), args.top)
@@ -442,6 +374,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--policies", default="fsync,none", help="velamq --sync-policy values")
     ap.add_argument("--tree", action="append", default=[],
                     help="NAME=PATH: a velamq source tree to start brokers from (repeatable; default: this one)")
+    ap.add_argument("--broker-conf", help="a broker.conf of overrides for every velamq broker")
     ap.add_argument("--profile", choices=("all", "gil"),
                     help="sample each tree's first velamq run with py-spy --threads (gil: --gil too) and print "
                          "the top frames (the profiler costs the broker CPU: those runs' figures are not kept)")
@@ -464,7 +397,7 @@ def velamq_results(args: argparse.Namespace, trees: list[list[str]], conns: list
                 for name, path in trees:
                     if args.profile and not per_tree[name]:
                         profiles.append(profiled(name, path, policy, c, args))
-                    with velamq_broker(path, policy) as (port, admin_url, pid):
+                    with velamq_broker(path, policy, args.broker_conf) as (port, admin_url, pid):
                         per_tree[name].append(velamq_run(port, admin_url, pid, args, c))
                     last = per_tree[name][-1]
                     print(f"  velamq {name} {policy} {c} conn: {last.rate:,.0f} msg/s, "

@@ -20,7 +20,7 @@ import pulsar
 import pytest
 from wait_helpers import wait_until
 
-from velamq.testing import BrokerProcess
+from velamq.testing import BrokerProcess, run_broker
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -172,3 +172,62 @@ def test_ctrl_c_ends_the_run_with_a_summary(broker: BrokerProcess, topic: str, p
     assert summary["type"] == "summary" and "errors" not in summary
     assert summary["produced"]["messages"] >= first["produced"]["messages"] > 0
     assert_latency_ordered(summary["publish_latency_ms"], summary["produced"]["messages"])
+
+
+def msg_in_counter(broker: BrokerProcess, topic: str) -> int:
+    url = f"{broker.admin_url}/admin/v2/persistent/public/default/{topic}/stats"
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return int(json.loads(response.read())["msgInCounter"])
+
+
+@pytest.mark.parametrize("processes", [1, 3])
+def test_lean_produce_counts_match_the_topics_msg_in_counter(broker: BrokerProcess, client: Any, topic: str,
+                                                             processes: int) -> None:
+    _, summary = perf(broker, "produce", "--lean", "-db", "-n", str(processes), "--processes", str(processes),
+                      "-r", "0", "-m", "9001", "-s", "100", "-i", "1", topic)
+    assert summary["produced"] == {**summary["produced"], "messages": 9001, "bytes": 900_100, "failed": 0}
+    assert [p["sent"] for p in summary["per_process"]] == [9001 // processes + (i < 9001 % processes)
+                                                           for i in range(processes)]
+    assert_latency_ordered(summary["publish_latency_ms"], 9001)
+    assert msg_in_counter(broker, topic) == 9001
+    assert stored_count(client, topic) == 9001  # the official client reads every lean message back
+
+
+def test_lean_produce_batched_entries(broker: BrokerProcess, client: Any, topic: str) -> None:
+    _, summary = perf(broker, "produce", "--lean", "-bm", "50", "-r", "0", "-m", "5000", "-s", "64", "-i", "0", topic)
+    assert summary["produced"]["messages"] == 5000
+    assert_latency_ordered(summary["publish_latency_ms"], 5000)
+    assert msg_in_counter(broker, topic) == 5000
+    assert stored_count(client, topic) == 5000
+
+
+def test_lean_produce_refuses_what_it_cannot_build(broker: BrokerProcess, topic: str) -> None:
+    for flags, reason in ((["-z", "lz4"], "compression"), (["-np", "2"], "partitioned"),
+                          (["--tuned"], "--tuned")):
+        done = subprocess.run([sys.executable, "-m", "velamq", "perf", "produce", "--lean", *flags,
+                               "-u", broker.service_url, topic], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert reason in done.stderr
+
+
+def test_lean_produce_ends_with_the_in_flight_sends_failed_when_the_broker_dies(topic: str) -> None:
+    with run_broker() as own:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "velamq", "perf", "produce", "--lean", "-db", "-r", "0", "-time", "120",
+             "-i", "0.5", "-u", own.service_url, "--json", topic],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            assert proc.stdout is not None
+            first = json.loads(proc.stdout.readline())  # sending is under way
+            assert first["type"] == "interval"
+            own.kill()
+            rest, stderr = proc.communicate(timeout=run_timeout_s)  # ends: no hang on the lost receipts
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    summary = json.loads(rest.splitlines()[-1])
+    assert summary["type"] == "summary", stderr
+    # At -r 0 the window is never empty: what was in flight when the connection broke failed.
+    assert summary["produced"]["failed"] > 0
+    assert summary["elapsed_s"] < 120

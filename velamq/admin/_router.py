@@ -110,9 +110,18 @@ def _parse_pattern(pattern: str) -> tuple[_Segment, ...]:
     return tuple(segments)
 
 
+# The segment whose literal value indexes the routes of one length ("/admin/v2/<this>/..."): a
+# request is matched only against the routes with that literal there or a parameter.
+_INDEX_SEGMENT = 2
+
+
 class Router:
     def __init__(self) -> None:
         self._routes: list[Route] = []
+        # By segment count: (routes by their literal at _INDEX_SEGMENT, routes with a parameter
+        # there), each list in the table's order (most specific first). Built on first use after
+        # a change: a scan of the ~200 routes cost ~100 µs per request.
+        self._index: dict[int, tuple[dict[str, list[Route]], list[Route]]] | None = None
 
     def add(self, method: str, pattern: str, handler: Handler) -> None:
         route = Route(method.upper(), pattern, handler, _parse_pattern(pattern))
@@ -123,6 +132,33 @@ class Router:
         self._routes.append(route)
         # Most specific first, so resolve() can take the first match.
         self._routes.sort(key=lambda r: r.specificity)
+        self._index = None
+
+    def _build_index(self) -> dict[int, tuple[dict[str, list[Route]], list[Route]]]:
+        index: dict[int, tuple[dict[str, list[Route]], list[Route]]] = {}
+        for route in self._routes:
+            literals, free = index.setdefault(len(route.segments), ({}, []))
+            key = route.segments[_INDEX_SEGMENT].literal if len(route.segments) > _INDEX_SEGMENT else None
+            if key is None:
+                free.append(route)
+                for routes in literals.values():
+                    routes.append(route)
+            else:
+                literals.setdefault(key, list(free)).append(route)
+        return index
+
+    def _candidates(self, segments: tuple[str, ...]) -> list[Route]:
+        """Every route that can match `segments`, in the table's order."""
+        index = self._index
+        if index is None:
+            index = self._index = self._build_index()
+        bucket = index.get(len(segments))
+        if bucket is None:
+            return []
+        literals, free = bucket
+        if len(segments) > _INDEX_SEGMENT:
+            return literals.get(segments[_INDEX_SEGMENT], free)
+        return free
 
     @property
     def routes(self) -> tuple[Route, ...]:
@@ -137,7 +173,7 @@ class Router:
         """The route (its pattern names its access rule) and path parameters; 404 or 405."""
         wanted = "GET" if method == "HEAD" else method
         allowed: set[str] = set()
-        for route in self._routes:
+        for route in self._candidates(segments):
             params = route.match(segments)
             if params is None:
                 continue

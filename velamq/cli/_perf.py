@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 from velamq._topic_name import TopicName
 from velamq.cli._perf_args import (
     check_counts,
+    check_lean,
     default_batch_max_bytes,
     default_batch_max_messages,
     default_batch_window_ms,
@@ -40,6 +41,7 @@ from velamq.cli._perf_args import (
     subscription_names,
     topic_names,
 )
+from velamq.cli._perf_lean import broker_address, default_lean_window
 from velamq.cli._perf_produce import Payloads
 from velamq.cli._perf_report import Aggregator, RunShape
 from velamq.cli._perf_runner import run_in_process, run_in_processes
@@ -126,6 +128,11 @@ def shares(total: int, weights: list[int]) -> list[int]:
     return out
 
 
+def lean_entry_messages(args: argparse.Namespace) -> int:
+    """--lean: one message per entry with -db, else batches of -bm messages."""
+    return 1 if args.disable_batching else int(args.batch_max_messages or default_batch_max_messages)
+
+
 def build_plans(args: argparse.Namespace) -> tuple[list[WorkerPlan], StopRule, RunShape]:
     if getattr(args, "security", None) is None:
         resolve_connection(args)
@@ -138,6 +145,12 @@ def build_plans(args: argparse.Namespace) -> tuple[list[WorkerPlan], StopRule, R
     consumer_pairs = ([(t, s) for t in topics for s in subscriptions for _ in range(args.num_consumers)]
                       if consuming else [])
     check_counts(args, len(producer_topics), len(consumer_pairs))
+    lean = bool(getattr(args, "lean", False))
+    if lean:
+        check_lean(args)
+        if security_of(args).client_options():
+            raise PerfError("--lean builds plain SEND frames itself: it cannot go with authentication or TLS")
+        broker_address(args.service_url)
     n = args.processes
     payloads = Payloads(size=args.size, choices=payload_choices(args)) if producing else Payloads()
     produce_rate = args.rate if producing else 0.0
@@ -162,6 +175,8 @@ def build_plans(args: argparse.Namespace) -> tuple[list[WorkerPlan], StopRule, R
             consume_messages=args.num_messages if command == "consume" and n == 1 else 0,
             duration_s=args.test_duration, interval_s=args.interval, stamped=command == "end-to-end",
             drain_timeout_s=getattr(args, "drain_timeout", 0.0),
+            lean=lean, lean_batch=lean_entry_messages(args) if lean else 1,
+            lean_window=(args.max_outstanding or default_lean_window) if lean else 0,
         ))
     rule = StopRule(command, consume_messages=args.num_messages if command == "consume" else 0,
                     subscriptions_per_topic=len(subscriptions) or 1)
@@ -204,7 +219,10 @@ def _header(plans: list[WorkerPlan], shape: RunShape, args: argparse.Namespace) 
         rate = f"{args.rate:,.0f} msg/s" if args.rate else "max rate"
         size = f"{len(plans[0].payloads.choices)} payloads from {args.payload_file}" if args.payload_file \
             else f"{args.size}-byte payloads"
-        if "tuned" in options:
+        if plans[0].lean:
+            batching = (f"lean SEND frames, entries of {plans[0].lean_batch} msg, "
+                        f"{plans[0].lean_window} in flight per producer")
+        elif "tuned" in options:
             batching = "tuned batching (velamq tune's template)"
         elif options["batching_enabled"]:
             batching = (f"batches of up to {options['batching_max_messages']} msg / "

@@ -138,6 +138,10 @@ def add_perf_parser(commands: Any) -> None:
                                allow_abbrev=False)
     _add_common(produce)
     _add_producer(produce)
+    produce.add_argument("--lean", action="store_true",
+                         help="drive the broker to saturation: pre-built SEND frames on plain connections, no "
+                              "client library (velamq's own; unbatched with -db, else entries of -bm messages; "
+                              "-o is the window per producer, default 5000); pulsar:// only, no -np/-f/-z/--tuned")
     consume = kinds.add_parser("consume", help="receive and acknowledge; rate and publish-time latency",
                                allow_abbrev=False)
     _add_common(consume)
@@ -191,6 +195,19 @@ def payload_choices(args: argparse.Namespace) -> tuple[bytes, ...]:
     if not choices:
         raise PerfError(f"the payload file {args.payload_file} is empty")
     return choices
+
+
+def check_lean(args: argparse.Namespace) -> None:
+    """What --lean cannot do, refused up front with the reason."""
+    if not getattr(args, "lean", False):
+        return
+    refused = [(args.partitions, "-np (partitioned topics)"), (args.payload_file, "-f (payload files)"),
+               (args.compression != "none", "-z (compression)"), (args.tuned, "--tuned")]
+    for given, what in refused:
+        if given:
+            raise PerfError(f"--lean builds plain SEND frames itself: it cannot go with {what}")
+    if args.size < 1:
+        raise PerfError("-s/--size must be at least 1 byte")
 
 
 def check_counts(args: argparse.Namespace, producers: int, consumers: int) -> None:

@@ -45,14 +45,15 @@ class LatencyHistogram:
         self._h = histogram or HdrHistogram(latency_us_min, latency_us_max, latency_significant_digits)
         self.clamped = 0  # values above one hour, recorded as one hour
 
-    def record_us(self, value_us: float) -> None:
+    def record_us(self, value_us: float, count: int = 1) -> None:
+        """Record `value_us` (`count` times: a group of messages that share one latency)."""
         value = int(value_us)
         if value < 0:
             value = 0  # a publish time from a clock slightly ahead of ours
         elif value > latency_us_max:
             value = latency_us_max
-            self.clamped += 1
-        self._h.record_value(value)
+            self.clamped += count
+        self._h.record_value(value, count)
 
     @property
     def count(self) -> int:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from velamq.cli._perf_consume import ConsumeSide
+from velamq.cli._perf_lean import LeanProduceSide
 from velamq.cli._perf_produce import Payloads, ProduceSide
 from velamq.cli._perf_stats import LatencyHistogram
 from velamq.client import AsyncClient
@@ -54,6 +55,9 @@ class WorkerPlan:
     interval_s: float = 10.0
     stamped: bool = False
     drain_timeout_s: float = 10.0
+    lean: bool = False  # produce with pre-built SEND frames (_perf_lean.py), not the client
+    lean_batch: int = 1  # messages per entry with lean
+    lean_window: int = 0  # entries in flight per lean producer
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +93,7 @@ class Link(Protocol):
 class Ticker:
     """Turns the sides' figures into interval reports and the final report."""
 
-    def __init__(self, plan: WorkerPlan, produce: ProduceSide, consume: ConsumeSide, link: Link,
+    def __init__(self, plan: WorkerPlan, produce: ProduceSide | LeanProduceSide, consume: ConsumeSide, link: Link,
                  start: float) -> None:
         self._plan = plan
         self._produce = produce
@@ -144,8 +148,13 @@ class Ticker:
 async def run_worker(plan: WorkerPlan, link: Link) -> None:
     """Set up, wait for the common start, run until the run ends, report, clean up."""
     client = AsyncClient(plan.service_url, **plan.client_options)
-    produce = ProduceSide(client, plan.producer_topics, plan.producer_options, plan.payloads, plan.rate,
-                          plan.messages, plan.stamped)
+    produce: ProduceSide | LeanProduceSide
+    if plan.lean:
+        produce = LeanProduceSide(plan.service_url, plan.producer_topics, plan.payloads.size, plan.lean_batch,
+                                  plan.rate, plan.messages, plan.lean_window)
+    else:
+        produce = ProduceSide(client, plan.producer_topics, plan.producer_options, plan.payloads, plan.rate,
+                              plan.messages, plan.stamped)
     consume = ConsumeSide(client, plan.subscriptions, plan.consumer_options, plan.consume_rate,
                           plan.consume_messages)
     try:
@@ -186,7 +195,7 @@ async def run_worker(plan: WorkerPlan, link: Link) -> None:
         await client.close()
 
 
-async def _until_finished(plan: WorkerPlan, link: Link, produce: ProduceSide, consume: ConsumeSide,
+async def _until_finished(plan: WorkerPlan, link: Link, produce: ProduceSide | LeanProduceSide, consume: ConsumeSide,
                           producing: asyncio.Task[None], deadline: float | None) -> None:
     producers_done_at: float | None = None
     while True:

@@ -11,7 +11,7 @@ import time
 
 from velamq.broker import BrokerConfig
 from velamq.security import SecurityConfigError
-from velamq.server import VelamqServer, raise_fd_limit
+from velamq.server import VelamqServer, raise_fd_limit, tune_collector_for_serving
 
 log = logging.getLogger("velamq")
 
@@ -44,6 +44,7 @@ async def serve(config: BrokerConfig, started_at: float) -> None:
         "file descriptors: %d (hard limit %d); brokerMaxConnections %d, brokerMaxConnectionsPerIp %d (0: none)",
         soft, hard, server.broker.connection_limits.max_total, server.broker.connection_limits.max_per_ip,
     )
+    tune_collector_for_serving()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -21,7 +21,7 @@ from typing import Final
 from velamq.admin import AdminSockets
 from velamq.broker import BrokerConfig, ListenSockets
 from velamq.metadata import MetadataStore
-from velamq.server import VelamqServer, WorkerRole, raise_fd_limit
+from velamq.server import VelamqServer, WorkerRole, raise_fd_limit, tune_collector_for_serving
 from velamq.workers._ownership import WorkerOwnership
 from velamq.workers._sockets import WorkerSpec, adopt
 
@@ -99,6 +99,7 @@ async def serve_worker(spec: WorkerSpec, config: BrokerConfig) -> None:
     raise_fd_limit()
     server = VelamqServer(worker_config(config, spec.workers), role=worker_role(spec, config))
     await server.start()
+    tune_collector_for_serving()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

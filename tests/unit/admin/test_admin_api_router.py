@@ -99,3 +99,52 @@ def test_the_server_route_table_has_every_endpoint() -> None:
         ("GET", "/metrics"), ("GET", "/admin/v2/brokers/health"), ("GET", "/"),
     ]:
         assert (method, pattern) in table, (method, pattern)
+
+
+def _full_scan(router: Router, method: str, segments: tuple[str, ...]) -> tuple[str, object]:
+    """What resolve_route must answer: the first matching route of the whole table, else 405/404."""
+    wanted = "GET" if method == "HEAD" else method
+    allowed = set()
+    for route in router.routes:
+        params = route.match(segments)
+        if params is not None:
+            if route.method == wanted:
+                return route.pattern, params
+            allowed.add(route.method)
+    return ("405", None) if allowed else ("404", None)
+
+
+def test_the_index_answers_as_a_scan_of_every_route_would() -> None:
+    # For every route of the real table: paths built from it (its literals, a value of each
+    # constrained segment, free values), with the indexed segment also replaced by another value.
+    router = build_router()
+    values = ["persistent", "non-persistent", "namespaces", "tenants", "public", "default", "x", "stats"]
+    checked = 0
+    for route in router.routes:
+        for shift in range(3):
+            segments = tuple(
+                s.literal if s.literal is not None else sorted(s.choices)[shift % len(s.choices)] if s.choices
+                else values[(i + shift) % len(values)]
+                for i, s in enumerate(route.segments)
+            )
+            paths = [segments] + ([(*segments[:2], "other", *segments[3:])] if len(segments) > 3 else [])
+            for path in paths:
+                for method in ("GET", "HEAD", "PUT", "POST", "DELETE"):
+                    expected = _full_scan(router, method, path)
+                    try:
+                        found, params = router.resolve_route(method, path)
+                        got: tuple[str, object] = (found.pattern, params)
+                    except HttpError as exc:
+                        got = (str(exc.status), None)
+                    assert got == expected, (method, path)
+                    checked += 1
+    assert checked > 1000
+
+
+def test_routes_added_after_a_lookup_are_found() -> None:
+    r = Router()
+    r.add("GET", "/admin/v2/a/{x}", _handler("a"))
+    assert _tag(r, "GET", "/admin/v2/a/1")[0] == "a"
+    r.add("GET", "/admin/v2/{y}/{x}", _handler("free"))
+    r.add("GET", "/admin/v2/b/{x}", _handler("b"))
+    assert [_tag(r, "GET", f"/admin/v2/{k}/1")[0] for k in ("a", "b", "c")] == ["a", "b", "free"]

@@ -1,0 +1,185 @@
+"""Broker CPU per created topic, with a load that costs almost nothing (issue 22, scope 5).
+
+Two ways a topic comes to exist, each against a fresh broker per run:
+
+- **producer**: one plain connection sends PRODUCER commands for new topics (auto-creation),
+  `--in-flight` at a time, each answered by PRODUCER_SUCCESS; then CLOSE_PRODUCER for each (timed
+  apart: "close").
+- **admin**: `PUT /admin/v2/persistent/public/default/<topic>` for new topics over a few
+  keep-alive HTTP connections (`--admin-threads`).
+
+The broker's CPU (all threads, /proc) over each phase, divided by the topics; median of --runs,
+load average before and after. `--tree NAME=PATH` (repeatable) measures builds side by side, runs
+alternating; `--profile` records one extra run per tree under py-spy (GIL holder only) and
+prints the top frames.
+
+    .venv/bin/python benchmarks/topic_create.py --topics 5000
+    .venv/bin/python benchmarks/topic_create.py --tree before=../old --tree after=.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import http.client
+import os
+import socket
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+
+import lean_publish as lean
+from _machine import machine_facts
+from _pyspy import py_spy_path, recording, top_table
+
+from velamq.cli._perf_frames import connect_command, producer_command, whole_command
+from velamq.protocol import encode_command, pb
+
+T = pb.BaseCommand
+
+
+class Replies:
+    """Whole commands read from a blocking socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._buf = bytearray()
+
+    def __iter__(self) -> Iterator[pb.BaseCommand]:
+        while True:
+            while (parsed := whole_command(self._buf)) is not None:
+                command, used = parsed
+                del self._buf[:used]
+                if command.type == T.PING:
+                    self._sock.sendall(encode_command(pb.BaseCommand(type=T.PONG, pong=pb.CommandPong())))
+                    continue
+                yield command
+            data = self._sock.recv(1 << 20)
+            if not data:
+                raise RuntimeError("the broker closed the connection")
+            self._buf += data
+
+
+def pipelined(sock: socket.socket, replies: Iterator[pb.BaseCommand], frames: list[bytes], wanted: int,
+              in_flight: int) -> None:
+    """Write `frames` keeping `in_flight` unanswered; every answer must be of type `wanted`."""
+    sent = answered = 0
+    while answered < len(frames):
+        if sent < len(frames) and sent - answered < in_flight:
+            n = min(in_flight - (sent - answered), len(frames) - sent)
+            sock.sendall(b"".join(frames[sent:sent + n]))
+            sent += n
+            continue
+        reply = next(replies)
+        if reply.type != wanted:
+            raise RuntimeError(f"expected {T.Type.Name(wanted)}, got {reply}")
+        answered += 1
+
+
+def producer_phase(port: int, pid: int, args: argparse.Namespace) -> tuple[float, float]:
+    """(broker CPU s for the PRODUCERs, for the CLOSE_PRODUCERs)."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(connect_command("topic-create"))
+    replies = iter(Replies(sock))
+    if next(replies).type != T.CONNECTED:
+        raise RuntimeError("CONNECT refused")
+    prefix = f"persistent://public/default/tc-{uuid.uuid4().hex[:8]}"
+    opens = [producer_command(f"{prefix}-{i}", i + 1, i + 1) for i in range(args.topics)]
+    closes = []
+    for i in range(args.topics):
+        command = pb.BaseCommand(type=T.CLOSE_PRODUCER)
+        command.close_producer.producer_id, command.close_producer.request_id = i + 1, args.topics + i + 1
+        closes.append(encode_command(command))
+    before = lean.thread_cpu_s(pid)
+    pipelined(sock, replies, opens, T.PRODUCER_SUCCESS, args.in_flight)
+    middle = lean.thread_cpu_s(pid)
+    pipelined(sock, replies, closes, T.SUCCESS, args.in_flight)
+    after = lean.thread_cpu_s(pid)
+    sock.close()
+    return sum(middle.values()) - sum(before.values()), sum(after.values()) - sum(middle.values())
+
+
+def admin_phase(admin_url: str, pid: int, args: argparse.Namespace) -> float:
+    host, port = admin_url.split("//", 1)[1].split(":")
+    prefix = f"/admin/v2/persistent/public/default/ta-{uuid.uuid4().hex[:8]}"
+
+    def create(indexes: range) -> None:
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        for i in indexes:
+            conn.request("PUT", f"{prefix}-{i}", body=b"", headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            response.read()
+            if response.status not in (200, 204):
+                raise RuntimeError(f"PUT {prefix}-{i}: HTTP {response.status}")
+        conn.close()
+
+    n = args.admin_threads
+    before = lean.thread_cpu_s(pid)
+    with concurrent.futures.ThreadPoolExecutor(n) as pool:
+        list(pool.map(create, [range(k, args.admin_topics, n) for k in range(n)]))
+    return sum(lean.thread_cpu_s(pid).values()) - sum(before.values())
+
+
+def one_run(path: str, args: argparse.Namespace, profile: str | None = None) -> tuple[float, float, float]:
+    """(ms of broker CPU per topic: PRODUCER, CLOSE_PRODUCER, admin create)."""
+    with lean.velamq_broker(path, args.policy, args.broker_conf) as (port, admin_url, pid):
+        spy = py_spy_path()
+        with (recording(spy, pid, profile, gil_only=True) if profile and spy else contextlib.nullcontext()):
+            opened, closed = producer_phase(port, pid, args)
+            admin = admin_phase(admin_url, pid, args) if args.admin_topics else 0.0
+    return (opened / args.topics * 1e3, closed / args.topics * 1e3,
+            admin / args.admin_topics * 1e3 if args.admin_topics else 0.0)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--topics", type=int, default=5000, help="topics created by PRODUCER per run")
+    ap.add_argument("--admin-topics", type=int, default=2000, help="topics created through the admin API per run")
+    ap.add_argument("--in-flight", type=int, default=200)
+    ap.add_argument("--admin-threads", type=int, default=4)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--broker-conf", help="a broker.conf of overrides for every broker")
+    ap.add_argument("--policy", default="fsync")
+    ap.add_argument("--tree", action="append", default=[], help="NAME=PATH (repeatable; default: this tree)")
+    ap.add_argument("--profile", action="store_true", help="one extra py-spy run per tree (GIL holder)")
+    ap.add_argument("--top", type=int, default=25)
+    args = ap.parse_args()
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    trees = [t.split("=", 1) for t in args.tree] or [["this", here]]
+    load_before = os.getloadavg()
+    profiles = []
+    if args.profile:
+        for name, path in trees:
+            with tempfile.TemporaryDirectory() as tmp:
+                out = os.path.join(tmp, "profile.txt")
+                one_run(path, args, out)
+                with open(out) as f:
+                    samples, lines = top_table(f.read(), args.top)
+            profiles.append(f"#### {name}: {samples} samples of the thread holding the GIL\n\n" + "\n".join(lines))
+    results: dict[str, list[tuple[float, float, float]]] = {name: [] for name, _ in trees}
+    for _ in range(args.runs):
+        for name, path in trees:
+            results[name].append(one_run(path, args))
+            print(f"  {name}: {results[name][-1]}", file=sys.stderr, flush=True)
+            time.sleep(0.1)
+    load_after = os.getloadavg()
+    print("\n".join(f"- {k}: {v}" for k, v in machine_facts(["protobuf"])))
+    print(f"- load average (1, 5, 15 min): before {' '.join(f'{x:.2f}' for x in load_before)}, "
+          f"after {' '.join(f'{x:.2f}' for x in load_after)}")
+    print(f"- {args.topics} topics by PRODUCER ({args.in_flight} in flight), {args.admin_topics} by admin PUT "
+          f"({args.admin_threads} connections), --sync-policy {args.policy}, median of {args.runs}\n")
+    print("| build | PRODUCER on a new topic ms | CLOSE_PRODUCER ms | admin create ms |")
+    print("|---|---|---|---|")
+    for name, _ in trees:
+        columns = [sorted(r[i] for r in results[name])[len(results[name]) // 2] for i in range(3)]
+        print(f"| {name} | " + " | ".join(f"{c:.3f}" for c in columns) + " |")
+    for profile in profiles:
+        print(f"\n{profile}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
