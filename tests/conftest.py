@@ -97,6 +97,24 @@ def client(broker: BrokerProcess, make_client: ClientFactory) -> Any:
     return make_client(broker.service_url)
 
 
+# The test directories whose files take longest, heaviest first; the others follow. With `make test`
+# each file runs whole on one worker (--dist loadfile: a module's broker or SparkSession starts
+# once) and files are handed out in collection order (--no-loadscope-reorder): long files start
+# first and the many short unit files fill the workers' ends, instead of a Spark module starting
+# last and running alone.
+_slow_directories = ("spark", "integration", "interop", "browser")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests = Path(__file__).parent
+
+    def rank(item: pytest.Item) -> int:
+        top = item.path.relative_to(tests).parts[0] if item.path.is_relative_to(tests) else ""
+        return _slow_directories.index(top) if top in _slow_directories else len(_slow_directories)
+
+    items.sort(key=rank)  # stable: the order within a directory and a file stays
+
+
 _session_status: list[int] = []  # pytest's exit status, for pytest_unconfigure
 
 

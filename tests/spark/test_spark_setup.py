@@ -37,9 +37,11 @@ def _bare_python(root: Path) -> Path:
 
 def test_workers_without_velamq_get_a_message_naming_the_interpreter(tmp_path: Path) -> None:
     bare = _bare_python(tmp_path / "bare")
-    # Out of the repository: a worker's sys.path starts with its working directory.
+    # Out of the repository (a worker's sys.path starts with its working directory), and without
+    # a PYTHONPATH of the test run's own (one naming a source tree would make velamq importable).
+    without_path = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     check = subprocess.run([str(bare), "-c", "import pyspark; import velamq"], capture_output=True, text=True,
-                           cwd=tmp_path)
+                           cwd=tmp_path, env=without_path)
     assert "No module named 'velamq'" in check.stderr  # the premise: pyspark there, velamq not
     env = {**os.environ, "PYSPARK_PYTHON": str(bare), "PYTHONPATH": str(HERE)}
     job = subprocess.run([sys.executable, str(HERE / "spark_setup_job.py")], env=env, capture_output=True,

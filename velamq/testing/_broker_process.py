@@ -21,7 +21,9 @@ from velamq.broker import BrokerConfig
 
 READY_MARKER = "velamq standalone ready"
 _WORKER_READY = re.compile(r"velamq worker (\d+) of \d+ ready: pid=(\d+)")
+PORT_TAKEN_MARKER = "[Errno 98]"  # `velamq: cannot start: [Errno 98] Address already in use`
 start_timeout_s = 30.0
+port_attempts = 3  # a first start whose free port was taken meanwhile tries new ones
 
 
 def free_port() -> int:
@@ -64,6 +66,7 @@ class BrokerProcess:
         self.log_path = log_path or (data_dir.parent / f"{data_dir.name}.log")
         self._proc: subprocess.Popen[str] | None = None
         self._lines: list[str] = []
+        self._started = False  # once started, the ports are known to clients and stay
 
     @property
     def service_url(self) -> str:
@@ -104,6 +107,20 @@ class BrokerProcess:
     def start(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             raise RuntimeError("broker already running")
+        for attempt in range(1, port_attempts + 1):
+            if self._start_once():
+                self._started = True
+                return
+            # free_port() only says the port was free when asked: another process (a parallel test
+            # run, a client's outgoing connection) may bind it before the broker does. Before the
+            # first start nothing knows our ports yet, so other free ones do as well.
+            if self._started or attempt == port_attempts:
+                raise RuntimeError(f"broker did not start:\n{self.output[-4000:]}")
+            self.broker_port, self.http_port = free_port(), free_port()
+
+    def _start_once(self) -> bool:
+        """Start the process and wait until it is ready: True; False if a port was in use."""
+        first_line = len(self._lines)  # this attempt's output starts here
         cmd = [
             sys.executable, "-m", "velamq", "standalone",
             "--data-dir", str(self.data_dir),
@@ -135,12 +152,17 @@ class BrokerProcess:
                     if READY_MARKER in line:
                         ready.set()
 
-        threading.Thread(target=pump, daemon=True, name="broker-output").start()
+        pumping = threading.Thread(target=pump, daemon=True, name="broker-output")
+        pumping.start()
         deadline = time.monotonic() + start_timeout_s
         while not ready.wait(0.05):
             if proc.poll() is not None or time.monotonic() > deadline:
                 self.kill()
+                pumping.join(5)  # the last lines, which say why it exited
+                if PORT_TAKEN_MARKER in "".join(self._lines[first_line:]):
+                    return False
                 raise RuntimeError(f"broker did not start:\n{self.output[-4000:]}")
+        return True
 
     def stop(self, timeout_s: float = 15.0) -> int:
         """SIGTERM and wait: a clean shutdown. Returns the exit code."""
