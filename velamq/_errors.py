@@ -53,6 +53,7 @@ a builtin, it is named after "also": code that catches the builtin keeps working
     ├── admin.HttpError                   an HTTP request the admin server answers with an error status
     ├── admin.PeerError                   another worker's admin server could not be asked
     ├── cli.PerfError                     `velamq perf` cannot run as asked
+    ├── cli.LeanError                     `velamq perf --lean`: the broker refused the load or answered oddly
     ├── replication.ClusterError          a cluster's data that does not say how to reach it (also ValueError)
     └── spark                             the PySpark data source (velamq.spark)
         ├── VelamqOptionError             an option unknown, missing, malformed or in conflict (also ValueError)
