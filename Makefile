@@ -39,7 +39,7 @@ browser:
 TEST_WORKERS ?= 4
 
 test: lint browser
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # Regenerate the protobuf module from velamq/protocol/_pulsar_api.proto.
 proto: | $(BIN)/python

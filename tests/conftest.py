@@ -105,14 +105,29 @@ def client(broker: BrokerProcess, make_client: ClientFactory) -> Any:
 _slow_directories = ("spark", "integration", "interop", "browser")
 
 
+# Test files that share one xdist worker, one after the other, instead of one worker each: every
+# Spark module starts a SparkSession (a JVM of ~1 GiB that keeps a core busy while it starts), and
+# four at once on two cores starved each other past their streaming tests' deadlines.
+_one_worker_directories = ("spark",)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist turns the xdist_group marks into work units
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     tests = Path(__file__).parent
 
+    def top(item: pytest.Item) -> str:
+        return item.path.relative_to(tests).parts[0] if item.path.is_relative_to(tests) else ""
+
     def rank(item: pytest.Item) -> int:
-        top = item.path.relative_to(tests).parts[0] if item.path.is_relative_to(tests) else ""
-        return _slow_directories.index(top) if top in _slow_directories else len(_slow_directories)
+        return _slow_directories.index(top(item)) if top(item) in _slow_directories else len(_slow_directories)
 
     items.sort(key=rank)  # stable: the order within a directory and a file stays
+    # `--dist loadgroup`: a file is one work unit (its module fixtures start once), a directory of
+    # _one_worker_directories is one.
+    for item in items:
+        where = item.path.relative_to(tests) if item.path.is_relative_to(tests) else item.path
+        group = top(item) if top(item) in _one_worker_directories else str(where)
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 _session_status: list[int] = []  # pytest's exit status, for pytest_unconfigure
