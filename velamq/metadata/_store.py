@@ -134,7 +134,13 @@ class MetadataStore(ClusterMetadata):
 
     async def namespace_exists(self, ns: str) -> bool:
         ns, _ = _check_namespace(ns)
-        return await self._cached(self._namespaces, ns, _ops.namespace_exists, ns=ns)
+        exists = await self._cached(self._namespaces, ns, _ops.namespace_exists, ns=ns)
+        if not exists and self.shared:
+            # Another process may have made it since this one's cache learnt "no", and a client
+            # told of it goes straight on (create then use): a "no" is read again.
+            self._namespaces.invalidate(ns)
+            exists = await self._cached(self._namespaces, ns, _ops.namespace_exists, ns=ns)
+        return exists
 
     async def list_namespaces(self, tenant: str) -> list[str]:
         return await self._read(_ops.list_namespaces, tenant=_check_tenant(tenant))
@@ -192,8 +198,11 @@ class MetadataStore(ClusterMetadata):
         tn = _check_topic(topic)
         name = str(tn)
         known = await self._per_namespace(self._partitions, tn.namespace, _ops.partitioned_of_namespace)
-        if known is not None:
+        if known is not None and (name in known or not self.shared):
             return known.get(name, 0)
+        # Not cached, or (shared by several processes) not known here: another process may have
+        # made it partitioned since this one's cache was filled, and a client told of it (create,
+        # then produce through the service URL) must not be told 0.
         return await self._read(_ops.get_partitions, topic=name)
 
     async def update_partitions(self, topic: str, partitions: int) -> None:

@@ -329,3 +329,20 @@ def test_update_policy_applies_each_change_to_the_latest_value(db: Path) -> None
                 await store.update_policy(NS, "bundles", lambda v: v)
 
     run(body)
+
+
+def test_what_another_store_just_made_is_seen_at_once_not_after_the_watch(db: Path) -> None:
+    # A client creates through one worker and goes on through another (create, then produce via
+    # the service URL): a "no" or a 0 cached before must not hide it until the next watch.
+    async def body() -> None:
+        async with opened(db, shared=True, watch_interval_s=3600) as a, \
+                opened(db, shared=True, watch_interval_s=3600) as b:
+            await a.create_namespace(NS)
+            assert await b.get_partitions(f"persistent://{NS}/t") == 0  # cached by b
+            assert not await b.namespace_exists("public/later")
+            await a.create_partitioned_topic(f"persistent://{NS}/t", 3)
+            await a.create_namespace("public/later")
+            assert await b.get_partitions(f"persistent://{NS}/t") == 3
+            assert await b.namespace_exists("public/later")
+
+    run(body)
