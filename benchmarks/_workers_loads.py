@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 import lean_consume
 import lean_publish as lean
 
+from velamq.cli._perf_frames import scan_frames
 from velamq.protocol import encode_command, pb
 from velamq.testing import BrokerProcess
 
 T = pb.BaseCommand
 NAMESPACE = "public/default"
 # A frame's command starts with 0x08 (field 1, the type): this prefix never matches, so that
-# lean.scan_frames hands every frame to its `other` callback.
+# scan_frames hands every frame to its `other` callback.
 _EVERY_FRAME = b"\x00"
 Address = tuple[str, int]
 
@@ -136,7 +137,7 @@ class Replies:
     def __call__(self, data: bytes) -> int:
         self._buf += data
         self._count = 0
-        offset, _, _ = lean.scan_frames(self._buf, _EVERY_FRAME, self._one)
+        offset, _, _ = scan_frames(self._buf, _EVERY_FRAME, self._one)
         del self._buf[:offset]
         return self._count
 
