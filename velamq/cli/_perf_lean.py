@@ -32,14 +32,13 @@ from velamq.cli._perf_frames import (
     producer_command,
     whole_command,
 )
-from velamq.cli._perf_stats import LatencyHistogram, PerfError, TokenBucket
+from velamq.cli._perf_stats import LatencyHistogram, PerfError, SendAdmission
 from velamq.protocol import build_batch, pb
 
 T = pb.BaseCommand
 default_lean_window: Final = 5000  # sends in flight per producer (what saturates a broker)
 lean_chunk_max: Final = 1000  # frames per write at most
 handshake_timeout_s: Final = 30.0
-idle_check_s: Final = 0.1
 
 
 def broker_address(service_url: str) -> tuple[str, int]:
@@ -155,12 +154,11 @@ class LeanProduceSide:
         self._batch = max(1, batch)
         self._payload = bytes(65 + i % 26 for i in range(size))  # capital letters, as pulsar-perf sends
         self._entry_bytes = size * self._batch
-        self._rate = rate
-        self._remaining: int | None = -(-messages // self._batch) if messages > 0 else None  # entries
         self._window = max(1, window)
-        self._chunk = max(1, min(lean_chunk_max, self._window // 4))
+        entries = -(-messages // self._batch) if messages > 0 else None  # the admission counts entries
+        chunk = max(1, min(lean_chunk_max, self._window // 4))
+        self._admission = SendAdmission(entries, rate / self._batch, chunk)
         self._producers: list[_LeanProducer] = []
-        self._bucket: TokenBucket | None = None
         self._stop = asyncio.Event()
         self._sending_done = False
         self._drained = asyncio.Event()
@@ -192,8 +190,7 @@ class LeanProduceSide:
             await producer.open(topic, body, self._batch)
 
     async def run(self, deadline: float | None) -> None:
-        if self._rate > 0:
-            self._bucket = TokenBucket(self._rate / self._batch, asyncio.get_running_loop().time)
+        self._admission.start()
         if self._producers:
             results = await asyncio.gather(*(self._send_loop(p, deadline) for p in self._producers),
                                            return_exceptions=True)
@@ -206,27 +203,12 @@ class LeanProduceSide:
         self.finished_at = time.monotonic()
 
     async def _send_loop(self, producer: _LeanProducer, deadline: float | None) -> None:
-        while n := await self._admit(deadline):
+        while n := await self._admission.admit(deadline, self._stopped):
             await producer.send(n, self._window)
             self.pending += n * self._batch
 
-    async def _admit(self, deadline: float | None) -> int:
-        """How many entries the loop may send now (0: stop sending)."""
-        wanted = self._chunk
-        while True:
-            if self._stop.is_set() or (deadline is not None and time.monotonic() >= deadline) or self.last_error:
-                return 0
-            if self._remaining is not None:
-                wanted = min(wanted, self._remaining)
-                if wanted <= 0:
-                    return 0
-            n = self._bucket.take(wanted) if self._bucket is not None else wanted
-            if n > 0:
-                if self._remaining is not None:
-                    self._remaining -= n
-                return n
-            assert self._bucket is not None
-            await asyncio.sleep(min(idle_check_s, self._bucket.seconds_until_token()))
+    def _stopped(self) -> bool:
+        return self._stop.is_set() or bool(self.last_error)
 
     def on_receipts(self, producer: _LeanProducer, entries: int) -> None:
         producer.in_flight -= entries

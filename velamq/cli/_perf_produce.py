@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from velamq.cli._perf_stats import LatencyHistogram, TokenBucket
+from velamq.cli._perf_stats import LatencyHistogram, SendAdmission
 from velamq.client import AsyncClient, Producer, ProducerConfig
 
 log = logging.getLogger("velamq.perf")
@@ -31,8 +31,6 @@ STAMP_BYTES: Final = len(STAMP_MAGIC) + 8
 
 # How many messages a send loop takes from the bucket at once, and sends before it yields.
 send_chunk_messages: Final = 64
-# The longest a send loop sleeps before it looks at the stop flag and the deadline again.
-idle_check_s: Final = 0.1
 
 
 def stamp(payload: bytes, now_us: int) -> bytes:
@@ -72,9 +70,7 @@ class ProduceSide:
         self._options = producer_options
         self._payloads = payloads
         self._fixed = payloads.fixed() if not payloads.choices else b""
-        self._bucket: TokenBucket | None = None
-        self._rate = rate
-        self._remaining: int | None = messages if messages > 0 else None
+        self._admission = SendAdmission(messages if messages > 0 else None, rate, send_chunk_messages)
         self._stamped = stamped
         self._producers: list[Producer] = []
         self._stop = asyncio.Event()
@@ -116,8 +112,7 @@ class ProduceSide:
 
     async def run(self, deadline: float | None) -> None:
         """Send until the share is sent, the deadline passes or stop(); then wait for the receipts."""
-        if self._rate > 0:
-            self._bucket = TokenBucket(self._rate, asyncio.get_running_loop().time)
+        self._admission.start()
         if self._producers:
             await asyncio.gather(*(self._send_loop(p, deadline) for p in self._producers))
         self._sending_done = True
@@ -136,24 +131,6 @@ class ProduceSide:
     async def close(self) -> None:
         await asyncio.gather(*(p.close() for p in self._producers), return_exceptions=True)
 
-    async def _admit(self, deadline: float | None) -> int:
-        """How many messages the loop may send now (0: stop sending)."""
-        wanted = send_chunk_messages
-        while True:
-            if self._stop.is_set() or (deadline is not None and time.monotonic() >= deadline):
-                return 0
-            if self._remaining is not None:
-                wanted = min(wanted, self._remaining)
-                if wanted <= 0:
-                    return 0
-            n = self._bucket.take(wanted) if self._bucket is not None else wanted
-            if n > 0:
-                if self._remaining is not None:
-                    self._remaining -= n
-                return n
-            assert self._bucket is not None
-            await asyncio.sleep(min(idle_check_s, self._bucket.seconds_until_token()))
-
     def _payload(self) -> bytes:
         payload = random.choice(self._payloads.choices) if self._payloads.choices else self._fixed
         if self._stamped:
@@ -161,7 +138,7 @@ class ProduceSide:
         return payload
 
     async def _send_loop(self, producer: Producer, deadline: float | None) -> None:
-        while n := await self._admit(deadline):
+        while n := await self._admission.admit(deadline, self._stop.is_set):
             for _ in range(n):
                 payload = self._payload()
                 started = time.perf_counter()

@@ -16,6 +16,7 @@ whose errors add up (each wake-up is late, never early).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -143,3 +144,43 @@ class TokenBucket:
             if n:
                 return n
             await asyncio.sleep(self.seconds_until_token())
+
+
+# How often a paced send loop looks again at its stop flag and deadline while waiting for a token.
+idle_check_s: Final = 0.1
+
+
+class SendAdmission:
+    """How much a send loop may send now: what is left of a total (None: no total), paced at `rate`
+    units per second (0: as fast as it goes), `chunk` at most per turn, until the loop stops or its
+    deadline passes. One per producing side, shared by its producers' send loops."""
+
+    def __init__(self, total: int | None, rate: float, chunk: int) -> None:
+        self._remaining = total
+        self._rate = rate
+        self._chunk = chunk
+        self._bucket: TokenBucket | None = None
+
+    def start(self) -> None:
+        """The pacing starts now (on the running loop's clock)."""
+        if self._rate > 0:
+            self._bucket = TokenBucket(self._rate, asyncio.get_running_loop().time)
+
+    async def admit(self, deadline: float | None, stopped: Callable[[], bool]) -> int:
+        """How many units the loop may send now; 0: stop sending (stopped, past the deadline, or
+        the total is sent)."""
+        wanted = self._chunk
+        while True:
+            if stopped() or (deadline is not None and time.monotonic() >= deadline):
+                return 0
+            if self._remaining is not None:
+                wanted = min(wanted, self._remaining)
+                if wanted <= 0:
+                    return 0
+            n = self._bucket.take(wanted) if self._bucket is not None else wanted
+            if n > 0:
+                if self._remaining is not None:
+                    self._remaining -= n
+                return n
+            assert self._bucket is not None
+            await asyncio.sleep(min(idle_check_s, self._bucket.seconds_until_token()))
