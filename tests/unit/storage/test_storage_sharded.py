@@ -16,9 +16,11 @@ from _sharded_testing import shard_of, started_sharded
 from _storage_testing import config, payload, run, started
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from wait_helpers import until
 
 from velamq._errors import StorageError
 from velamq.storage import Position, ShardedStorage, Storage
+from velamq.storage._layout import LOCK_FILE
 from velamq.storage._shard_layout import BUNDLES_DIR, SHARD_ID_FILE, ledger_id_bits, shard_dirs
 from velamq.storage._sharded_metrics import combine_metrics
 
@@ -139,6 +141,18 @@ def test_opening_a_shard_someone_holds_waits_for_it_then_fails_clearly(tmp_path:
     run(main())
 
 
+def _descriptors_of(path: Path) -> int:
+    """How many open descriptors of this process point at `path`."""
+    fds = Path("/proc/self/fd")
+    count = 0
+    for fd in fds.iterdir():
+        try:
+            count += fd.readlink() == path
+        except OSError:  # closed meanwhile
+            continue
+    return count
+
+
 def test_a_shard_released_while_it_is_waited_for_opens(tmp_path: Path) -> None:
     data = tmp_path / "data"
 
@@ -148,9 +162,11 @@ def test_a_shard_released_while_it_is_waited_for_opens(tmp_path: Path) -> None:
             await holder.start()
             ml = await holder.open_ledger("persistent://tenant/ns/t")
             await ml.append(b"by the previous owner")
+            lock = storage.shard_dir(shard_of(1)("x")) / LOCK_FILE
             opening = asyncio.ensure_future(storage.open_ledger("persistent://tenant/ns/t"))
-            # It cannot open while the holder runs; the holder closes, and then it does.
-            await asyncio.sleep(0)
+            # It cannot open while the holder runs: once it is trying the lock (a second descriptor of
+            # the lock file in this process), it is still waiting; the holder closes, and then it opens.
+            await until(lambda: _descriptors_of(lock) >= 2, "the opening trying the shard's lock")
             assert not opening.done()
             await holder.close()
             opened = await opening
