@@ -60,13 +60,14 @@ def lookup(admin: AdminClient, topic: str) -> dict[str, Any]:
     return reply
 
 
-def own_urls(broker: BrokerProcess) -> dict[int, str]:
-    """Each worker's own binary URL, from its start line."""
-    urls: dict[int, str] = {}
-    for line in broker.worker_lines():
-        worker = int(line.split("velamq worker ", 1)[1].split(" ", 1)[0])
-        urls[worker] = line.split("service_url=", 1)[1].split(" ", 1)[0]
-    return urls
+def worker_of(line: str) -> int:
+    """The id in a worker's start line ("velamq worker K of N ready: ...")."""
+    return int(line.split("velamq worker ", 1)[1].split(" ", 1)[0])
+
+
+def own_urls(broker: BrokerProcess, field: str = "service_url") -> dict[int, str]:
+    """Each worker's own URL of that field (service_url, admin_url), from its start line."""
+    return {worker_of(line): line.split(f"{field}=", 1)[1].split()[0] for line in broker.worker_lines()}
 
 
 def test_workers_start_and_say_what_they_own(workers2: BrokerProcess) -> None:
@@ -76,7 +77,7 @@ def test_workers_start_and_say_what_they_own(workers2: BrokerProcess) -> None:
     assert set(pids) == {0, 1} and workers2.pid not in pids.values() and pids[0] != pids[1]
     ranges = NamespaceBundles.even(4).ranges
     for line in lines:  # each names the bundles of public/default it owns, and its own URLs
-        worker = int(line.split("velamq worker ", 1)[1].split(" ", 1)[0])
+        worker = worker_of(line)
         mine = [r.name for i, r in enumerate(ranges) if default_owner(NAMESPACE, i, 2) == worker]
         assert f"{NAMESPACE}[{','.join(mine)}]" in line, line
         assert "service_url=pulsar://" in line and "admin_url=http://" in line
@@ -236,21 +237,28 @@ def test_a_killed_worker_is_restarted_and_nothing_acknowledged_is_lost(topic: st
 
 
 def test_sigterm_stops_every_worker_and_data_survives_a_restart(topic: str, make_client: Any, tmp_path: Any) -> None:
-    data = tmp_path / "data"
+    def stop(broker: BrokerProcess) -> None:
+        assert broker.stop() == 0
+
+    stop_and_start_again(tmp_path / "data", topic, make_client, stop, "stopped")
+
+
+def stop_and_start_again(data: Any, topic: str, make_client: Any, stop: Any, what: str) -> None:
+    """One message on each of 8 topics, the broker stopped by `stop` (every worker gone after it),
+    started again on the same data: every message is there."""
     with run_broker(data, workers=2) as broker:
         client = make_client(broker.service_url)
         names = [f"persistent://{NAMESPACE}/{topic}-{i}" for i in range(8)]
         for n in names:
             client.create_producer(n, batching_enabled=False).send(n.encode())
-        client.close()
         pids = list(broker.worker_pids().values())
-        assert broker.stop() == 0
+        stop(broker)
         for pid in pids:
-            wait_until(lambda pid=pid: not _alive(pid), f"worker {pid} stopped")
+            wait_until(lambda pid=pid: not _alive(pid), f"worker {pid} {what}")
         broker.start()
-        client = make_client(broker.service_url)
+        reader_client = make_client(broker.service_url)
         for n in names:
-            reader = client.create_reader(n, pulsar.MessageId.earliest)
+            reader = reader_client.create_reader(n, pulsar.MessageId.earliest)
             assert reader.read_next(timeout_millis=20_000).data() == n.encode()
 
 
@@ -293,10 +301,7 @@ def test_a_worker_that_owns_no_partition_deletes_a_partitioned_topic(
     name = next(
         n for n in (f"{topic}{k}" for k in range(64)) if owner_index(f"persistent://{NAMESPACE}/{n}-partition-0") == 0
     )
-    admin_urls = {
-        int(line.split("velamq worker ", 1)[1].split(" ", 1)[0]): line.split("admin_url=", 1)[1].split()[0]
-        for line in workers2.worker_lines()
-    }
+    admin_urls = own_urls(workers2, "admin_url")
     shared = AdminClient(workers2.admin_url)
     shared.request("PUT", f"/admin/v2/persistent/{NAMESPACE}/{name}/partitions", 1)
     client = make_client(workers2.service_url)
@@ -326,17 +331,5 @@ def test_a_data_dir_keeps_the_layout_it_was_made_with(tmp_path: Any) -> None:
 def test_kill_9_of_the_supervisor_takes_the_workers_and_loses_nothing_acknowledged(
     topic: str, make_client: Any, tmp_path: Any
 ) -> None:
-    with run_broker(tmp_path / "data", workers=2) as broker:
-        client = make_client(broker.service_url)
-        names = [f"persistent://{NAMESPACE}/{topic}-{i}" for i in range(6)]
-        for n in names:
-            client.create_producer(n, batching_enabled=False).send(n.encode())
-        pids = list(broker.worker_pids().values())
-        broker.kill()  # SIGKILL: a crash of the whole broker
-        for pid in pids:
-            wait_until(lambda pid=pid: not _alive(pid), f"worker {pid} died with its supervisor")
-        broker.start()
-        reader_client = make_client(broker.service_url)
-        for n in names:
-            reader = reader_client.create_reader(n, pulsar.MessageId.earliest)
-            assert reader.read_next(timeout_millis=20_000).data() == n.encode()
+    # SIGKILL: a crash of the whole broker; the workers die with their supervisor.
+    stop_and_start_again(tmp_path / "data", topic, make_client, BrokerProcess.kill, "died with its supervisor")
