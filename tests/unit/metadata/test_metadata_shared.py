@@ -64,7 +64,8 @@ def test_a_shared_store_sees_another_stores_commits_and_calls_back(db: Path) -> 
 
             b.on_external_change(changed)
             # b caches what it reads: the answers below must change because a wrote, not because
-            # b asked the file again.
+            # b asked the file again (except a 0 for partitions, which a shared store reads again:
+            # test_what_another_store_just_made_is_seen_at_once_not_after_the_watch).
             assert (await b.get_policies(NS)).get("deduplicationEnabled") is None
             assert await b.get_partitions(f"persistent://{NS}/p") == 0
             assert await b.get_bundle_owners(NS) == {}
