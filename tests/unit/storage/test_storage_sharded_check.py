@@ -22,14 +22,19 @@ LIVE = [NS + f"live-{i}" for i in range(6)]
 GONE = [NS + f"gone-{i}" for i in range(6)]
 
 
-async def build(data_dir: Path) -> None:
+async def create_topics(data_dir: Path, names: list[str]) -> None:
+    """The metadata rows of these topics (what the checker judges ledgers against)."""
     store = MetadataStore(data_dir / "metadata.db")
     await store.start()
     try:
-        for name in LIVE:
+        for name in names:
             await store.create_topic(name)
     finally:
         await store.close()
+
+
+async def build(data_dir: Path) -> None:
+    await create_topics(data_dir, LIVE)
     async with started_sharded(data_dir, 2) as storage:
         for name in [*GONE, *LIVE]:
             ml = await storage.open_ledger(name)
@@ -105,13 +110,7 @@ def test_offloaded_files_of_every_shard_are_judged_by_their_own_ledgers(tmp_path
     topics = [LIVE[0], next(n for n in LIVE if route(n) != route(LIVE[0]))]
 
     async def build_offloaded() -> None:
-        store = MetadataStore(data / "metadata.db")
-        await store.start()
-        try:
-            for name in topics:
-                await store.create_topic(name)
-        finally:
-            await store.close()
+        await create_topics(data, topics)
         config = StorageConfig(data, sync_policy="none", ledger_entries_max=5, offload=offload)
         storage = ShardedStorage(config, entry_rows=ROWS, shard_of=route)
         await storage.start()
