@@ -17,6 +17,7 @@ from collections.abc import Iterable
 
 from velamq.storage._config import MemoryBudget
 from velamq.storage._storage import SharedCaches
+from velamq.storage._storage_metrics import budget_metrics
 
 P = "velamq_storage_"
 _largest = {P + "journal_broken", P + "failed", P + "not_writable_seconds", P + "journal_entries_per_fsync_last"}
@@ -33,14 +34,7 @@ def shared_metrics(shared: SharedCaches, budget: MemoryBudget) -> dict[str, floa
     ):
         out |= cache.metrics(P + name)
     out |= shared.publish_buffer.metrics()
-    out |= {
-        P + "memory_budget_bytes": budget.total_bytes,
-        P + "memory_publish_buffer_bytes": budget.publish_buffer_bytes,
-        P + "memory_tail_cache_bytes": budget.tail_cache_bytes,
-        P + "memory_write_cache_bytes": budget.write_cache_bytes,
-        P + "memory_read_cache_bytes": budget.read_cache_bytes,
-        P + "memory_index_cache_bytes": budget.index_cache_bytes,
-    }
+    out |= budget_metrics(P, budget)
     return {k: float(v) for k, v in out.items()}
 
 

@@ -46,6 +46,18 @@ class _Cache(Protocol):
     def metrics(self, prefix: str) -> dict[str, float]: ...
 
 
+def budget_metrics(p: str, budget: MemoryBudget) -> dict[str, float]:
+    """The memory budget's split, one gauge per share."""
+    return {
+        p + "memory_budget_bytes": budget.total_bytes,
+        p + "memory_publish_buffer_bytes": budget.publish_buffer_bytes,
+        p + "memory_tail_cache_bytes": budget.tail_cache_bytes,
+        p + "memory_write_cache_bytes": budget.write_cache_bytes,
+        p + "memory_read_cache_bytes": budget.read_cache_bytes,
+        p + "memory_index_cache_bytes": budget.index_cache_bytes,
+    }
+
+
 def storage_metrics(
     *,
     journal: Journal | None,
@@ -87,14 +99,7 @@ def storage_metrics(
     out[p + "tail_cache_skipped_inactive_total"] = counters.tail_cache_skipped_inactive_total
     out[p + "read_cache_read_ahead_entries_total"] = counters.read_ahead_entries_total
     out |= publish_buffer.metrics()
-    out |= {
-        p + "memory_budget_bytes": budget.total_bytes,
-        p + "memory_publish_buffer_bytes": budget.publish_buffer_bytes,
-        p + "memory_tail_cache_bytes": budget.tail_cache_bytes,
-        p + "memory_write_cache_bytes": budget.write_cache_bytes,
-        p + "memory_read_cache_bytes": budget.read_cache_bytes,
-        p + "memory_index_cache_bytes": budget.index_cache_bytes,
-    }
+    out |= budget_metrics(p, budget)
     # The first version's figures, under their old names.
     out |= {
         p + "appends_total": j_appends,
