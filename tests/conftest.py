@@ -1,6 +1,7 @@
 """Fixtures shared by the test tree: a real `velamq standalone` process and official-client helpers.
 
 - `broker`: one broker per test module (start-up is cheap, OP-1), for tests that do not restart it.
+- `workers2`: one broker of two worker processes per test module (docs/workers.md).
 - `fresh_broker`: one broker per test, for tests that stop, kill or restart it.
 - `topic`: a topic name unique to the test (derived from the test name plus a random suffix).
 - `make_client`: builds `pulsar.Client`s with short operation timeouts and quiet logging, and closes
@@ -55,6 +56,13 @@ def new_client(service_url: str, **kwargs: Any) -> Any:
 def broker() -> Iterator[BrokerProcess]:
     """One broker process for the whole test module."""
     with run_broker() as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def workers2() -> Iterator[BrokerProcess]:
+    """One broker of two worker processes (`--workers 2`) for the whole test module."""
+    with run_broker(workers=2) as b:
         yield b
 
 

@@ -11,7 +11,6 @@ import asyncio
 import os
 import signal
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pulsar
@@ -26,11 +25,6 @@ pytestmark = pytest.mark.timeout(300)
 
 NAMESPACE = "public/default"
 
-
-@pytest.fixture(scope="module")
-def workers2() -> Iterator[BrokerProcess]:
-    with run_broker(workers=2) as broker:
-        yield broker
 
 
 def owner_index(full_topic: str, workers: int = 2) -> int:

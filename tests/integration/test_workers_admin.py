@@ -17,22 +17,16 @@ import sys
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 
 import pulsar
 import pytest
 
 from velamq._bundles import NamespaceBundles, default_owner
 from velamq.client import AdminClient
-from velamq.testing import BrokerProcess, run_broker
+from velamq.testing import BrokerProcess
 
 pytestmark = pytest.mark.timeout(300)
 
-
-@pytest.fixture(scope="module")
-def workers2() -> Iterator[BrokerProcess]:
-    with run_broker(workers=2) as broker:
-        yield broker
 
 
 _SAMPLE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\} (\S+)')

@@ -14,7 +14,6 @@ import html
 import http.client
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -22,17 +21,12 @@ import pulsar
 import pytest
 
 from velamq._bundles import NamespaceBundles, default_owner
-from velamq.testing import BrokerProcess, run_broker
+from velamq.testing import BrokerProcess
 
 pytestmark = pytest.mark.timeout(300)
 
 NS = "public/default"
 
-
-@pytest.fixture(scope="module")
-def workers2() -> Iterator[BrokerProcess]:
-    with run_broker(workers=2) as broker:
-        yield broker
 
 
 def _owner(full_topic: str) -> int:

@@ -15,7 +15,6 @@ import socket
 import struct
 import time
 import urllib.parse
-from collections.abc import Iterator
 
 import pytest
 from wait_helpers import wait_until
@@ -23,7 +22,7 @@ from wait_helpers import wait_until
 from velamq._bundles import NamespaceBundles, default_owner
 from velamq.client import AdminClient
 from velamq.protocol import build_entry, encode_command, encode_payload_command, pb
-from velamq.testing import BrokerProcess, run_broker
+from velamq.testing import BrokerProcess
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -32,11 +31,6 @@ NAMESPACE = "public/default"
 PARTITIONS = 8
 LIMIT = 1024
 
-
-@pytest.fixture(scope="module")
-def workers2() -> Iterator[BrokerProcess]:
-    with run_broker(workers=2) as broker:
-        yield broker
 
 
 def spread_over_both_workers(base: str) -> tuple[str, list[str]]:

@@ -4,22 +4,16 @@ partitions live on different workers is read whole, through the service and admi
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from spark_helpers import create_partitioned, payload, produce, source_options
 
 from velamq._bundles import NamespaceBundles, default_owner
-from velamq.testing import BrokerProcess, run_broker
+from velamq.testing import BrokerProcess
 
 pytestmark = pytest.mark.timeout(600)
 
-
-@pytest.fixture(scope="module")
-def workers2() -> Iterator[BrokerProcess]:
-    with run_broker(workers=2) as broker:
-        yield broker
 
 
 def test_batch_read_of_partitions_on_two_workers(spark: Any, workers2: BrokerProcess) -> None:
