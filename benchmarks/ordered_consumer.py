@@ -12,6 +12,10 @@ setting, and prints the run with the median rate. Three handler modes:
     process   --cpu-ms of pure-Python arithmetic (CPU-bound) in handler processes, with
               processes=1 and processes=2, against the same handler in the thread pool (the GIL)
 
+Two key assignments (OrderedConsumer's key_assignment, --assignment): "hash" (OC-1: a key always
+on worker hash(key) % N) and "free_worker" (a key's next message on whichever worker is free).
+--loop uvloop runs the consumer on uvloop instead of asyncio's own loop.
+
 Every run checks the order per key (each key's sequence numbers arrive increasing) and that every
 message was handled exactly once. Columns: msg/s; the speed-up over N=1 (or over one process); the
 nominal ideal (partitions x N / nominal handler time, the rate of every worker always busy with
@@ -98,6 +102,7 @@ class Row:
     busiest_lane: int = 0  # messages of the busiest (partition, worker): a lane runs them one by one
     rates: tuple[float, ...] = ()
     load: str = ""
+    assignment: str = "hash"  # OrderedConsumer's key_assignment
 
     @property
     def rate(self) -> float:
@@ -111,10 +116,13 @@ class Row:
 
     @property
     def lane_bound(self) -> float:
-        """What the key distribution allows at the nominal handler time: the busiest lane busy throughout."""
+        """What the key distribution allows at the nominal handler time: the busiest lane busy
+        throughout (hash: a (partition, worker) pair; free_worker: a key, and never more than the
+        nominal ideal)."""
         if not self.busiest_lane or self.nominal_ms <= 0:
             return 0.0
-        return self.messages / (self.busiest_lane * self.nominal_ms / 1000)
+        bound = self.messages / (self.busiest_lane * self.nominal_ms / 1000)
+        return min(bound, self.nominal_ideal) if self.assignment == "free_worker" else bound
 
     @property
     def cpu_us(self) -> float:
@@ -239,6 +247,8 @@ async def consume(client: AsyncClient, topic: str, row: Row, max_in_flight: int,
         fresh_record_dir()
         if row.processes:
             options = {"handler_mode": "process", "processes": row.processes}
+    if row.assignment != "hash":
+        options["key_assignment"] = row.assignment
     consumer = OrderedConsumer(client, topic, f"bench-{row.parallelism}-{uuid.uuid4().hex[:6]}", handler,
                                partition_parallelism=row.parallelism, max_in_flight=max_in_flight,
                                initial_position="earliest", **options)  # type: ignore[arg-type]
@@ -272,7 +282,8 @@ async def consume(client: AsyncClient, topic: str, row: Row, max_in_flight: int,
     lanes: Counter[tuple[int, int]] = Counter()
     for key, seqs in seen.items():
         if key in partitions:
-            lanes[partitions[key], worker_of(key, row.parallelism)] += len(seqs)
+            lane = worker_of(key, row.parallelism) if row.assignment == "hash" else hash(key)
+            lanes[partitions[key], lane] += len(seqs)
     return replace(row, seconds=elapsed, busiest_lane=max(lanes.values(), default=0), cpu_s=cpu,
                    effective_max=max(p.effective_parallelism for p in busy),
                    hot_share=max(p.hottest_key_share for p in m.partitions), ordered=ordered,
@@ -306,18 +317,18 @@ def read_records(out_dir: Path) -> tuple[dict[str, list[int]], float]:
 
 
 def table(rows: list[Row]) -> str:
-    head = ["mode", "keys", "N", "procs", "msg/s (median)", "runs msg/s", "speed-up", "nominal ideal", "of nominal",
-            "lane bound", "of bound", "handler ms", "eff. par.", "hot key", "CPU us/msg", "consumer CPU us/msg",
-            "load avg", "order per key"]
+    head = ["mode", "assignment", "keys", "N", "procs", "msg/s (median)", "runs msg/s", "speed-up", "nominal ideal",
+            "of nominal", "bound", "of bound", "handler ms", "eff. par.", "hot key", "CPU us/msg",
+            "consumer CPU us/msg", "load avg", "order per key"]
     lines = [head]
-    base: dict[tuple[str, str], float] = {}
+    base: dict[tuple[str, str, str], float] = {}
     for r in rows:
-        unit = (r.mode, r.keys)
+        unit = (r.mode, r.keys, r.assignment)
         first = r.processes == 1 if r.mode == "process" else r.parallelism == 1
         if first and unit not in base:
             base[unit] = r.rate
         speedup = f"{r.rate / base[unit]:.2f}x" if unit in base else "-"
-        lines.append([r.mode, r.keys, str(r.parallelism), str(r.processes or "-"), f"{r.rate:,.0f}",
+        lines.append([r.mode, r.assignment, r.keys, str(r.parallelism), str(r.processes or "-"), f"{r.rate:,.0f}",
                       " ".join(f"{x:,.0f}" for x in r.rates), speedup,
                       f"{r.nominal_ideal:,.0f}" if r.nominal_ideal else "-",
                       f"{r.rate / r.nominal_ideal:.0%}" if r.nominal_ideal else "-",
@@ -328,7 +339,7 @@ def table(rows: list[Row]) -> str:
                       f"{r.consumer_cpu_us:.1f}", r.load,
                       "ok" if r.ordered and r.duplicates == 0 else f"BROKEN ({r.duplicates} dup)"])
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
-    out = ["| " + " | ".join(cell.ljust(w) if i < 2 else cell.rjust(w)
+    out = ["| " + " | ".join(cell.ljust(w) if i < 3 else cell.rjust(w)
                              for i, (cell, w) in enumerate(zip(line, widths, strict=True))) + " |"
            for line in lines]
     out.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
@@ -346,18 +357,23 @@ def broker(service_url: str | None, admin_url: str | None) -> Iterator[tuple[str
         yield b.service_url, b.admin_url
 
 
-def plan(args: argparse.Namespace) -> list[tuple[str, str, int, int, int, float]]:
-    """(mode, key set, N, processes, messages, nominal handler ms) per setting."""
-    out: list[tuple[str, str, int, int, int, float]] = []
+Setting = tuple[str, str, int, int, int, float, str]
+
+
+def plan(args: argparse.Namespace) -> list[Setting]:
+    """(mode, key set, N, processes, messages, nominal handler ms, key assignment) per setting."""
+    out: list[Setting] = []
     for mode in args.modes:
         if mode == "process":
             n = args.process_parallelism
-            out += [("process", "uniform", n, p, args.process_messages, args.cpu_ms) for p in args.processes]
-            out.append(("process", "uniform", n, 0, args.process_messages, args.cpu_ms))  # the same, in threads
+            out += [("process", "uniform", n, p, args.process_messages, args.cpu_ms, "hash") for p in args.processes]
+            # the same handler, in threads
+            out.append(("process", "uniform", n, 0, args.process_messages, args.cpu_ms, "hash"))
             continue
-        out += [(mode, "uniform", n, 0, args.messages, args.handler_ms) for n in args.parallelism]
-        if mode == "async":
-            out += [(mode, "zipf", n, 0, args.messages, args.handler_ms) for n in args.skewed]
+        for how in args.assignment:
+            out += [(mode, "uniform", n, 0, args.messages, args.handler_ms, how) for n in args.parallelism]
+            if mode == "async":
+                out += [(mode, "zipf", n, 0, args.messages, args.handler_ms, how) for n in args.skewed]
     return out
 
 
@@ -382,17 +398,17 @@ async def run(args: argparse.Namespace, url: str, admin_url: str) -> list[Row]:
                 "zipf": zipf_keys(longest, args.keys, args.zipf_s, rng)}
     rows: list[Row] = []
     async with AsyncClient(url, operation_timeout_s=60) as client:
-        for mode, keys, n, processes, messages, nominal_ms in plan(args):
+        for mode, keys, n, processes, messages, nominal_ms, how in plan(args):
             runs: list[Row] = []
             for attempt in range(args.runs):
-                topic = f"ordered-{mode}-{keys}-{n}-{processes}-{attempt}-{run_id}"
+                topic = f"ordered-{mode}-{how}-{keys}-{n}-{processes}-{attempt}-{run_id}"
                 create_partitioned_topic(admin_url, topic, args.partitions)
                 await produce(client, topic, key_sets[keys][:messages])
                 row = Row(mode, keys, n, processes, messages, args.partitions, nominal_ms, 0.0, 0.0, 0.0, 0.0, 0.0,
-                          False, 0, 0.0)
+                          False, 0, 0.0, assignment=how)
                 profile = args.profile_out if args.profile and not runs else None
                 runs.append(await consume(client, topic, row, args.max_in_flight, profile))
-                print(f"  {mode} {keys} N={n} procs={processes or '-'}: {runs[-1].rate:,.0f} msg/s, "
+                print(f"  {mode} {how} {keys} N={n} procs={processes or '-'}: {runs[-1].rate:,.0f} msg/s, "
                       f"{runs[-1].cpu_us:.1f} CPU us/msg, order {'ok' if runs[-1].ordered else 'BROKEN'}",
                       file=sys.stderr, flush=True)
             median = statistics.median_low(r.rate for r in runs)
@@ -438,22 +454,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true", help="py-spy the first run of each setting (GIL holder)")
     ap.add_argument("--profile-out", default=os.path.join(tempfile.gettempdir(), "ordered-consumer.raw"))
     ap.add_argument("--seed", type=int, default=4)
+    ap.add_argument("--assignment", nargs="+", choices=["hash", "free_worker"], default=["hash", "free_worker"],
+                    help="OrderedConsumer key_assignment(s) for the async and thread rows")
+    ap.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio",
+                    help="the consumer process's event loop (uvloop: libuv's, with finer timers)")
     args = ap.parse_args(argv)
     if "process" in args.modes:
         os.environ["VELAMQ_BENCH_SPIN"] = str(calibrate_spin(args.cpu_ms))
         global _SPIN
         _SPIN = int(os.environ["VELAMQ_BENCH_SPIN"])
     with broker(args.service_url, args.admin_url) as (url, admin_url):
-        rows = asyncio.run(run(args, url, admin_url))
+        if args.loop == "uvloop":
+            import uvloop
+
+            rows = uvloop.run(run(args, url, admin_url))
+        else:
+            rows = asyncio.run(run(args, url, admin_url))
     print(f"\nOrderedConsumer: {args.keys} keys, {args.partitions} partitions, max_in_flight {args.max_in_flight} "
           f"per partition; async/thread: {args.messages:,} messages, handler sleeps {args.handler_ms:g} ms; "
           f"process: {args.process_messages:,} messages, {args.cpu_ms:g} ms of pure-Python CPU each\n")
     print(table(rows))
     print("\nN = partition_parallelism; procs = handler processes (process mode; '-' in that block: the same CPU"
           "\nhandler in the thread pool). speed-up: over N=1, or over one process. nominal ideal: partitions x N"
-          "\n(or processes) / the nominal handler time. lane bound: messages / (messages of the busiest lane, a"
-          "\n(partition, worker) pair, x the nominal handler time): what the key distribution allows, whatever the"
-          "\nconsumer does, since a lane runs its messages one at a time. eff. par.: the highest partition's"
+          "\n(or processes) / the nominal handler time. bound: what the key distribution allows, whatever the"
+          "\nconsumer does: messages / (messages of the busiest lane x the nominal handler time), a lane being a"
+          "\n(partition, worker) pair with assignment hash and a key with free_worker (at most the nominal ideal),"
+          "\nsince a lane runs its messages one at a time. eff. par.: the highest partition's"
           "\neffective parallelism (OC-4). consumer CPU: this process's CPU per message minus the handler's own,"
           "\ncalibrated alone (as many coroutines or threads at once as the run had workers)."
           f"\nMedian of {args.runs} runs by rate; load average (1, 5, 15 min) at the end of the median run.\n")

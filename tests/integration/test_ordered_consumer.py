@@ -84,7 +84,8 @@ def assert_in_order(done: dict[str, list[int]]) -> None:
         assert seqs == sorted(seqs), f"key {key} out of order: {seqs}"
 
 
-def test_keys_stay_in_order_while_workers_run_in_parallel(broker: BrokerProcess, topic: str) -> None:
+@pytest.mark.parametrize("assignment", ["hash", "free_worker"])
+def test_keys_stay_in_order_while_workers_run_in_parallel(broker: BrokerProcess, topic: str, assignment: str) -> None:
     create_partitioned_topic(broker, topic, 4)
     keys = [f"key-{i % 40}" for i in range(1200)]
 
@@ -111,7 +112,7 @@ def test_keys_stay_in_order_while_workers_run_in_parallel(broker: BrokerProcess,
             done[key].append(seq)
 
         async with OrderedConsumer(client, topic, "s", handle, partition_parallelism=4, max_in_flight=100,
-                                   initial_position="earliest") as consumer:
+                                   initial_position="earliest", key_assignment=assignment) as consumer:
             await until(lambda: consumer.metrics().acknowledged == len(keys), "every message acknowledged")
             m = consumer.metrics()
         assert_in_order(done)
@@ -267,6 +268,8 @@ _CHILD = textwrap.dedent("""
         sys.path.insert(0, out_path.rsplit("/", 1)[0])
         from kill_handler import handle  # importable by the handler processes too
         options = {"handler_mode": "process", "processes": 2}
+    elif mode == "free_worker":
+        options = {"key_assignment": "free_worker"}
 
     async def handle_async(message):
         await asyncio.sleep(rng.random() * 0.01)  # completion order differs from arrival order
@@ -317,7 +320,7 @@ def _read_rows(path: Path) -> list[tuple[Row, str, int]]:
     return rows
 
 
-@pytest.mark.parametrize("mode", ["async", "process"])
+@pytest.mark.parametrize("mode", ["async", "free_worker", "process"])
 def test_a_killed_consumer_loses_nothing_and_redelivers_only_after_the_acked_prefix(
         broker: BrokerProcess, topic: str, tmp_path: Path, mode: str) -> None:
     create_partitioned_topic(broker, topic, 2)

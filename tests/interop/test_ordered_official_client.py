@@ -31,9 +31,10 @@ def produce(client: Any, topic: str, keys: list[str]) -> None:
     producer.close()
 
 
-@pytest.mark.parametrize("ack_mode", ["cumulative", "individual"])
+@pytest.mark.parametrize(("ack_mode", "assignment"),
+                         [("cumulative", "hash"), ("individual", "hash"), ("cumulative", "free_worker")])
 def test_order_per_key_and_prefix_acks_over_the_official_client(broker: BrokerProcess, client: Any,
-                                                                 topic: str, ack_mode: str) -> None:
+                                                                 topic: str, ack_mode: str, assignment: str) -> None:
     create_partitioned_topic(broker.admin_url, topic, 2)
     keys = [f"key-{i % 30}" for i in range(600)]
     produce(client, topic, keys)
@@ -54,7 +55,7 @@ def test_order_per_key_and_prefix_acks_over_the_official_client(broker: BrokerPr
     async def main() -> Any:
         consumer = OrderedConsumer.over_pulsar_client(client, topic, "s", handle, partition_parallelism=4,
                                                       max_in_flight=40, initial_position="earliest",
-                                                      ack_mode=ack_mode)
+                                                      ack_mode=ack_mode, key_assignment=assignment)
         async with consumer:
             await until(lambda: consumer.metrics().acknowledged == len(keys), "every message acknowledged")
             return consumer.metrics()

@@ -47,6 +47,7 @@ def test_async_and_plain_handlers_are_told_apart() -> None:
     {"handler_mode": "thread"},  # the handler is a coroutine function: it needs the loop
     {"handler_mode": "process"},
     {"processes": 0},
+    {"key_assignment": "random"},
 ])
 def test_refused_options(options: dict[str, Any]) -> None:
     async def main() -> None:
@@ -93,6 +94,19 @@ def test_a_process_handler_must_be_picklable() -> None:
         client = AsyncClient("pulsar://127.0.0.1:1")
         with pytest.raises(InvalidConfigurationError, match="picklable"):
             OrderedConsumer(client, "t", "s", lambda m: None, handler_mode="process", processes=1)
+        await client.close()
+
+    asyncio.run(main())
+
+
+def test_free_workers_are_for_the_loop_and_threads_not_processes() -> None:
+    async def main() -> None:
+        client = AsyncClient("pulsar://127.0.0.1:1")
+        with pytest.raises(InvalidConfigurationError, match="free_worker"):
+            OrderedConsumer(client, "t", "s", plain, handler_mode="process", key_assignment="free_worker")
+        for h in (handler, plain):
+            consumer = OrderedConsumer(client, "t", "s", h, key_assignment="free_worker")
+            assert consumer.settings.key_assignment == "free_worker"
         await client.close()
 
     asyncio.run(main())

@@ -23,8 +23,9 @@ from velamq.client import AlreadyClosedError, Message, MessageId
 from velamq.client._message import ReceivedBatch, message_at
 from velamq.client._message_batch import Messages
 from velamq.client.ordered._failures import Failures, RetryPolicy
+from velamq.client.ordered._key_workers import AsyncKeyWorkers, ThreadKeyWorkers
 from velamq.client.ordered._lanes import AsyncLanes, ThreadLanes
-from velamq.client.ordered._partition import PartitionRunner, PartitionSettings
+from velamq.client.ordered._partition import LanesFactory, PartitionRunner, PartitionSettings
 from velamq.client.ordered._progress import KeyHashes, worker_of
 from velamq.protocol import MessageColumns
 
@@ -119,22 +120,25 @@ def make_messages(keys: list[str | None]) -> list[Message]:
 
 
 def runner_for(source: MemorySource, call: Callable[[Message], Awaitable[object]], parallelism: int,
-               max_in_flight: int, ack_mode: str = "cumulative", unkeyed: str = "ordered") -> PartitionRunner:
+               max_in_flight: int, ack_mode: str = "cumulative", unkeyed: str = "ordered",
+               assignment: str = "hash") -> PartitionRunner:
     policy = RetryPolicy(initial_backoff_ms=0, max_backoff_ms=1)
-    settings_ = PartitionSettings(parallelism, max_in_flight, ack_mode, unkeyed, policy, key_window_messages=100)
+    settings_ = PartitionSettings(parallelism, max_in_flight, ack_mode, unkeyed, policy, key_window_messages=100,
+                                  key_assignment=assignment)
     failures = Failures(T, policy, None, asyncio.Event())
-    source.runner = PartitionRunner(T, 0, source, lambda runner: AsyncLanes(runner, call, T), settings_,
-                                    system_clock, failures, KeyHashes())
+    lanes: LanesFactory = (lambda runner: AsyncLanes(runner, call, T)) if assignment == "hash" else \
+        (lambda runner: AsyncKeyWorkers(runner, call, parallelism, T))
+    source.runner = PartitionRunner(T, 0, source, lanes, settings_, system_clock, failures, KeyHashes())
     return source.runner
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data(), st.lists(st.sampled_from(["a", "b", "c", "d", "e", None]), min_size=1, max_size=40),
        st.integers(1, 5), st.integers(1, 6), st.sampled_from(["cumulative", "individual"]),
-       st.sampled_from(["ordered", "round_robin"]))
+       st.sampled_from(["ordered", "round_robin"]), st.sampled_from(["hash", "free_worker"]))
 def test_order_per_key_and_prefix_acks_under_random_completion(data: st.DataObject, keys: list[str | None],
                                                                parallelism: int, max_in_flight: int, ack_mode: str,
-                                                               unkeyed: str) -> None:
+                                                               unkeyed: str, assignment: str) -> None:
     messages = make_messages(keys)
     # How many times each handler call yields, and which calls fail: random completion order.
     yields = data.draw(st.lists(st.integers(0, 6), min_size=len(keys), max_size=len(keys)))
@@ -167,7 +171,7 @@ def test_order_per_key_and_prefix_acks_under_random_completion(data: st.DataObje
             done_per_key[message.key].append(i)
             source.completed.add(message.message_id)
 
-        runner = runner_for(source, handle, parallelism, max_in_flight, ack_mode, unkeyed)
+        runner = runner_for(source, handle, parallelism, max_in_flight, ack_mode, unkeyed, assignment)
         runner.start()
         await until(lambda: runner.acknowledged == len(messages))
         await runner.stop(drain=False, timeout_s=5)
@@ -253,8 +257,9 @@ def test_retry_policy_needs_a_dead_letter_topic_to_give_up() -> None:
     assert [policy.backoff_s(n) for n in (1, 2, 3, 4, 5)] == [0.1, 0.2, 0.4, 0.8, 1.0]
 
 
+@pytest.mark.parametrize("assignment", ["hash", "free_worker"])
 @pytest.mark.parametrize("ack_mode", ["cumulative", "individual"])
-def test_thread_lanes_keep_order_per_key_and_retry_in_their_thread(ack_mode: str) -> None:
+def test_thread_lanes_keep_order_per_key_and_retry_in_their_thread(ack_mode: str, assignment: str) -> None:
     keys: list[str | None] = [f"k{i % 7}" for i in range(120)]
     messages = make_messages(keys)
     lock = threading.Lock()
@@ -276,9 +281,12 @@ def test_thread_lanes_keep_order_per_key_and_retry_in_their_thread(ack_mode: str
 
     async def main() -> None:
         policy = RetryPolicy(initial_backoff_ms=0, max_backoff_ms=1)
-        settings_ = PartitionSettings(4, 16, ack_mode, "ordered", policy, key_window_messages=100)
+        settings_ = PartitionSettings(4, 16, ack_mode, "ordered", policy, key_window_messages=100,
+                                      key_assignment=assignment)
         with concurrent.futures.ThreadPoolExecutor(4) as executor:
-            runner = PartitionRunner(T, 0, source, lambda r: ThreadLanes(r, handle, executor), settings_,
+            lanes: LanesFactory = (lambda r: ThreadLanes(r, handle, executor)) if assignment == "hash" else \
+                (lambda r: ThreadKeyWorkers(r, handle, 4, executor))
+            runner = PartitionRunner(T, 0, source, lanes, settings_,
                                      system_clock, Failures(T, policy, None, asyncio.Event()), KeyHashes())
             source.runner = runner
             runner.start()
@@ -299,8 +307,9 @@ def test_thread_lanes_keep_order_per_key_and_retry_in_their_thread(ack_mode: str
         assert source.individually_acked == set(source.order)
 
 
+@pytest.mark.parametrize("assignment", ["hash", "free_worker"])
 @pytest.mark.parametrize("parallelism", [1, 4, 16, 64])
-def test_a_hot_key_keeps_the_window_bounded_at_every_parallelism(parallelism: int) -> None:
+def test_a_hot_key_keeps_the_window_bounded_at_every_parallelism(parallelism: int, assignment: str) -> None:
     # Nine messages in ten have one key: its worker's queue grows, the others' empty, and the
     # window (what the partition holds) stays within max_in_flight all the same (OC-3).
     keys: list[str | None] = ["hot" if i % 10 else f"k{i}" for i in range(400)]
@@ -314,7 +323,7 @@ def test_a_hot_key_keeps_the_window_bounded_at_every_parallelism(parallelism: in
         source.completed.add(message.message_id)
 
     async def main() -> None:
-        runner = runner_for(source, handle, parallelism, max_in_flight=12)
+        runner = runner_for(source, handle, parallelism, max_in_flight=12, assignment=assignment)
         runner.start()
         await until(lambda: runner.acknowledged == len(messages))
         await runner.stop(drain=False, timeout_s=5)
@@ -325,3 +334,54 @@ def test_a_hot_key_keeps_the_window_bounded_at_every_parallelism(parallelism: in
     asyncio.run(main())
     hot = [i for i in done if i % 10]
     assert hot == sorted(hot) and sorted(done) == list(range(400))
+
+
+@pytest.mark.parametrize("mode", ["async", "thread"])
+def test_free_workers_run_other_keys_while_a_key_that_shares_its_hash_worker_is_stuck(mode: str) -> None:
+    # Keys a and b hash to the same worker: with key_assignment "hash", b's messages would wait
+    # behind a's stuck one. With "free_worker" another worker runs them; a's later message still
+    # waits for a's first (order per key), and the prefix stays behind a's first.
+    a, b = next((f"a{i}", f"b{i}") for i in range(1000) if worker_of(f"a{i}", 4) == worker_of(f"b{i}", 4))
+    messages = make_messages([a, b, b, a, b, b, b, b])
+    source = MemorySource(messages, max_in_flight=8, chunk=8)
+    gate = threading.Event()
+    started: list[int] = []
+
+    def record(message: Message) -> None:
+        started.append(int(message.value))
+
+    async def handle_async(message: Message) -> None:
+        record(message)
+        if int(message.value) == 0:
+            while not gate.is_set():
+                await asyncio.sleep(0.001)
+        source.completed.add(message.message_id)
+
+    def handle_thread(message: Message) -> None:
+        record(message)
+        if int(message.value) == 0:
+            gate.wait(30)
+        source.completed.add(message.message_id)
+
+    async def main() -> None:
+        policy = RetryPolicy(initial_backoff_ms=0, max_backoff_ms=1)
+        settings_ = PartitionSettings(4, 8, "cumulative", "ordered", policy, key_window_messages=100,
+                                      key_assignment="free_worker")
+        with concurrent.futures.ThreadPoolExecutor(4) as executor:
+            lanes: LanesFactory = (lambda r: AsyncKeyWorkers(r, handle_async, 4, T)) if mode == "async" else \
+                (lambda r: ThreadKeyWorkers(r, handle_thread, 4, executor))
+            runner = PartitionRunner(T, 0, source, lanes, settings_, system_clock,
+                                     Failures(T, policy, None, asyncio.Event()), KeyHashes())
+            source.runner = runner
+            runner.start()
+            b_messages = {messages[i].message_id for i in (1, 2, 4, 5, 6, 7)}
+            await until(lambda: b_messages <= source.completed)
+            assert 3 not in started  # a's second message waits for a's first
+            assert runner.acknowledged == 0 and source.acked_upto == -1
+            gate.set()
+            await until(lambda: runner.acknowledged == len(messages))
+            await runner.stop(drain=False, timeout_s=5)
+        assert source.violations == [] and source.order[source.acked_upto] == messages[-1].message_id
+        assert started.index(3) > started.index(0)
+
+    asyncio.run(main())

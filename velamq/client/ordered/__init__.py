@@ -6,6 +6,8 @@
                 its lanes, its acknowledgements
     _progress   what may be acknowledged (the completed prefix, as ranges) and which lane runs a key
     _lanes      lanes that run coroutine handlers (tasks) or plain ones (bursts in a thread pool)
+    _key_queue  key_assignment "free_worker": waiting messages by key, which key a free worker may start
+    _key_workers  workers that share that queue (coroutines, threads)
     _processes  lanes run by handler processes: ProcessPool, restarts, results per message
     _child      the handler process itself (a standard-library script)
     _failures   retry with backoff, dead letters (RetryPolicy, Failures)

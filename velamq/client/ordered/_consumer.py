@@ -33,6 +33,13 @@ Options (per partition unless said otherwise):
                             of a message still being assembled)
     unkeyed                 messages without key: "ordered" (default) all go to worker 0 and keep
                             their partition order; "round_robin" spreads them, without order
+    key_assignment          "hash" (default; OC-1, ZTO's design): a key always runs on worker
+                            hash(key) % N, so each worker sees a fixed set of keys (per-worker
+                            state, caches). "free_worker": a key's next message runs on whichever
+                            worker is free once its previous one finished (as Kafka's parallel
+                            consumers order by key): the same order per key, but no worker waits
+                            while another key has work, so an uneven spread of keys over the
+                            workers no longer bounds the partition (async and thread modes)
     max_attempts, retry_initial_backoff_ms, retry_max_backoff_ms, dead_letter_topic
                             the failure policy (RetryPolicy): retry on the same worker with
                             backoff for ever, or max_attempts times and then the dead-letter topic
@@ -67,12 +74,15 @@ from velamq.client._message import Message
 from velamq.client.consumer._consumer import Consumer
 from velamq.client.consumer._dead_letter import DeadLetterSender, ProducerFactory
 from velamq.client.ordered._failures import Failures, RetryPolicy
-from velamq.client.ordered._lanes import AsyncLanes, HandlerLanes, ThreadLanes
+from velamq.client.ordered._key_workers import AsyncKeyWorkers, ThreadKeyWorkers
+from velamq.client.ordered._lanes import AsyncLanes, ThreadLanes
 from velamq.client.ordered._metrics import OrderedConsumerMetrics
 from velamq.client.ordered._official import OfficialClient
 from velamq.client.ordered._partition import (
     ACK_MODES,
+    KEY_ASSIGNMENTS,
     UNKEYED_MODES,
+    LanesFactory,
     PartitionRunner,
     PartitionSettings,
     PartitionSource,
@@ -131,7 +141,7 @@ class OrderedConsumer:
                  retry_max_backoff_ms: int = 10_000, dead_letter_topic: str | None = None,
                  executor: concurrent.futures.Executor | None = None, key_window_messages: int = 1000,
                  consumer_config: ConsumerConfig | None = None, handler_mode: str = "auto",
-                 processes: int | None = None) -> None:
+                 processes: int | None = None, key_assignment: str = "hash") -> None:
         if partition_parallelism < 1:
             raise InvalidConfigurationError("partition_parallelism must be >= 1")
         if max_in_flight < 1:
@@ -141,6 +151,13 @@ class OrderedConsumer:
         if unkeyed not in UNKEYED_MODES:
             raise InvalidConfigurationError(f"unkeyed must be one of {list(UNKEYED_MODES)}, not {unkeyed!r}")
         self.handler_mode = _handler_mode(handler, handler_mode)
+        if key_assignment not in KEY_ASSIGNMENTS:
+            raise InvalidConfigurationError(
+                f"key_assignment must be one of {list(KEY_ASSIGNMENTS)}, not {key_assignment!r}")
+        if key_assignment == "free_worker" and self.handler_mode == "process":
+            raise InvalidConfigurationError(
+                "key_assignment 'free_worker' runs handlers on the loop or in threads; the process mode "
+                "hashes keys to its processes")
         if processes is not None and processes < 1:
             raise InvalidConfigurationError("processes must be >= 1")
         queue_size = receiver_queue_size if receiver_queue_size is not None else \
@@ -165,7 +182,7 @@ class OrderedConsumer:
         self.retry_policy = RetryPolicy(max_attempts, retry_initial_backoff_ms, retry_max_backoff_ms,
                                         dead_letter_topic)
         self.settings = PartitionSettings(partition_parallelism, max_in_flight, ack_mode, unkeyed, self.retry_policy,
-                                          key_window_messages)
+                                          key_window_messages, key_assignment)
         self._executor = executor
         # The process mode's pool: the handler is pickled now, so a handler that cannot be is refused here.
         self._pool = ProcessPool(handler, processes or os.cpu_count() or 1, self.retry_policy) \
@@ -243,14 +260,20 @@ class OrderedConsumer:
     def _failures(self, topic: str) -> Failures:
         return Failures(topic, self.retry_policy, self._dead_letters, asyncio.Event())
 
-    def _lanes_for(self, partition: int) -> Callable[[PartitionRunner], HandlerLanes]:
+    def _lanes_for(self, partition: int) -> LanesFactory:
         """How the partition's lanes run the handler (made once its runner exists)."""
         handler = self.handler
+        free = self.settings.key_assignment == "free_worker"
+        n = self.settings.parallelism
         if self.handler_mode == "async":
+            if free:
+                return lambda runner: AsyncKeyWorkers(runner, handler, n, runner.topic)  # type: ignore[arg-type]
             return lambda runner: AsyncLanes(runner, handler, runner.topic)  # type: ignore[arg-type]
         if self.handler_mode == "thread":
             executor = self._executor
             assert executor is not None
+            if free:
+                return lambda runner: ThreadKeyWorkers(runner, handler, n, executor)
             return lambda runner: ThreadLanes(runner, handler, executor)
         pool = self._pool
         assert pool is not None

@@ -33,6 +33,10 @@ Item = tuple[int, ReceivedBatch, int]  # (window ticket, batch, index of the mes
 Handler = Callable[[Message], Awaitable[object] | object]
 
 
+class FailureHost(Protocol):
+    failures: Failures
+
+
 class LaneHost(Protocol):
     """What lanes need from their partition (PartitionRunner is one)."""
 
@@ -93,38 +97,14 @@ class AsyncLanes:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if not await self._retry(message, exc):
+                if not await retry_async(host, handler, message, exc):
                     return
             host.complete(ticket)
-
-    async def _retry(self, message: Message, error: Exception) -> bool:
-        """Call again until the handler succeeds or the message is dead-lettered (True), or the
-        consumer stops first (False: the message stays unacknowledged)."""
-        attempts = 1
-        while True:
-            verdict = await self._host.failures.settle(message, attempts, error)
-            if verdict == DONE:
-                return True
-            if verdict == STOP:
-                return False
-            attempts += 1
-            try:
-                await self._handler(message)
-                return True
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                error = exc
 
     async def stop(self, timeout_s: float) -> None:
         for lane in range(len(self._idle)):
             self.wake(lane)
-        if not self._tasks:
-            return
-        _, pending = await asyncio.wait(self._tasks, timeout=max(0.0, timeout_s))
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await finish_tasks(self._tasks, timeout_s)
 
 
 class ThreadLanes:
@@ -140,8 +120,7 @@ class ThreadLanes:
         self._jobs: set[concurrent.futures.Future[None]] = set()
         self._stopping = False
         # Completed tickets (>= 0) and lanes gone idle (-1 - lane), from the threads to the loop.
-        self._done: deque[int] = deque()
-        self._drain_due = False
+        self._done = Completions(self._loop, host.complete, self._lane_idle)
 
     def wake(self, lane: int) -> None:
         with self._lock:
@@ -154,7 +133,7 @@ class ThreadLanes:
 
     def _burst(self, lane: int) -> None:
         items = self._host.lanes[lane]
-        done = self._done
+        done = self._done.items
         try:
             while True:
                 with self._lock:
@@ -163,56 +142,121 @@ class ThreadLanes:
                         done.append(-1 - lane)
                         return
                     ticket, batch, j = items.popleft()
-                if not self._call(self._host.message(batch, j)):
+                if not call_in_thread(self._host, self._handler, self._loop, self._host.message(batch, j)):
                     with self._lock:
                         self._running[lane] = False
                     return
-                done.append(ticket)
-                if not self._drain_due:
-                    self._drain_due = True
-                    self._loop.call_soon_threadsafe(self.drain)
+                self._done.push(ticket)
         finally:
-            if not self._drain_due:
-                self._drain_due = True
-                self._loop.call_soon_threadsafe(self.drain)
+            self._done.schedule()
 
-    def _call(self, message: Message) -> bool:
-        attempts = 0
-        while True:
-            attempts += 1
-            try:
-                result = self._handler(message)
-                if inspect.isawaitable(result):
-                    # A plain function that returned a coroutine: run it on the loop rather than drop it.
-                    asyncio.run_coroutine_threadsafe(_awaited(result), self._loop).result()
-                return True
-            except Exception as exc:
-                settle = self._host.failures.settle(message, attempts, exc)
-                verdict = asyncio.run_coroutine_threadsafe(settle, self._loop).result()
-                if verdict == DONE:
-                    return True
-                if verdict == STOP:
-                    return False
+    def _lane_idle(self, mark: int) -> None:
+        if not self._running[-1 - mark]:  # not started again since
+            self._host.lane_idle(-1 - mark)
 
     def drain(self) -> None:
-        """On the loop: apply what the threads finished."""
-        self._drain_due = False
-        host, done = self._host, self._done
-        while done:
-            ticket = done.popleft()
-            if ticket >= 0:
-                host.complete(ticket)
-            elif not self._running[-1 - ticket]:
-                host.lane_idle(-1 - ticket)
+        self._done.drain()
 
     async def stop(self, timeout_s: float) -> None:
         with self._lock:
             self._stopping = True
-        jobs = [asyncio.wrap_future(job) for job in list(self._jobs)]
-        if jobs:
-            # A thread still running after the timeout cannot be interrupted; it is not waited for.
-            await asyncio.wait(jobs, timeout=max(0.0, timeout_s))
+        await finish_jobs(self._jobs, timeout_s)
         self.drain()
+
+
+class Completions:
+    """What pool threads finished, handed to the loop: completed tickets (>= 0) and idle marks
+    (< 0), with one call_soon_threadsafe per wake-up of the loop rather than one per message."""
+
+    __slots__ = ("_complete", "_due", "_idle", "_loop", "items")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, complete: Callable[[int], None],
+                 idle: Callable[[int], None]) -> None:
+        self._loop = loop
+        self._complete = complete
+        self._idle = idle
+        self.items: deque[int] = deque()  # append() alone from a thread: schedule() must follow
+        self._due = False
+
+    def push(self, value: int) -> None:
+        self.items.append(value)
+        self.schedule()
+
+    def schedule(self) -> None:
+        if not self._due:
+            self._due = True
+            self._loop.call_soon_threadsafe(self.drain)
+
+    def drain(self) -> None:
+        """On the loop: apply what the threads finished."""
+        self._due = False
+        items = self.items
+        while items:
+            value = items.popleft()
+            if value >= 0:
+                self._complete(value)
+            else:
+                self._idle(value)
+
+
+async def finish_tasks(tasks: list[asyncio.Task[None]], timeout_s: float) -> None:
+    """Wait up to timeout_s for the workers' tasks; cancel those still running."""
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(tasks, timeout=max(0.0, timeout_s))
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def finish_jobs(jobs: set[concurrent.futures.Future[None]], timeout_s: float) -> None:
+    """Wait up to timeout_s for the burst jobs in the executor. A thread still running after the
+    timeout cannot be interrupted; it is not waited for."""
+    waiting = [asyncio.wrap_future(job) for job in list(jobs)]
+    if waiting:
+        await asyncio.wait(waiting, timeout=max(0.0, timeout_s))
+
+
+async def retry_async(host: FailureHost, handler: Callable[[Message], Awaitable[object]], message: Message,
+                      error: Exception) -> bool:
+    """Call again until the handler succeeds or the message is dead-lettered (True), or the
+    consumer stops first (False: the message stays unacknowledged)."""
+    attempts = 1
+    while True:
+        verdict = await host.failures.settle(message, attempts, error)
+        if verdict == DONE:
+            return True
+        if verdict == STOP:
+            return False
+        attempts += 1
+        try:
+            await handler(message)
+            return True
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            error = exc
+
+
+def call_in_thread(host: FailureHost, handler: Handler, loop: asyncio.AbstractEventLoop, message: Message) -> bool:
+    """In a pool thread: the handler, retried as the partition's Failures decide. False: stop
+    (the message stays unacknowledged)."""
+    attempts = 0
+    while True:
+        attempts += 1
+        try:
+            result = handler(message)
+            if inspect.isawaitable(result):
+                # A plain function that returned a coroutine: run it on the loop rather than drop it.
+                asyncio.run_coroutine_threadsafe(_awaited(result), loop).result()
+            return True
+        except Exception as exc:
+            settle = host.failures.settle(message, attempts, exc)
+            verdict = asyncio.run_coroutine_threadsafe(settle, loop).result()
+            if verdict == DONE:
+                return True
+            if verdict == STOP:
+                return False
 
 
 async def _awaited(result: Awaitable[Any]) -> object:

@@ -12,6 +12,7 @@ partition, and nothing says so. These figures say so, per partition:
     hottest_key_share       the share of the most frequent key among the last key_window_messages
                             messages (a key holding half the window caps the speed-up near 2)
     busiest_worker_share    the same for the busiest worker; 1 / it bounds the possible speed-up
+                            (key_assignment "free_worker": the hottest key's share, the bound there)
     in_flight, in_flight_max, paused, pauses, paused_seconds
                             the window of received-but-unacknowledged messages and its pauses (OC-3)
 
@@ -79,9 +80,11 @@ class KeyWindow:
         self._keys.append(key)
         self._workers.append(worker)
 
-    def add_many(self, keys: list[RoutingKey], workers: list[int]) -> None:
+    def add_many(self, keys: list[RoutingKey], workers: list[int] | None) -> None:
+        """workers None: key_assignment "free_worker", where no worker is bound to a key."""
         self._keys.extend(keys)
-        self._workers.extend(workers)
+        if workers is not None:
+            self._workers.extend(workers)
 
     def hottest_key(self) -> tuple[RoutingKey, float]:
         """(the most frequent key, its share of the window); (None, 0.0) when empty."""
@@ -98,7 +101,9 @@ class KeyWindow:
 
     def busiest_worker_share(self) -> float:
         if not self._workers:
-            return 0.0
+            # Free workers: only a key's own messages wait for each other, so the hottest key is
+            # what bounds the speed-up.
+            return self.key_figures()[1]
         return max(Counter(self._workers).values()) / len(self._workers)
 
     def distinct_keys(self) -> int:

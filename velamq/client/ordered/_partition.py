@@ -41,13 +41,14 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from velamq._clock import Clock
 from velamq.client._errors import AlreadyClosedError
 from velamq.client._message import Message, MessageId, ReceivedBatch, message_at
 from velamq.client._message_batch import Messages
 from velamq.client.ordered._failures import Failures, RetryPolicy
+from velamq.client.ordered._key_workers import KeyedHandlers
 from velamq.client.ordered._lanes import HandlerLanes, Item
 from velamq.client.ordered._metrics import BusyTracker, KeyWindow, OrderedPartitionMetrics, id_label, key_label
 from velamq.client.ordered._progress import KeyHashes, PartitionWindow, RoutingKey, position
@@ -56,10 +57,12 @@ log = logging.getLogger("velamq.client")
 
 ACK_MODES = ("cumulative", "individual")
 UNKEYED_MODES = ("ordered", "round_robin")
+KEY_ASSIGNMENTS = ("hash", "free_worker")
 ack_coalesce_ms = 10
 partial_ack_interval_ms = 100
-# Lanes are made by the consumer once the runner exists (they need its lanes and failures).
-LanesFactory = Callable[["PartitionRunner"], HandlerLanes]
+# Lanes are made by the consumer once the runner exists (they need its lanes and failures): fixed
+# lanes (HandlerLanes) for key_assignment "hash", shared workers (KeyedHandlers) for "free_worker".
+LanesFactory = Callable[["PartitionRunner"], HandlerLanes | KeyedHandlers]
 
 
 class PartitionSource(Protocol):
@@ -84,6 +87,7 @@ class PartitionSettings:
     unkeyed: str
     retry: RetryPolicy
     key_window_messages: int
+    key_assignment: str = "hash"
 
 
 class PartitionRunner:
@@ -104,7 +108,8 @@ class PartitionRunner:
         self.lanes: list[deque[Item]] = [deque() for _ in range(n)]
         self._lane_busy = [False] * n
         self._make_lanes = lanes
-        self._handlers: HandlerLanes | None = None
+        self._handlers: HandlerLanes | None = None  # key_assignment "hash"
+        self._keyed: KeyedHandlers | None = None  # key_assignment "free_worker"
         self._decoder: Any = None  # the consumer's schema decoder, from its Messages
         self._room: asyncio.Future[None] | None = None  # the paused fetch loop waits on it
         # A paused partition resumes when a quarter of its window is free, not at every completion:
@@ -133,7 +138,11 @@ class PartitionRunner:
         return self.window.prefix_count
 
     def start(self) -> None:
-        self._handlers = self._make_lanes(self)
+        handlers = self._make_lanes(self)
+        if self.settings.key_assignment == "free_worker":
+            self._keyed = cast(KeyedHandlers, handlers)
+        else:
+            self._handlers = cast(HandlerLanes, handlers)
         self._fetch_task = asyncio.get_running_loop().create_task(self._fetch(), name=f"{self.topic}-fetch")
 
     # ---- fetching ------------------------------------------------------------------------------
@@ -194,6 +203,9 @@ class PartitionRunner:
         self.in_flight_max = max(self.in_flight_max, len(self.window))
         columns = batch.columns
         keys = _routing_keys(columns.ordering_keys, columns.keys, first, end)
+        if self._keyed is not None:
+            self._put_keyed(ticket, batch, first, end, keys)
+            return
         n = self.settings.parallelism
         lanes = self.lanes
         if n == 1:
@@ -207,6 +219,15 @@ class PartitionRunner:
             for lane in set(workers):
                 self._wake(lane)
         self.keys.add_many(keys, workers)
+
+    def _put_keyed(self, ticket: int, batch: ReceivedBatch, first: int, end: int, keys: list[RoutingKey]) -> None:
+        assert self._keyed is not None
+        items = [(ticket + i, batch, j) for i, j in enumerate(range(first, end))]
+        if self.settings.unkeyed == "ordered" or None not in keys:
+            self._keyed.put(items, keys)
+        else:  # round_robin: an unkeyed message waits for nothing (a key of its own: its ticket)
+            self._keyed.put(items, [k if k is not None else -1 - ticket - i for i, k in enumerate(keys)])
+        self.keys.add_many(keys, None)
 
     def _spread(self, keys: list[RoutingKey], n: int) -> list[int]:
         h = self._hash
@@ -234,6 +255,12 @@ class PartitionRunner:
         if self._decoder is None:
             return message_at(batch, j)
         return self._decoder.decode_now(message_at(batch, j))  # type: ignore[no-any-return]
+
+    def worker_busy(self) -> None:
+        self.busy.start(self._clock.monotonic_s())
+
+    def worker_idle(self) -> None:
+        self.busy.stop(self._clock.monotonic_s())
 
     def lane_idle(self, lane: int) -> None:
         if self._lane_busy[lane]:
@@ -312,8 +339,9 @@ class PartitionRunner:
                 log.warning("%s: %d messages not drained within %.1f s", self.topic, len(self.window), timeout_s)
         self.stopping = True
         self.failures.stopped.set()
-        if self._handlers is not None:
-            await self._handlers.stop(max(0.0, deadline - loop.time()))
+        for handlers in (self._handlers, self._keyed):
+            if handlers is not None:
+                await handlers.stop(max(0.0, deadline - loop.time()))
         if self._ack_timer is not None:
             self._ack_timer.cancel()
             self._ack_timer = None
