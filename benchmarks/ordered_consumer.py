@@ -73,13 +73,15 @@ def spin(iterations: int) -> int:
 
 
 def cpu_handler(message: Message) -> None:
-    """Pure-Python work, then one line "key seq time" in this process's record file."""
+    """Pure-Python work, then one line "key seq time spin-seconds" in this process's record file."""
+    t0 = time.perf_counter()
     spin(_SPIN)
+    took = time.perf_counter() - t0
     key, seq = json.loads(message.value)
     with _out_lock:
         if not _out_file:
             _out_file.append(open(os.path.join(_OUT_DIR, f"{os.getpid()}.txt"), "a", buffering=1))  # noqa: SIM115
-        _out_file[0].write(f"{key} {seq} {time.time()}\n")  # type: ignore[attr-defined]
+        _out_file[0].write(f"{key} {seq} {time.time()} {took}\n")  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,7 +275,8 @@ async def consume(client: AsyncClient, topic: str, row: Row, max_in_flight: int,
     m = consumer.metrics()
     await consumer.close()
     if row.mode == "process":
-        seen, last = read_records(Path(_OUT_DIR))
+        seen, last, spent = read_records(Path(_OUT_DIR))
+        handler_time[0] = spent
         shutil.rmtree(_OUT_DIR, ignore_errors=True)
         elapsed = last - wall0  # the last message's end, not when the (coarse) poll saw it
     processed = sum(len(v) for v in seen.values())
@@ -288,7 +291,7 @@ async def consume(client: AsyncClient, topic: str, row: Row, max_in_flight: int,
                    effective_max=max(p.effective_parallelism for p in busy),
                    hot_share=max(p.hottest_key_share for p in m.partitions), ordered=ordered,
                    duplicates=processed - row.messages,
-                   handler_s=handler_time[0] / processed if row.mode != "process" and processed else 0.0,
+                   handler_s=handler_time[0] / processed if processed else 0.0,
                    load=load_average())
 
 
@@ -303,17 +306,18 @@ def fresh_record_dir() -> None:
         _out_file.clear()
 
 
-def read_records(out_dir: Path) -> tuple[dict[str, list[int]], float]:
+def read_records(out_dir: Path) -> tuple[dict[str, list[int]], float, float]:
     """What the handler processes recorded, per key (a key is only ever in one process's file),
-    and when the last one finished."""
+    when the last one finished, and the handler's total time (its wall time, summed)."""
     seen: dict[str, list[int]] = defaultdict(list)
-    last = 0.0
+    last = spent = 0.0
     for path in sorted(out_dir.glob("*.txt")):
         for line in path.read_text().splitlines():
-            key, seq, at = line.split()
+            key, seq, at, took = line.split()
             seen[key].append(int(seq))
             last = max(last, float(at))
-    return seen, last
+            spent += float(took)
+    return seen, last, spent
 
 
 def table(rows: list[Row]) -> str:

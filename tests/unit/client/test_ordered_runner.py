@@ -126,8 +126,8 @@ def runner_for(source: MemorySource, call: Callable[[Message], Awaitable[object]
     settings_ = PartitionSettings(parallelism, max_in_flight, ack_mode, unkeyed, policy, key_window_messages=100,
                                   key_assignment=assignment)
     failures = Failures(T, policy, None, asyncio.Event())
-    lanes: LanesFactory = (lambda runner: AsyncLanes(runner, call, T)) if assignment == "hash" else \
-        (lambda runner: AsyncKeyWorkers(runner, call, parallelism, T))
+    lanes: LanesFactory = (lambda runner: AsyncKeyWorkers(runner, call, parallelism, T)) \
+        if settings_.free_workers else (lambda runner: AsyncLanes(runner, call, T))
     source.runner = PartitionRunner(T, 0, source, lanes, settings_, system_clock, failures, KeyHashes())
     return source.runner
 

@@ -263,7 +263,7 @@ class OrderedConsumer:
     def _lanes_for(self, partition: int) -> LanesFactory:
         """How the partition's lanes run the handler (made once its runner exists)."""
         handler = self.handler
-        free = self.settings.key_assignment == "free_worker"
+        free = self.settings.free_workers
         n = self.settings.parallelism
         if self.handler_mode == "async":
             if free:

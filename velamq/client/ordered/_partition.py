@@ -89,6 +89,12 @@ class PartitionSettings:
     key_window_messages: int
     key_assignment: str = "hash"
 
+    @property
+    def free_workers(self) -> bool:
+        """Workers shared by keys (key_assignment "free_worker"). With one worker both assignments
+        run the partition in its order, and the fixed lane is the cheaper way to do it."""
+        return self.key_assignment == "free_worker" and self.parallelism > 1
+
 
 class PartitionRunner:
     def __init__(self, topic: str, partition: int, consumer: PartitionSource, lanes: LanesFactory,
@@ -139,7 +145,7 @@ class PartitionRunner:
 
     def start(self) -> None:
         handlers = self._make_lanes(self)
-        if self.settings.key_assignment == "free_worker":
+        if self.settings.free_workers:
             self._keyed = cast(KeyedHandlers, handlers)
         else:
             self._handlers = cast(HandlerLanes, handlers)
