@@ -8,9 +8,7 @@ from collections import defaultdict
 from hypothesis import given
 from hypothesis import strategies as st
 
-from velamq.client.ordered._key_queue import KeyQueue
-from velamq.client.ordered._lanes import Item
-from velamq.client.ordered._progress import RoutingKey
+from velamq.client.ordered._progress import Item, KeyQueue, RoutingKey
 
 
 def item(ticket: int) -> Item:

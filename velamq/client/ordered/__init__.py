@@ -4,10 +4,11 @@
                 the handler mode (async, thread, process)
     _partition  PartitionRunner: a partition's fetch loop (whole received batches), dispatch to
                 its lanes, its acknowledgements
-    _progress   what may be acknowledged (the completed prefix, as ranges) and which lane runs a key
+    _progress   what may be acknowledged (the completed prefix, as ranges), which lane runs a key,
+                and which key a free worker may start (KeyQueue)
     _lanes      lanes that run coroutine handlers (tasks) or plain ones (bursts in a thread pool)
-    _key_queue  key_assignment "free_worker": waiting messages by key, which key a free worker may start
-    _key_workers  workers that share that queue (coroutines, threads)
+    _key_workers  key_assignment "free_worker": workers that share the partition's KeyQueue
+                (coroutines, threads)
     _processes  lanes run by handler processes: ProcessPool, restarts, results per message
     _child      the handler process itself (a standard-library script)
     _failures   retry with backoff, dead letters (RetryPolicy, Failures)

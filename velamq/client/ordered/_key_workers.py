@@ -1,7 +1,7 @@
 """A partition's N workers for key_assignment="free_worker": any free worker runs the next ready key.
 
 The partition hands received messages to put() with their routing keys; a KeyQueue
-(_key_queue.py) keeps them per key and says which key a free worker may start. A key runs one
+(_progress.py) keeps them per key and says which key a free worker may start. A key runs one
 message at a time, in arrival order, so order per key holds exactly as with fixed lanes; what
 changes is that a worker is never idle while some other key has a message waiting.
 
@@ -27,16 +27,15 @@ from typing import Protocol
 
 from velamq.client._message import Message, ReceivedBatch
 from velamq.client.ordered._failures import Failures
-from velamq.client.ordered._key_queue import KeyQueue
 from velamq.client.ordered._lanes import (
     Completions,
     Handler,
-    Item,
     call_in_thread,
     finish_jobs,
     finish_tasks,
     retry_async,
 )
+from velamq.client.ordered._progress import Item, KeyQueue
 
 _IDLE = -1  # in ThreadKeyWorkers' completion deque: a job ended (a worker went idle)
 

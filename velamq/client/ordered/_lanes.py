@@ -28,8 +28,8 @@ from typing import Any, Protocol
 
 from velamq.client._message import Message, ReceivedBatch
 from velamq.client.ordered._failures import DONE, STOP, Failures
+from velamq.client.ordered._progress import Item
 
-Item = tuple[int, ReceivedBatch, int]  # (window ticket, batch, index of the message in the batch)
 Handler = Callable[[Message], Awaitable[object] | object]
 
 

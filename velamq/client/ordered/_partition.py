@@ -49,9 +49,9 @@ from velamq.client._message import Message, MessageId, ReceivedBatch, message_at
 from velamq.client._message_batch import Messages
 from velamq.client.ordered._failures import Failures, RetryPolicy
 from velamq.client.ordered._key_workers import KeyedHandlers
-from velamq.client.ordered._lanes import HandlerLanes, Item
+from velamq.client.ordered._lanes import HandlerLanes
 from velamq.client.ordered._metrics import BusyTracker, KeyWindow, OrderedPartitionMetrics, id_label, key_label
-from velamq.client.ordered._progress import KeyHashes, PartitionWindow, RoutingKey, position
+from velamq.client.ordered._progress import Item, KeyHashes, PartitionWindow, RoutingKey, position
 
 log = logging.getLogger("velamq.client")
 
