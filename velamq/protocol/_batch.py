@@ -50,6 +50,10 @@ def parse_batch(payload: bytes, count: int) -> list[tuple[pb.SingleMessageMetada
         except (DecodeError, RuntimeError, ValueError) as exc:
             raise ProtocolError(f"undecodable single-message metadata: {exc}") from None
         offset += meta_size
+        if not single.HasField("payload_size"):
+            # Required in the protocol (proto2): the Java client refuses such a batch too. Without
+            # it a message would silently read as empty.
+            raise ProtocolError("single-message metadata without payload_size")
         size = single.payload_size
         if size < 0 or size > len(payload) - offset:
             raise ProtocolError("truncated batch: payload")

@@ -170,6 +170,13 @@ def test_round_trip_through_entries_of_every_codec(codec: int, messages: list[di
 # Found by CI: compacted_out's value cut to a bare continuation byte (0x80) was read as "true".
 @example(messages=[{"value": b"", "key": None, "properties": {}, "event_time": None, "ordering_key": None,
                     "sequence_id": None, "compacted_out": True}], cut=1, junk=b"\x80")
+# Found by a full run: metadata cut to nothing (or to fields without payload_size) was read as an
+# empty message by the per-message codec and refused by the column codec; both refuse it now.
+@example(messages=[{"value": b"", "key": None, "properties": {}, "event_time": None, "ordering_key": None,
+                    "sequence_id": None, "compacted_out": False}], cut=3, junk=b"\x00")
+@example(messages=[{"value": b"\x00" * 10, "key": None, "properties": {"": "\U00010000"}, "event_time": None,
+                    "ordering_key": b"\x00", "sequence_id": None, "compacted_out": False}], cut=18,
+         junk=b"\x00\x00\x00E\x00\x00\x00\x00")
 def test_malformed_batches_fail_as_the_per_message_codec_does(messages: list[dict[str, Any]], cut: int,
                                                                junk: bytes) -> None:
     payload = build_batch((_single(m), m["value"]) for m in messages)
