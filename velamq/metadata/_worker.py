@@ -2,7 +2,8 @@
 
 The event loop never touches SQLite: `run(fn)` puts `fn` on the queue and awaits a future that the
 thread settles through `loop.call_soon_threadsafe`. The thread drains whatever is queued (up to
-`batch_ops_max`) and runs it in ONE transaction, each operation inside its own SAVEPOINT, so that:
+`batch_ops_max`) and runs it in ONE transaction, each operation inside its own SAVEPOINT (one alone
+in its transaction needs none), and hands the batch's answers to the loop in one call, so that:
 
 - an operation that fails (NotFoundError, ...) rolls back only its own changes;
 - many concurrent writes cost one fsync (group commit, like the journal's), not one each;
@@ -62,6 +63,11 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
         future.set_exception(error)
     else:
         future.set_result(result)
+
+
+def _settle_all(outcomes: list[tuple[_Job, Any, BaseException | None]]) -> None:
+    for job, result, error in outcomes:
+        _settle(job.future, result, error)
 
 
 def _translate(exc: BaseException) -> BaseException:
@@ -174,8 +180,18 @@ class SqliteWorker:
         try:
             # IMMEDIATE: the write lock before the first read (see the module docstring).
             conn.execute("BEGIN IMMEDIATE" if any(job.write for job in jobs) else "BEGIN")
-            for job in jobs:
-                outcomes.append(self._run_one(conn, job))
+            if len(jobs) == 1:
+                # Alone in its transaction, a job needs no savepoint: its failure rolls back
+                # the transaction, which holds only its own changes.
+                outcome = self._run_alone(conn, jobs[0])
+                outcomes.append(outcome)
+                if outcome[2] is not None:
+                    conn.execute("ROLLBACK")
+                    self._deliver_all(outcomes)
+                    return
+            else:
+                for job in jobs:
+                    outcomes.append(self._run_one(conn, job))
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             # The transaction itself failed (disk full, I/O error): nothing of the batch is stored,
@@ -184,11 +200,16 @@ class SqliteWorker:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
             batch_error = _translate(exc)
-            for job in jobs:
-                self._deliver(job.loop, job.future, None, batch_error)
+            self._deliver_all([(job, None, batch_error) for job in jobs])
             return
-        for job, result, error in outcomes:
-            self._deliver(job.loop, job.future, result, error)
+        self._deliver_all(outcomes)
+
+    @staticmethod
+    def _run_alone(conn: sqlite3.Connection, job: _Job) -> tuple[_Job, Any, BaseException | None]:
+        try:
+            return job, job.fn(conn), None
+        except Exception as exc:
+            return job, None, _translate(exc)
 
     @staticmethod
     def _run_one(conn: sqlite3.Connection, job: _Job) -> tuple[_Job, Any, BaseException | None]:
@@ -203,6 +224,22 @@ class SqliteWorker:
             return job, None, _translate(exc)
         conn.execute("RELEASE job")
         return job, result, None
+
+    @classmethod
+    def _deliver_all(cls, outcomes: list[tuple[_Job, Any, BaseException | None]]) -> None:
+        """Every answer of a batch in one call to its loop (one wake-up of the loop per batch, not
+        one per job); answers for another loop (a store used from two loops) go there."""
+        if not outcomes:
+            return
+        loop = outcomes[0][0].loop
+        if all(job.loop is loop for job, _, _ in outcomes):
+            try:
+                loop.call_soon_threadsafe(_settle_all, outcomes)
+            except RuntimeError:
+                pass  # that loop is closed: nobody is waiting any more
+            return
+        for job, result, error in outcomes:
+            cls._deliver(job.loop, job.future, result, error)
 
     @staticmethod
     def _deliver(
