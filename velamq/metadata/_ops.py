@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from velamq._errors import AlreadyExistsError, NotFoundError, PreconditionFailedError
@@ -195,12 +196,23 @@ def get_policies(conn: sqlite3.Connection, ns: str) -> Json:
     return loads(row[0])
 
 
-def get_policies_text(conn: sqlite3.Connection, ns: str) -> str:
-    """The namespace's policies as stored (the store caches the text)."""
+class StoredPolicies:
+    """A namespace's policies as stored (the store caches this): the text, for fresh copies, and
+    one read-only view of it parsed, for readers that only look (the same object until the
+    policies change)."""
+
+    __slots__ = ("text", "view")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.view: Mapping[str, Any] = MappingProxyType(loads(text))
+
+
+def get_policies_stored(conn: sqlite3.Connection, ns: str) -> StoredPolicies:
     row = conn.execute("SELECT policies FROM namespaces WHERE name = ?", (ns,)).fetchone()
     if row is None:
         raise NotFoundError("Namespace does not exist")
-    return str(row[0])
+    return StoredPolicies(str(row[0]))
 
 
 def set_policy(conn: sqlite3.Connection, ns: str, key: str, value: Any) -> None:

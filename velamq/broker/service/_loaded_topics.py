@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from velamq._clock import Clock
@@ -39,7 +40,7 @@ class TopicRows(Protocol):
 
     async def get_partitions(self, topic: str) -> int: ...
 
-    async def get_policies(self, ns: str) -> dict[str, Any]: ...
+    async def namespace_policies(self, ns: str) -> Mapping[str, Any]: ...
 
     async def get_topic_policies(self, topic: str) -> dict[str, Any]: ...
 
@@ -87,25 +88,26 @@ class LoadedTopics:
         self.observers: list[TopicObserver] = []
         # namespace -> (its stored policies, their resolution): shared by the topics that have no
         # topic policies of their own, so resolving costs nothing per topic load.
-        self._resolved: dict[str, tuple[dict[str, object], Policies]] = {}
+        self._resolved: dict[str, tuple[Mapping[str, Any], Policies]] = {}
 
     # ---- policies --------------------------------------------------------------------------------
 
     async def policies_for(self, name: TopicName) -> Policies:
         """Topic policy over namespace policy over the broker default, field by field. (All three
         reads are answered from the metadata store's caches for an ordinary topic.)"""
-        namespace = await self.metadata.get_policies(name.namespace)
+        namespace = await self.metadata.namespace_policies(name.namespace)
         topic = await self.metadata.get_topic_policies(str(name.partitioned_parent))
         own = await self.metadata.get_topic_policies(str(name)) if name.partition_index >= 0 else {}
         if topic or own:
             return resolve_policies(namespace, {**topic, **own}, self.default_policies)
         return self._namespace_resolved(name.namespace, namespace)
 
-    def _namespace_resolved(self, namespace: str, stored: dict[str, object]) -> Policies:
+    def _namespace_resolved(self, namespace: str, stored: Mapping[str, Any]) -> Policies:
         """The policies of the namespace's topics that have none of their own (one object while
-        the namespace's stored policies stay the same)."""
+        the namespace's stored policies stay the same: the store hands out the same read-only
+        object for them until they change)."""
         resolved = self._resolved.get(namespace)
-        if resolved is None or resolved[0] != stored:
+        if resolved is None or (resolved[0] is not stored and resolved[0] != stored):
             resolved = (stored, resolve_policies(stored, {}, self.default_policies))
             self._resolved[namespace] = resolved
         return resolved[1]
@@ -140,7 +142,7 @@ class LoadedTopics:
         for loaded in list(self.topics.values()):
             by_namespace.setdefault(loaded.name.namespace, []).append(loaded)
         for namespace, topics in by_namespace.items():
-            common = self._namespace_resolved(namespace, await self.metadata.get_policies(namespace))
+            common = self._namespace_resolved(namespace, await self.metadata.namespace_policies(namespace))
             carriers = set(await self.metadata.list_topic_policies(namespace))
             for loaded in topics:
                 if self.topics.get(loaded.full_name) is not loaded:
