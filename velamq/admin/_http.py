@@ -226,13 +226,14 @@ async def _read_head(reader: asyncio.StreamReader, first: bytes) -> _Head:
     header_bytes = 0
     count = 0
     while True:
-        # _readline inlined: one coroutine less per header line.
+        # _readline inlined, on readuntil: two coroutines less per header line (either error
+        # closes the connection, so nothing needs to be consumed as readline would).
         try:
-            line = await reader.readline()
-        except ValueError:
+            line = await reader.readuntil(b"\n")
+        except asyncio.LimitOverrunError:
             raise HttpError(431, "Header section too long", close=True) from None
-        if not line.endswith(b"\n"):
-            raise HttpError(400, "Connection closed in the middle of the header section", close=True)
+        except asyncio.IncompleteReadError:
+            raise HttpError(400, "Connection closed in the middle of the header section", close=True) from None
         line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
         header_bytes += len(line) + 2
         if header_bytes > header_bytes_max:
