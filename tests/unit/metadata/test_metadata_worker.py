@@ -18,7 +18,7 @@ import pytest
 from velamq._errors import MetadataError, NotFoundError
 from velamq.metadata import MetadataStore
 from velamq.metadata._schema import connect
-from velamq.metadata._worker import SqliteWorker
+from velamq.metadata._worker import SqliteWorker, batch_ops_max
 
 
 def _worker(path: Path) -> SqliteWorker:
@@ -85,6 +85,32 @@ def test_every_caller_of_a_batch_gets_its_own_answer(tmp_path: Path) -> None:
             assert result == name
     # Each failure undid only its own insert, in whichever batch it ran.
     assert _clusters(path) == {name for i, name in enumerate(names) if i % 7 != 3}
+
+
+def test_the_operations_of_one_turn_of_the_loop_share_their_transactions(tmp_path: Path) -> None:
+    path = tmp_path / "metadata.db"
+    statements: list[str] = []
+
+    def traced() -> sqlite3.Connection:
+        conn = connect(path)
+        conn.set_trace_callback(statements.append)
+        return conn
+
+    async def main() -> None:
+        worker = SqliteWorker(traced)
+        await worker.start()
+        try:
+            # 300 operations asked in one turn: one hand-over, two transactions (batch_ops_max).
+            names = [f"t{i}" for i in range(300)]
+            answers = await asyncio.gather(*(worker.run(functools.partial(_insert_then, n, None)) for n in names))
+            assert answers == names
+        finally:
+            await worker.close()
+
+    asyncio.run(main())
+    assert batch_ops_max < 300 <= 2 * batch_ops_max
+    assert statements.count("COMMIT") == 2 and statements.count("BEGIN IMMEDIATE") == 2
+    assert _clusters(path) == {f"t{i}" for i in range(300)}
 
 
 def test_a_failed_commit_fails_every_caller_of_the_batch(tmp_path: Path) -> None:
