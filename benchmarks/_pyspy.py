@@ -78,3 +78,15 @@ def top_table(raw: str, top: int) -> tuple[int, list[str]]:
     for name, own, total in rows:
         lines.append(f"| `{name}` | {own / max(samples, 1):.0%} | {total / max(samples, 1):.0%} |")
     return samples, lines
+
+
+def thread_shares(raw: str) -> list[str]:
+    """'name: share' of the samples per thread (py-spy's first frame names the thread), largest first."""
+    counts: collections.Counter[str] = collections.Counter()
+    for line in raw.splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if stack and count_text.isdigit():
+            thread = stack.split(";", 1)[0]
+            counts[thread.split(": ", 1)[-1].rstrip(")").strip() or thread] += int(count_text)
+    total = max(sum(counts.values()), 1)
+    return [f"{name}: {count / total:.0%}" for name, count in counts.most_common()]

@@ -11,7 +11,8 @@ Two ways a topic comes to exist, each against a fresh broker per run:
 The broker's CPU (all threads, /proc) over each phase, divided by the topics; median of --runs,
 load average before and after. `--tree NAME=PATH` (repeatable) measures builds side by side, runs
 alternating; `--profile` records one extra run per tree under py-spy (GIL holder only) and
-prints the top frames.
+prints the top frames; `--profile-threads` does the same for every thread that is not waiting
+(no --gil: SQLite, fsync and the storage threads show too), with each thread's share.
 
     .venv/bin/python benchmarks/topic_create.py --topics 5000
     .venv/bin/python benchmarks/topic_create.py --tree before=../old --tree after=.
@@ -33,7 +34,7 @@ from collections.abc import Iterator
 
 import lean_publish as lean
 from _machine import machine_facts
-from _pyspy import py_spy_path, recording, top_table
+from _pyspy import py_spy_path, recording, thread_shares, top_table
 
 from velamq.cli._perf_frames import connect_command, producer_command, whole_command
 from velamq.protocol import encode_command, pb
@@ -123,11 +124,12 @@ def admin_phase(admin_url: str, pid: int, args: argparse.Namespace) -> float:
     return sum(lean.thread_cpu_s(pid).values()) - sum(before.values())
 
 
-def one_run(path: str, args: argparse.Namespace, profile: str | None = None) -> tuple[float, float, float]:
+def one_run(path: str, args: argparse.Namespace, profile: str | None = None,
+            gil_only: bool = True) -> tuple[float, float, float]:
     """(ms of broker CPU per topic: PRODUCER, CLOSE_PRODUCER, admin create)."""
     with lean.velamq_broker(path, args.policy, args.broker_conf) as (port, admin_url, pid):
         spy = py_spy_path()
-        with (recording(spy, pid, profile, gil_only=True) if profile and spy else contextlib.nullcontext()):
+        with (recording(spy, pid, profile, gil_only=gil_only) if profile and spy else contextlib.nullcontext()):
             opened, closed = producer_phase(port, pid, args)
             admin = admin_phase(admin_url, pid, args) if args.admin_topics else 0.0
     return (opened / args.topics * 1e3, closed / args.topics * 1e3,
@@ -145,20 +147,26 @@ def main() -> int:
     ap.add_argument("--policy", default="fsync")
     ap.add_argument("--tree", action="append", default=[], help="NAME=PATH (repeatable; default: this tree)")
     ap.add_argument("--profile", action="store_true", help="one extra py-spy run per tree (GIL holder)")
+    ap.add_argument("--profile-threads", action="store_true",
+                    help="one extra py-spy run per tree, every thread not waiting, with each thread's share")
     ap.add_argument("--top", type=int, default=25)
     args = ap.parse_args()
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     trees = [t.split("=", 1) for t in args.tree] or [["this", here]]
     load_before = os.getloadavg()
     profiles = []
-    if args.profile:
+    modes = [(True, "of the thread holding the GIL")] if args.profile else []
+    modes += [(False, "of every thread not waiting")] if args.profile_threads else []
+    for gil_only, what in modes:
         for name, path in trees:
             with tempfile.TemporaryDirectory() as tmp:
                 out = os.path.join(tmp, "profile.txt")
-                one_run(path, args, out)
+                one_run(path, args, out, gil_only)
                 with open(out) as f:
-                    samples, lines = top_table(f.read(), args.top)
-            profiles.append(f"#### {name}: {samples} samples of the thread holding the GIL\n\n" + "\n".join(lines))
+                    raw = f.read()
+            samples, lines = top_table(raw, args.top)
+            threads = "" if gil_only else "threads: " + ", ".join(thread_shares(raw)) + "\n\n"
+            profiles.append(f"#### {name}: {samples} samples {what}\n\n{threads}" + "\n".join(lines))
     results: dict[str, list[tuple[float, float, float]]] = {name: [] for name, _ in trees}
     for _ in range(args.runs):
         for name, path in trees:

@@ -269,12 +269,21 @@ def test_compaction_keeps_the_latest_value_per_key(policy_broker: BrokerProcess,
     url = f"{policy_broker.admin_url}/admin/v2/{topic.replace('persistent://', 'persistent/')}/compaction"
     assert http("PUT", url, "")[0] in (200, 204)
     wait_until(lambda: "SUCCESS" in http("GET", url)[1], "the compaction to succeed")
-    reader = pclient.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
-    latest = {}
-    while reader.has_message_available():
-        msg = reader.read_next(5000)
-        latest[msg.partition_key()] = msg.data()
-    assert latest == {"k1": b"v10", "k2": b"v11"}
+
+    def read_compacted() -> dict[str, bytes]:
+        reader = pclient.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+        latest = {}
+        while reader.has_message_available():
+            msg = reader.read_next(5000)
+            latest[msg.partition_key()] = msg.data()
+        reader.close()
+        return latest
+
+    assert read_compacted() == {"k1": b"v10", "k2": b"v11"}
+    # Loaded again, the topic finds its compacted store (looked up together with its ledger).
+    producer.close()
+    assert http("PUT", url.replace("/compaction", "/unload"), "")[0] in (200, 204)
+    assert read_compacted() == {"k1": b"v10", "k2": b"v11"}
 
 
 def test_ack_holes_active_redelivery_keeps_mark_delete_moving(

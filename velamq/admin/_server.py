@@ -172,12 +172,18 @@ class AdminServer:
         self._server: asyncio.Server | None = None
         self._tls_server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._bound_ports: dict[asyncio.Server, int] = {}
 
-    @staticmethod
-    def _bound_port(server: asyncio.Server | None, what: str) -> int:
-        if server is None or not server.sockets:
+    def _bound_port(self, server: asyncio.Server | None, what: str) -> int:
+        if server is None:
             raise RuntimeError(f"admin server has no {what} listener")
-        return int(server.sockets[0].getsockname()[1])
+        # Asked for every request (the Call's URLs): the socket is asked once per server.
+        port = self._bound_ports.get(server)
+        if port is None:
+            if not server.sockets:
+                raise RuntimeError(f"admin server has no {what} listener")
+            port = self._bound_ports[server] = int(server.sockets[0].getsockname()[1])
+        return port
 
     @property
     def port(self) -> int:
@@ -266,6 +272,7 @@ class AdminServer:
     async def close(self) -> None:
         servers = [s for s in (self._server, self._tls_server, *self._shared_servers) if s is not None]
         self._server = self._tls_server = None
+        self._bound_ports.clear()
         self._shared_servers = []
         if not servers:
             return
@@ -353,7 +360,8 @@ class AdminServer:
                 self._backend, request, params, self.web_service_url, self.web_service_url_tls, caller, self._security,
                 self._replication, self._routing, tls, self._peer_ssl,
             )
-            return await asyncio.wait_for(route.handler(call), self._timeout_s)
+            async with asyncio.timeout(self._timeout_s):  # in this task: no task per request
+                return await route.handler(call)
         except TimeoutError:
             log.warning("admin request timed out after %.0f s: %s %s", self._timeout_s, request.method, request.path)
             return Response.error(503, f"Request timed out after {self._timeout_s:.0f} s")

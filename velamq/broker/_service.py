@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -258,9 +258,10 @@ class BrokerService:
     async def policies_for(self, name: TopicName) -> Policies:
         return await self.loaded.policies_for(name)
 
-    async def _schema_policies(self, name: TopicName) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The stored namespace and topic policies the schema settings are read from."""
-        return await self.metadata.get_policies(name.namespace), await self.metadata.get_topic_policies(str(name))
+    async def _schema_policies(self, name: TopicName) -> tuple[Mapping[str, Any], dict[str, Any]]:
+        """The stored namespace and topic policies the schema settings are read from (read only)."""
+        return (await self.metadata.namespace_policies(name.namespace),
+                await self.metadata.get_topic_policies(str(name)))
 
     async def policies_changed(self, namespace: str, topic: str | None) -> None:
         await self.loaded.policies_changed(namespace, topic)

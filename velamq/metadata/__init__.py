@@ -9,6 +9,9 @@
                      await store.get_topic_policies("persistent://public/default/t"), Policies())
     await store.close()
 
+`get_policies` gives a fresh dict each time; `namespace_policies` the same policies read-only, one
+shared object until they change (for readers on every topic load).
+
 Errors: NotFoundError, AlreadyExistsError, PreconditionFailedError, MetadataError (velamq._errors),
 and InvalidTopicNameError for names that do not parse.
 

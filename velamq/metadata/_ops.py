@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from velamq._errors import AlreadyExistsError, NotFoundError, PreconditionFailedError
@@ -195,12 +196,23 @@ def get_policies(conn: sqlite3.Connection, ns: str) -> Json:
     return loads(row[0])
 
 
-def get_policies_text(conn: sqlite3.Connection, ns: str) -> str:
-    """The namespace's policies as stored (the store caches the text)."""
+class StoredPolicies:
+    """A namespace's policies as stored (the store caches this): the text, for fresh copies, and
+    one read-only view of it parsed, for readers that only look (the same object until the
+    policies change)."""
+
+    __slots__ = ("text", "view")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.view: Mapping[str, Any] = MappingProxyType(loads(text))
+
+
+def get_policies_stored(conn: sqlite3.Connection, ns: str) -> StoredPolicies:
     row = conn.execute("SELECT policies FROM namespaces WHERE name = ?", (ns,)).fetchone()
     if row is None:
         raise NotFoundError("Namespace does not exist")
-    return str(row[0])
+    return StoredPolicies(str(row[0]))
 
 
 def set_policy(conn: sqlite3.Connection, ns: str, key: str, value: Any) -> None:
@@ -282,12 +294,22 @@ def list_partitioned_topics(conn: sqlite3.Connection, ns: str) -> list[str]:
     return _names(conn, "SELECT name FROM partitioned_topics WHERE namespace = ? ORDER BY name", ns)
 
 
+# The three checks before a topic is created, in one statement (the admin API creates topics one
+# request at a time: each statement is a cost of its own).
+_CREATE_CHECKS = (
+    "SELECT EXISTS (SELECT 1 FROM namespaces WHERE name = ?), "
+    "EXISTS (SELECT 1 FROM partitioned_topics WHERE name = ?), EXISTS (SELECT 1 FROM topics WHERE name = ?)"
+)
+
+
 def create_topic(conn: sqlite3.Connection, topic: str, ns: str, exist_ok: bool) -> bool:
     """Returns True if the topic was created, False if it existed already (and exist_ok)."""
-    _require_namespace(conn, ns)
-    if _exists(conn, "partitioned_topics", topic):
+    namespace_exists, partitioned, exists = conn.execute(_CREATE_CHECKS, (ns, topic, topic)).fetchone()
+    if not namespace_exists:
+        raise NotFoundError("Namespace does not exist")
+    if partitioned:
         raise AlreadyExistsError("This topic already exists (as a partitioned topic)")
-    if _exists(conn, "topics", topic):
+    if exists:
         if exist_ok:
             return False
         raise AlreadyExistsError("This topic already exists")
@@ -310,13 +332,21 @@ TOPIC_NOT_FOUND = "not-found"
 TOPIC_OUT_OF_RANGE = "out-of-range"
 
 
+# open_topic's lookups of the topic, its namespace and a partitioned topic of its name, in one statement.
+_OPEN_CHECKS = (
+    "SELECT EXISTS (SELECT 1 FROM topics WHERE name = ?), EXISTS (SELECT 1 FROM namespaces WHERE name = ?), "
+    "EXISTS (SELECT 1 FROM partitioned_topics WHERE name = ?)"
+)
+
+
 def open_topic(conn: sqlite3.Connection, topic: str, ns: str, parent: str, create: bool) -> str:
     """The broker's whole check before it loads a topic, in one operation (one trip to the store's
     thread per topic load instead of four): the row exists; or it is created, as a partition of an
     existing partitioned topic or, if `create`, as a new non-partitioned topic; or why not."""
-    if _exists(conn, "topics", topic):
+    exists, namespace_exists, partitioned = conn.execute(_OPEN_CHECKS, (topic, ns, topic)).fetchone()
+    if exists:
         return TOPIC_EXISTS
-    if not _exists(conn, "namespaces", ns):
+    if not namespace_exists:
         return TOPIC_NO_NAMESPACE
     # The one rule for -partition-N names (velamq._topic_name.partition_role): a partition of a
     # partitioned parent if in range, refused if not; an ordinary topic without such a parent.
@@ -324,7 +354,7 @@ def open_topic(conn: sqlite3.Connection, topic: str, ns: str, parent: str, creat
     if role is PartitionRole.OUT_OF_RANGE:
         return TOPIC_OUT_OF_RANGE
     if role is PartitionRole.ORDINARY:
-        if _exists(conn, "partitioned_topics", topic):
+        if partitioned:
             return TOPIC_IS_PARTITIONED
         if not create:
             return TOPIC_NOT_FOUND

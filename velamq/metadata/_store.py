@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 import functools
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Final
 
 from velamq._errors import PreconditionFailedError
@@ -156,8 +156,15 @@ class MetadataStore(ClusterMetadata):
         """The policies set on the namespace (Pulsar field names); unset ones are absent. A fresh
         dict each time: the caller may change it."""
         ns, _ = _check_namespace(ns)
-        text = await self._cached(self._policies, ns, _ops.get_policies_text, ns=ns)
-        return _ops.loads(text)
+        stored = await self._cached(self._policies, ns, _ops.get_policies_stored, ns=ns)
+        return _ops.loads(stored.text)
+
+    async def namespace_policies(self, ns: str) -> Mapping[str, Any]:
+        """The same policies as get_policies, read-only and not copied: one object per namespace
+        while its policies stay the same (a reader may compare by identity to know that nothing
+        changed). Nothing in it may be changed, nested values included."""
+        ns, _ = _check_namespace(ns)
+        return (await self._cached(self._policies, ns, _ops.get_policies_stored, ns=ns)).view
 
     async def set_policy(self, ns: str, key: str, value: Any) -> None:
         """Set one policy (e.g. "deduplicationEnabled"); a value of None removes it. `bundles` is

@@ -60,8 +60,8 @@ class ClusterMetadata(StoreCore):
         if hit is not None:
             return hit
         generation = self._bundles.generation
-        text = await self._cached(self._policies, ns, _ops.get_policies_text, ns=ns)
-        stored = _ops.loads(text).get(BUNDLES_KEY)
+        policies = await self._cached(self._policies, ns, _ops.get_policies_stored, ns=ns)
+        stored = policies.view.get(BUNDLES_KEY)
         try:
             bundles = NamespaceBundles.from_policy(stored, self.default_bundles_count)
         except BundleError as exc:

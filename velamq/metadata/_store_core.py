@@ -78,8 +78,9 @@ class StoreCore:
         # same transaction once no topic of its schema id is left.
         self.schemas = SchemaRegistry(self._worker.run, clock, read=self._worker.read)
         self._namespaces: ReadCache[bool] = ReadCache(cache_entries_max)
-        # namespace -> its policies as stored (JSON text: every reader gets a fresh dict of it)
-        self._policies: ReadCache[str] = ReadCache(cache_entries_max)
+        # namespace -> its policies as stored (JSON text: every get_policies gets a fresh dict of
+        # it; and parsed once, read-only, for namespace_policies)
+        self._policies: ReadCache[_ops.StoredPolicies] = ReadCache(cache_entries_max)
         # namespace -> {partitioned topic: partitions}
         self._partitions: NamespaceCache[dict[str, int]] = NamespaceCache(cache_entries_max, namespace_rows_max)
         # namespace -> names that carry topic policies

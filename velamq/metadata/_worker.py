@@ -1,8 +1,11 @@
 """The one thread that owns the SQLite connection, fed by a queue (docs/architecture.md, "Who owns what").
 
-The event loop never touches SQLite: `run(fn)` puts `fn` on the queue and awaits a future that the
-thread settles through `loop.call_soon_threadsafe`. The thread drains whatever is queued (up to
-`batch_ops_max`) and runs it in ONE transaction, each operation inside its own SAVEPOINT, so that:
+The event loop never touches SQLite: `run(fn)` adds `fn` to the operations of this turn of the loop,
+handed to the thread's queue together once the turn is over (one wake-up of the thread per turn, not
+one per operation), and awaits a future that the thread settles through `loop.call_soon_threadsafe`.
+The thread drains whatever is queued (up to `batch_ops_max`) and runs it in ONE transaction, each
+operation inside its own SAVEPOINT (one alone in its transaction needs none), and hands the batch's
+answers to the loop in one call, so that:
 
 - an operation that fails (NotFoundError, ...) rolls back only its own changes;
 - many concurrent writes cost one fsync (group commit, like the journal's), not one each;
@@ -64,6 +67,11 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
         future.set_result(result)
 
 
+def _settle_all(outcomes: list[tuple[_Job, Any, BaseException | None]]) -> None:
+    for job, result, error in outcomes:
+        _settle(job.future, result, error)
+
+
 def _translate(exc: BaseException) -> BaseException:
     """Foreign exceptions become MetadataError here, the store's one boundary with sqlite3."""
     if isinstance(exc, VelamqError):
@@ -87,7 +95,10 @@ class SqliteWorker:
     ) -> None:
         self._connect = connect
         self._name = name
-        self._queue: queue.SimpleQueue[_Job | _Stop] = queue.SimpleQueue()
+        # Each item: the operations asked for in one turn of the loop (handed over together,
+        # one wake-up of the thread per turn), or the stop sentinel.
+        self._queue: queue.SimpleQueue[list[_Job] | _Stop] = queue.SimpleQueue()
+        self._this_turn: list[_Job] = []
         self._in_flight = asyncio.Semaphore(ops_in_flight_max)
         self._thread: threading.Thread | None = None
         self._closing = False
@@ -121,8 +132,17 @@ class SqliteWorker:
                 raise MetadataError("metadata store is not running")
             loop = asyncio.get_running_loop()
             future: asyncio.Future[T] = loop.create_future()
-            self._queue.put(_Job(fn, loop, future, write))
+            this_turn = self._this_turn
+            this_turn.append(_Job(fn, loop, future, write))
+            if len(this_turn) == 1:
+                loop.call_soon(self._hand_over)
             return await future
+
+    def _hand_over(self) -> None:
+        """The operations asked for in the turn of the loop that just ran, to the thread at once."""
+        this_turn, self._this_turn = self._this_turn, []
+        if this_turn:
+            self._queue.put(this_turn)
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """run(fn, write=False)."""
@@ -133,6 +153,7 @@ class SqliteWorker:
             return
         if not self._closing:
             self._closing = True
+            self._hand_over()  # what was asked before the close runs before it
             self._queue.put(_STOP)
         # The thread settles `_stopped` after closing the connection; it only returns after that.
         await asyncio.shield(self._stopped)
@@ -150,32 +171,55 @@ class SqliteWorker:
             return
         self._deliver(loop, opened, None, None)
         try:
-            while True:
-                batch = [self._queue.get()]
-                while len(batch) < batch_ops_max:
-                    try:
-                        batch.append(self._queue.get_nowait())
-                    except queue.Empty:
-                        break
-                jobs = [item for item in batch if isinstance(item, _Job)]
-                if jobs:
-                    self._execute(conn, jobs)
-                if len(jobs) != len(batch):
-                    break  # _STOP: everything queued before it has run
-                # Hold nothing of a batch while waiting for the next: objects that outlive their
-                # use pin the allocator's arenas, and memory freed around them is not given back.
-                del batch, jobs
+            self._serve(conn)
         finally:
             conn.close()
             self._deliver(loop, stopped, None, None)
+
+    def _serve(self, conn: sqlite3.Connection) -> None:
+        """Run what is queued, up to batch_ops_max operations per transaction, until the stop
+        sentinel (everything queued before it runs first)."""
+        jobs: list[_Job] = []
+        got: list[_Job] | _Stop | None = None
+        stopping = False
+        while jobs or not stopping:
+            if not jobs:
+                got = self._queue.get()
+                if isinstance(got, _Stop):
+                    return
+                jobs = got
+            while len(jobs) < batch_ops_max and not stopping:
+                try:
+                    got = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if isinstance(got, _Stop):
+                    stopping = True
+                else:
+                    jobs += got
+            self._execute(conn, jobs[:batch_ops_max])
+            jobs = jobs[batch_ops_max:]
+            # Hold nothing of a batch while waiting for the next: objects that outlive their use
+            # pin the allocator's arenas, and memory freed around them is not given back.
+            got = None
 
     def _execute(self, conn: sqlite3.Connection, jobs: list[_Job]) -> None:
         outcomes: list[tuple[_Job, Any, BaseException | None]] = []
         try:
             # IMMEDIATE: the write lock before the first read (see the module docstring).
             conn.execute("BEGIN IMMEDIATE" if any(job.write for job in jobs) else "BEGIN")
-            for job in jobs:
-                outcomes.append(self._run_one(conn, job))
+            if len(jobs) == 1:
+                # Alone in its transaction, a job needs no savepoint: its failure rolls back
+                # the transaction, which holds only its own changes.
+                outcome = self._run_alone(conn, jobs[0])
+                outcomes.append(outcome)
+                if outcome[2] is not None:
+                    conn.execute("ROLLBACK")
+                    self._deliver_all(outcomes)
+                    return
+            else:
+                for job in jobs:
+                    outcomes.append(self._run_one(conn, job))
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             # The transaction itself failed (disk full, I/O error): nothing of the batch is stored,
@@ -184,11 +228,16 @@ class SqliteWorker:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
             batch_error = _translate(exc)
-            for job in jobs:
-                self._deliver(job.loop, job.future, None, batch_error)
+            self._deliver_all([(job, None, batch_error) for job in jobs])
             return
-        for job, result, error in outcomes:
-            self._deliver(job.loop, job.future, result, error)
+        self._deliver_all(outcomes)
+
+    @staticmethod
+    def _run_alone(conn: sqlite3.Connection, job: _Job) -> tuple[_Job, Any, BaseException | None]:
+        try:
+            return job, job.fn(conn), None
+        except Exception as exc:
+            return job, None, _translate(exc)
 
     @staticmethod
     def _run_one(conn: sqlite3.Connection, job: _Job) -> tuple[_Job, Any, BaseException | None]:
@@ -203,6 +252,22 @@ class SqliteWorker:
             return job, None, _translate(exc)
         conn.execute("RELEASE job")
         return job, result, None
+
+    @classmethod
+    def _deliver_all(cls, outcomes: list[tuple[_Job, Any, BaseException | None]]) -> None:
+        """Every answer of a batch in one call to its loop (one wake-up of the loop per batch, not
+        one per job); answers for another loop (a store used from two loops) go there."""
+        if not outcomes:
+            return
+        loop = outcomes[0][0].loop
+        if all(job.loop is loop for job, _, _ in outcomes):
+            try:
+                loop.call_soon_threadsafe(_settle_all, outcomes)
+            except RuntimeError:
+                pass  # that loop is closed: nobody is waiting any more
+            return
+        for job, result, error in outcomes:
+            cls._deliver(job.loop, job.future, result, error)
 
     @staticmethod
     def _deliver(

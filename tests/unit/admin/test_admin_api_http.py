@@ -57,6 +57,7 @@ def send_and_status(admin: Admin, data: bytes) -> int:
         (b"GET / HTTP/1.1\r\nName : v\r\n\r\n", 400),
         (b"GET / HTTP/1.1\r\nA: b\r\n folded\r\n\r\n", 400),
         (b"GET / HTTP/1.1\r\nBad\x01Name: v\r\n\r\n", 400),
+        (b"GET / HTTP/1.1\nHost: x\nBad\x01Name: v\n\n", 400),  # bare LF lines are read too
         (b"PUT /admin/v2/tenants/x HTTP/1.1\r\nContent-Length: abc\r\n\r\n", 400),
         (b"PUT /admin/v2/tenants/x HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400),
         (b"PUT /admin/v2/tenants/x HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}", 400),

@@ -14,6 +14,7 @@ partitioned topic, and a topic that exists as non-partitioned stays so.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from velamq._errors import AlreadyExistsError, NotFoundError
@@ -24,7 +25,7 @@ from velamq.metadata._auto_creation import AutoTopicCreation, resolve_auto_topic
 class CreationRows(Protocol):
     """What the rules read and write of the metadata store (MetadataStore implements it)."""
 
-    async def get_policies(self, ns: str) -> dict[str, Any]: ...
+    async def namespace_policies(self, ns: str) -> Mapping[str, Any]: ...
 
     async def get_partitions(self, topic: str) -> int: ...
 
@@ -43,7 +44,7 @@ class TopicCreation:
 
     async def rule_for(self, namespace: str) -> AutoTopicCreation:
         try:
-            policies = await self.metadata.get_policies(namespace)
+            policies = await self.metadata.namespace_policies(namespace)
         except NotFoundError:
             return self.broker_rule  # no such namespace: the lookup itself says so
         return resolve_auto_topic_creation(policies, self.broker_rule)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from velamq._clock import Clock
@@ -29,7 +30,7 @@ from velamq.broker.topic._terminate import set_terminated, stored_termination
 from velamq.broker.topic._topic import Topic
 from velamq.metadata import Policies, TopicOpen, resolve_policies
 from velamq.protocol import pb
-from velamq.storage import LedgerStore
+from velamq.storage import LedgerStore, ManagedLedger
 
 
 class TopicRows(Protocol):
@@ -39,7 +40,7 @@ class TopicRows(Protocol):
 
     async def get_partitions(self, topic: str) -> int: ...
 
-    async def get_policies(self, ns: str) -> dict[str, Any]: ...
+    async def namespace_policies(self, ns: str) -> Mapping[str, Any]: ...
 
     async def get_topic_policies(self, topic: str) -> dict[str, Any]: ...
 
@@ -87,25 +88,26 @@ class LoadedTopics:
         self.observers: list[TopicObserver] = []
         # namespace -> (its stored policies, their resolution): shared by the topics that have no
         # topic policies of their own, so resolving costs nothing per topic load.
-        self._resolved: dict[str, tuple[dict[str, object], Policies]] = {}
+        self._resolved: dict[str, tuple[Mapping[str, Any], Policies]] = {}
 
     # ---- policies --------------------------------------------------------------------------------
 
     async def policies_for(self, name: TopicName) -> Policies:
         """Topic policy over namespace policy over the broker default, field by field. (All three
         reads are answered from the metadata store's caches for an ordinary topic.)"""
-        namespace = await self.metadata.get_policies(name.namespace)
+        namespace = await self.metadata.namespace_policies(name.namespace)
         topic = await self.metadata.get_topic_policies(str(name.partitioned_parent))
         own = await self.metadata.get_topic_policies(str(name)) if name.partition_index >= 0 else {}
         if topic or own:
             return resolve_policies(namespace, {**topic, **own}, self.default_policies)
         return self._namespace_resolved(name.namespace, namespace)
 
-    def _namespace_resolved(self, namespace: str, stored: dict[str, object]) -> Policies:
+    def _namespace_resolved(self, namespace: str, stored: Mapping[str, Any]) -> Policies:
         """The policies of the namespace's topics that have none of their own (one object while
-        the namespace's stored policies stay the same)."""
+        the namespace's stored policies stay the same: the store hands out the same read-only
+        object for them until they change)."""
         resolved = self._resolved.get(namespace)
-        if resolved is None or resolved[0] != stored:
+        if resolved is None or (resolved[0] is not stored and resolved[0] != stored):
             resolved = (stored, resolve_policies(stored, {}, self.default_policies))
             self._resolved[namespace] = resolved
         return resolved[1]
@@ -140,7 +142,7 @@ class LoadedTopics:
         for loaded in list(self.topics.values()):
             by_namespace.setdefault(loaded.name.namespace, []).append(loaded)
         for namespace, topics in by_namespace.items():
-            common = self._namespace_resolved(namespace, await self.metadata.get_policies(namespace))
+            common = self._namespace_resolved(namespace, await self.metadata.namespace_policies(namespace))
             carriers = set(await self.metadata.list_topic_policies(namespace))
             for loaded in topics:
                 if self.topics.get(loaded.full_name) is not loaded:
@@ -199,9 +201,7 @@ class LoadedTopics:
         self._check_not_deleting(full)
         await self._open_row(name, create)
         store_name = compacted_store_name(full)
-        ledger, store = await asyncio.gather(
-            self.storage.open_ledger(full), self.storage.open_ledger_if_exists(store_name)
-        )
+        ledger, store = await self._open_ledgers(full, store_name)
         topic = Topic(name, ledger, self.clock)
         topic.storage = self.storage
         await topic.apply_policies(await self.policies_for(name))
@@ -221,6 +221,19 @@ class LoadedTopics:
         self.topics[full] = topic
         self._used(topic)
         return topic
+
+    async def _open_ledgers(self, full: str, store_name: str) -> tuple[ManagedLedger, ManagedLedger | None]:
+        """The topic's managed ledger and its compacted store if it has one, asked for in the same
+        turn of the loop (one trip to the storage database for both). One task for the store's
+        lookup, the ledger's awaited here: cheaper than gather's two tasks and its future."""
+        lookup = asyncio.ensure_future(self.storage.open_ledger_if_exists(store_name))
+        try:
+            ledger = await self.storage.open_ledger(full)
+        except BaseException:
+            lookup.cancel()
+            lookup.add_done_callback(_retrieve)
+            raise
+        return ledger, await lookup
 
     async def _open_row(self, name: TopicName, create: bool) -> None:
         """The topic's metadata row, found or created; BrokerRequestError says why not."""
@@ -314,6 +327,11 @@ class LoadedTopics:
         for topic in list(self.topics.values()):
             await topic.close()
         self.topics.clear()
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # marked retrieved: the load failed already for another reason
 
 
 async def _close_topic(topic: Topic) -> None:

@@ -73,7 +73,7 @@ class SchemaTopic(Protocol):
     def subscriptions(self) -> Mapping[str, _SchemaSubscription]: ...
 
 # (namespace policies, topic policies) of a topic, as the metadata store keeps them.
-PolicyReader = Callable[[TopicName], Awaitable[tuple[dict[str, Any], dict[str, Any]]]]
+PolicyReader = Callable[[TopicName], Awaitable[tuple[Mapping[str, Any], Mapping[str, Any]]]]
 
 _NO_SCHEMA: Final = (SchemaType.NONE, SchemaType.BYTES)
 
