@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -132,3 +134,42 @@ async def test_errors_before_and_after_the_first_wait_go_where_a_tasks_would() -
     gate.set_result(None)
     with pytest.raises(ValueError, match="later"):
         await task
+
+
+def test_a_handler_cancelled_while_waiting_is_freed_without_the_garbage_collector() -> None:
+    """A closed connection cancels its handlers: what they hold (the connection) must go by
+    reference counting alone, with no cycle through the cancellation's traceback."""
+
+    class Held:
+        pass
+
+    async def main() -> weakref.ref[Held]:
+        loop = asyncio.get_running_loop()
+        gate: asyncio.Future[None] = loop.create_future()
+
+        async def handler(held: Held) -> None:
+            await gate
+
+        held = Held()
+        task = start_eagerly(loop, handler(held))
+        assert task is not None
+        ref = weakref.ref(held)
+        del held
+        await asyncio.sleep(0)  # the task's first step: it waits on the gate
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        del task
+        return ref
+
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        ref = asyncio.run(main())
+        assert ref() is None
+    finally:
+        if enabled:
+            gc.enable()

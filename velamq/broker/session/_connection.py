@@ -296,19 +296,18 @@ class ServerConnection(asyncio.Protocol):
         return start
 
     async def _guarded(self, handler: Callable[[Frame], Coroutine[Any, Any, None]], frame: Frame) -> None:
-        request_id = _request_id(frame.command)
         try:
             await handler(frame)
         except BrokerRequestError as exc:
-            self._reply_error(frame.command, request_id, exc.code, exc.message)
+            self._reply_error(frame.command, _request_id(frame.command), exc.code, exc.message)
         except InvalidTopicNameError as exc:
-            self._reply_error(frame.command, request_id, pb.InvalidTopicName, str(exc))
+            self._reply_error(frame.command, _request_id(frame.command), pb.InvalidTopicName, str(exc))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             name = T.Type.Name(frame.command.type)
             self._broker.log_limit.error(f"request-failed-{name}", "request %s failed", name, exc_info=True)
-            self._reply_error(frame.command, request_id, pb.UnknownError, f"internal error: {exc}")
+            self._reply_error(frame.command, _request_id(frame.command), pb.UnknownError, f"internal error: {exc}")
 
     def _reply_error(self, command: pb.BaseCommand, request_id: int | None, code: int, message: str) -> None:
         if request_id is not None:

@@ -43,9 +43,15 @@ class _Rest(Coroutine[Any, Any, None]):
 
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
         self._first = _STARTED
-        if val is None and tb is None:
-            return self._coro.throw(typ)
-        return self._coro.throw(typ, val, tb)
+        try:
+            if val is None and tb is None:
+                return self._coro.throw(typ)
+            return self._coro.throw(typ, val, tb)
+        finally:
+            # The exception's traceback holds this frame: without this, the frame's locals would
+            # hold the exception, a reference cycle that only the garbage collector frees (and
+            # with it the handler's frames and the connection they reference).
+            typ = val = tb = None
 
     def close(self) -> None:
         self._coro.close()
