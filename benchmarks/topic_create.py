@@ -7,6 +7,9 @@ Two ways a topic comes to exist, each against a fresh broker per run:
   apart: "close").
 - **admin**: `PUT /admin/v2/persistent/public/default/<topic>` for new topics over a few
   keep-alive HTTP connections (`--admin-threads`).
+- **client** (`--client-topics`, 0 by default): the whole path of a new user's topic as
+  benchmarks/topics.py drives it: velamq's client subscribes, creates a producer, sends one message
+  and closes both, `--in-flight` topics at a time over `--clients` client processes.
 
 The broker's CPU (all threads, /proc) over each phase, divided by the topics; median of --runs,
 load average before and after. `--tree NAME=PATH` (repeatable) measures builds side by side, runs
@@ -24,6 +27,7 @@ import argparse
 import concurrent.futures
 import contextlib
 import http.client
+import multiprocessing
 import os
 import socket
 import sys
@@ -33,6 +37,7 @@ import uuid
 from collections.abc import Iterator
 
 import lean_publish as lean
+import topics as topics_bench
 from _machine import machine_facts
 from _pyspy import py_spy_path, recording, thread_shares, top_table
 
@@ -124,22 +129,47 @@ def admin_phase(admin_url: str, pid: int, args: argparse.Namespace) -> float:
     return sum(lean.thread_cpu_s(pid).values()) - sum(before.values())
 
 
-def one_run(path: str, args: argparse.Namespace, profile: str | None = None,
-            gil_only: bool = True) -> tuple[float, float, float]:
-    """(ms of broker CPU per topic: PRODUCER, CLOSE_PRODUCER, admin create)."""
+def client_phase(port: int, pid: int, args: argparse.Namespace) -> float:
+    """Broker CPU s for `--client-topics` topics created as topics.py creates them."""
+    done = multiprocessing.Value("q", 0)
+    names = [f"persistent://public/default/tu-{uuid.uuid4().hex[:8]}-{i}" for i in range(args.client_topics)]
+    per_process = max(1, args.in_flight // args.clients)
+    url = f"pulsar://127.0.0.1:{port}"
+    procs = [multiprocessing.Process(target=topics_bench.create_process,
+                                     args=(url, names[k::args.clients], per_process, done))
+             for k in range(args.clients)]
+    before = lean.thread_cpu_s(pid)
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+        if p.exitcode != 0:
+            raise RuntimeError(f"a client process failed (exit {p.exitcode})")
+    return sum(lean.thread_cpu_s(pid).values()) - sum(before.values())
+
+
+Phases = tuple[float, float, float, float]
+
+
+def one_run(path: str, args: argparse.Namespace, profile: str | None = None, gil_only: bool = True) -> Phases:
+    """(ms of broker CPU per topic: PRODUCER, CLOSE_PRODUCER, admin create, client path)."""
     with lean.velamq_broker(path, args.policy, args.broker_conf) as (port, admin_url, pid):
         spy = py_spy_path()
         with (recording(spy, pid, profile, gil_only=gil_only) if profile and spy else contextlib.nullcontext()):
-            opened, closed = producer_phase(port, pid, args)
+            opened, closed = producer_phase(port, pid, args) if args.topics else (0.0, 0.0)
             admin = admin_phase(admin_url, pid, args) if args.admin_topics else 0.0
-    return (opened / args.topics * 1e3, closed / args.topics * 1e3,
-            admin / args.admin_topics * 1e3 if args.admin_topics else 0.0)
+            client = client_phase(port, pid, args) if args.client_topics else 0.0
+    return (opened / max(args.topics, 1) * 1e3, closed / max(args.topics, 1) * 1e3,
+            admin / max(args.admin_topics, 1) * 1e3, client / max(args.client_topics, 1) * 1e3)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--topics", type=int, default=5000, help="topics created by PRODUCER per run")
     ap.add_argument("--admin-topics", type=int, default=2000, help="topics created through the admin API per run")
+    ap.add_argument("--client-topics", type=int, default=0,
+                    help="topics created through velamq's client, as topics.py does, per run")
+    ap.add_argument("--clients", type=int, default=2, help="client processes of the client phase")
     ap.add_argument("--in-flight", type=int, default=200)
     ap.add_argument("--admin-threads", type=int, default=4)
     ap.add_argument("--runs", type=int, default=3)
@@ -167,7 +197,7 @@ def main() -> int:
             samples, lines = top_table(raw, args.top)
             threads = "" if gil_only else "threads: " + ", ".join(thread_shares(raw)) + "\n\n"
             profiles.append(f"#### {name}: {samples} samples {what}\n\n{threads}" + "\n".join(lines))
-    results: dict[str, list[tuple[float, float, float]]] = {name: [] for name, _ in trees}
+    results: dict[str, list[Phases]] = {name: [] for name, _ in trees}
     for _ in range(args.runs):
         for name, path in trees:
             results[name].append(one_run(path, args))
@@ -178,11 +208,12 @@ def main() -> int:
     print(f"- load average (1, 5, 15 min): before {' '.join(f'{x:.2f}' for x in load_before)}, "
           f"after {' '.join(f'{x:.2f}' for x in load_after)}")
     print(f"- {args.topics} topics by PRODUCER ({args.in_flight} in flight), {args.admin_topics} by admin PUT "
-          f"({args.admin_threads} connections), --sync-policy {args.policy}, median of {args.runs}\n")
-    print("| build | PRODUCER on a new topic ms | CLOSE_PRODUCER ms | admin create ms |")
-    print("|---|---|---|---|")
+          f"({args.admin_threads} connections), {args.client_topics} through velamq's client ({args.clients} "
+          f"processes), --sync-policy {args.policy}, median of {args.runs}\n")
+    print("| build | PRODUCER on a new topic ms | CLOSE_PRODUCER ms | admin create ms | client path ms |")
+    print("|---|---|---|---|---|")
     for name, _ in trees:
-        columns = [sorted(r[i] for r in results[name])[len(results[name]) // 2] for i in range(3)]
+        columns = [sorted(r[i] for r in results[name])[len(results[name]) // 2] for i in range(4)]
         print(f"| {name} | " + " | ".join(f"{c:.3f}" for c in columns) + " |")
     for profile in profiles:
         print(f"\n{profile}")

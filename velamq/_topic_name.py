@@ -15,8 +15,9 @@ same way: `x.*` lives in public/default, `tenant/ns/x.*` in tenant/ns (TopicPatt
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
+from typing import Final
 
 from velamq._errors import InvalidTopicNameError
 
@@ -31,15 +32,40 @@ def _check_part(full: str, part: str, what: str) -> None:
         raise InvalidTopicNameError(full, f"bad {what} {part!r}")
 
 
+# Names parsed lately: a topic's creation parses its name in each of its commands (lookup,
+# partitioned metadata, subscribe, producer, ...). Cleared when full, so it never holds more than
+# this many; TopicName is immutable, so one object may serve every caller.
+_parsed_max: Final = 1024
+_parsed: dict[str, TopicName] = {}
+
+
 @dataclass(frozen=True, slots=True)
 class TopicName:
     domain: str
     tenant: str
     namespace_part: str  # "ns", or "cluster/ns" for V1 names
     local_name: str  # includes any -partition-N suffix
+    # The full name, made once (str() of a topic name is asked for many times per command).
+    _full: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "_full", f"{self.domain}://{self.tenant}/{self.namespace_part}/{self.local_name}"
+        )
 
     @classmethod
     def parse(cls, name: str) -> TopicName:
+        parsed = _parsed.get(name) if cls is TopicName and isinstance(name, str) else None
+        if parsed is None:
+            parsed = cls._parse(name)
+            if cls is TopicName:
+                if len(_parsed) >= _parsed_max:
+                    _parsed.clear()
+                _parsed[name] = parsed
+        return parsed
+
+    @classmethod
+    def _parse(cls, name: str) -> TopicName:
         if not name or len(name) > 2048:
             raise InvalidTopicNameError(name, "empty or too long")
         rest = name
@@ -98,7 +124,7 @@ class TopicName:
         return TopicName(self.domain, self.tenant, self.namespace_part, f"{self.local_name}{PARTITION_SUFFIX}{index}")
 
     def __str__(self) -> str:
-        return f"{self.domain}://{self.tenant}/{self.namespace_part}/{self.local_name}"
+        return self._full
 
 
 class PartitionRole(Enum):

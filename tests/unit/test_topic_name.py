@@ -51,3 +51,22 @@ def test_one_rule_for_partition_names() -> None:
     assert partition_role(bar3, 4) is PartitionRole.PARTITION
     assert partition_role(bar3, 3) is PartitionRole.OUT_OF_RANGE
     assert partition_role(TopicName.parse("bar"), 4) is PartitionRole.ORDINARY
+
+
+def test_a_name_parsed_again_is_the_same_object_and_a_bad_one_fails_each_time() -> None:
+    first = TopicName.parse("tenant/ns/again")
+    assert TopicName.parse("tenant/ns/again") is first
+    assert str(first) == "persistent://tenant/ns/again"
+    assert first == TopicName("persistent", "tenant", "ns", "again")
+    assert hash(first) == hash(TopicName("persistent", "tenant", "ns", "again"))
+    for _ in range(2):
+        with pytest.raises(InvalidTopicNameError):
+            TopicName.parse("a/b/c/d/e")
+
+
+def test_the_memory_of_parsed_names_stays_bounded() -> None:
+    from velamq import _topic_name
+
+    for i in range(_topic_name._parsed_max * 3):
+        assert TopicName.parse(f"t/n/x{i}").local_name == f"x{i}"
+    assert len(_topic_name._parsed) <= _topic_name._parsed_max

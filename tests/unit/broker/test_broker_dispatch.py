@@ -161,3 +161,23 @@ def test_last_message_id_gives_the_batch_index_of_a_batch(tmp_path: Path) -> Non
             assert await sub.last_message_id() == (position, 3)
 
     asyncio.run(main())
+
+
+def test_no_dispatch_task_while_there_is_nothing_to_send_then_the_first_entry_goes_out(tmp_path: Path) -> None:
+    async def main() -> None:
+        clock = ManualClock()
+        async with topic_on_storage(tmp_path, clock) as topic:
+            sub = await subscribe(topic)
+            c, channel = consumer(sub)
+            sub.flow(c, 10)  # permits, but an empty topic: a round would do nothing
+            assert sub._task is None and sub.dispatch_idle
+            await publish(topic, [b"first"], clock)
+            await until(lambda: channel.payloads() == [b"first"])
+            await settled(sub)
+            assert c.permits == 9
+            await publish(topic, [b"second"], clock)  # the task now waits for wake-ups
+            await until(lambda: channel.payloads() == [b"first", b"second"])
+            sub.remove_consumer(c)
+            await until(lambda: sub._task is None)  # no consumers: the task ends
+
+    asyncio.run(main())

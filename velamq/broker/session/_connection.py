@@ -55,6 +55,7 @@ from velamq.broker.session._command_authz import CHECKED_COMMANDS, denial
 from velamq.broker.session._consumer_commands import ConsumerCommands
 from velamq.broker.session._context import BrokerContext
 from velamq.broker.session._discovery_commands import DiscoveryCommands
+from velamq.broker.session._eager import start_eagerly
 from velamq.broker.session._liveness import Liveness
 from velamq.broker.session._producer_commands import ProducerCommands
 from velamq.broker.session._text_fields import non_utf8_command_field, non_utf8_field
@@ -286,26 +287,27 @@ class ServerConnection(asyncio.Protocol):
 
     def _spawn(self, handler: Callable[[Frame], Coroutine[Any, Any, None]]) -> Callable[[Frame], None]:
         def start(frame: Frame) -> None:
-            task = asyncio.get_running_loop().create_task(self._guarded(handler, frame))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            # Started here; a task only for a handler that has to wait (_eager.py).
+            task = start_eagerly(asyncio.get_running_loop(), self._guarded(handler, frame))
+            if task is not None:
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
 
         return start
 
     async def _guarded(self, handler: Callable[[Frame], Coroutine[Any, Any, None]], frame: Frame) -> None:
-        request_id = _request_id(frame.command)
         try:
             await handler(frame)
         except BrokerRequestError as exc:
-            self._reply_error(frame.command, request_id, exc.code, exc.message)
+            self._reply_error(frame.command, _request_id(frame.command), exc.code, exc.message)
         except InvalidTopicNameError as exc:
-            self._reply_error(frame.command, request_id, pb.InvalidTopicName, str(exc))
+            self._reply_error(frame.command, _request_id(frame.command), pb.InvalidTopicName, str(exc))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             name = T.Type.Name(frame.command.type)
             self._broker.log_limit.error(f"request-failed-{name}", "request %s failed", name, exc_info=True)
-            self._reply_error(frame.command, request_id, pb.UnknownError, f"internal error: {exc}")
+            self._reply_error(frame.command, _request_id(frame.command), pb.UnknownError, f"internal error: {exc}")
 
     def _reply_error(self, command: pb.BaseCommand, request_id: int | None, code: int, message: str) -> None:
         if request_id is not None:
@@ -437,15 +439,27 @@ def _error_reply(command: pb.BaseCommand, request_id: int, code: int, message: s
     return reply
 
 
-def _request_id(command: pb.BaseCommand) -> int | None:
-    name = T.Type.Name(command.type)
-    field = {
+_BODY_FIELDS: dict[int, str] = {
+    value: {
         "PARTITIONED_METADATA": "partitionMetadata",
         "LOOKUP": "lookupTopic",
         "GET_LAST_MESSAGE_ID": "getLastMessageId",
         "GET_TOPICS_OF_NAMESPACE": "getTopicsOfNamespace",
     }.get(name, name.lower())
-    sub = getattr(command, field, None)
-    if sub is None or not hasattr(sub, "request_id"):
+    for name, value in T.Type.items()
+}
+# The body field of each command type that has a request_id (known once, not per request).
+_REQUEST_ID_FIELDS: dict[int, str] = {
+    value: field
+    for value, field in _BODY_FIELDS.items()
+    if (body := T.DESCRIPTOR.fields_by_name.get(field)) is not None
+    and body.message_type is not None
+    and "request_id" in body.message_type.fields_by_name
+}
+
+
+def _request_id(command: pb.BaseCommand) -> int | None:
+    field = _REQUEST_ID_FIELDS.get(command.type)
+    if field is None:
         return None
-    return int(sub.request_id)
+    return int(getattr(command, field).request_id)

@@ -59,8 +59,28 @@ class Dispatcher(SubscriptionState):
         if waiter is not None:
             if not waiter.done():
                 waiter.set_result(None)
-        elif self._task is None and not self._closed and self.consumers:
+        elif self._task is None and not self._closed and self.consumers and not self._round_would_be_idle():
             self._task = asyncio.get_running_loop().create_task(self._run(), name=f"dispatch:{self.name}")
+
+    def _round_would_be_idle(self) -> bool:
+        """Whether a round now would return at once, having done nothing: then wake() starts no
+        task (the next wake-up starts it). A created topic's subscription is woken by its first
+        consumer and that consumer's first FLOW before anything is published (issue 22: a task,
+        two steps and a future per topic saved). When in doubt it answers False."""
+        if not self._delayed_restored:
+            may_delay = self.delayed_delivery and self._sub_type in (SubType.SHARED, SubType.KEY_SHARED)
+            if self._storage is not None and self._delayed is None and may_delay:
+                return False  # the task loads the stored delayed index first
+            self._delayed_restored = True  # what _restore_delayed would do: nothing to load
+        selector = self._selector
+        if selector is None or selector.permits_available() <= 0:
+            return True  # the round's first check
+        if (self._in_flight is not None and self._in_flight.replay) or self.terminated:
+            return False
+        if self.read_compacted and self.compacted_view is not None:
+            return False
+        last = self.ledger.last_confirmed
+        return last is None or self.read_position > last
 
     @property
     def dispatch_idle(self) -> bool:

@@ -131,13 +131,16 @@ class BrokerSchemas:
         """The version for PRODUCER_SUCCESS (None: the producer has no schema, nothing to send)."""
         with _refusals():
             data = schema_data(schema)
-            strategy, auto_update, enforced = await self._settings(name)
             if data is None:
-                if enforced and await self.registry.get(str(name)) is not None:
+                # Only the enforcement matters to a producer without a schema (most of them: the
+                # strategy is not worked out for each).
+                namespace, topic = await self._policies(name)
+                if validation_enforced(namespace, topic) and await self.registry.get(str(name)) is not None:
                     raise SchemaCompatibilityError(
                         "Producers cannot connect or send message without a schema to topics with a schema"
                     )
                 return None
+            strategy, auto_update, _ = await self._settings(name)
             version, _ = await self.registry.register(str(name), data, strategy, auto_update)
         return encode_version(version)
 
