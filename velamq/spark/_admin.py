@@ -37,12 +37,15 @@ class ConnectorAdmin:
     def __init__(self, admin_url: str, security: ConnectionSecurity | None = None) -> None:
         self.client = AdminClient(admin_url, security=security)
 
-    def _get_unless_missing(self, path: str) -> object:
-        """The JSON answer of a GET, None when the server answers 404."""
+    def _get_unless_missing(self, path: str, topic: TopicName | None = None) -> object:
+        """The JSON answer of a GET, None when the server answers 404. For a per-partition call on
+        a name planned as a plain topic, 405 ("not allowed on a partitioned topic") is None too:
+        the topic was created partitioned after the plan listed it (the plan of the next trigger
+        lists its partitions), as Pulsar answers for a partitioned topic's own name."""
         try:
             return self.client.request("GET", path)
         except AdminError as exc:
-            if exc.status == 404:
+            if exc.status == 404 or (exc.status == 405 and topic is not None and topic.partition_index < 0):
                 return None
             raise
 
@@ -68,7 +71,7 @@ class ConnectorAdmin:
         """The last stored entry of one partition (whole entry), None if the topic does not exist.
 
         An empty topic answers its current ledger with entry -1: "before the first entry"."""
-        answer = self._get_unless_missing(AdminClient.topic_path(partition, "lastMessageId"))
+        answer = self._get_unless_missing(AdminClient.topic_path(partition, "lastMessageId"), partition)
         if not isinstance(answer, dict):
             return None
         ledger_id, entry_id = int(answer["ledgerId"]), int(answer["entryId"])
@@ -78,12 +81,12 @@ class ConnectorAdmin:
 
     def ledgers(self, partition: TopicName) -> LedgerMap | None:
         """The ledgers of one partition and their entry counts, None if the topic does not exist."""
-        stats = self._get_unless_missing(AdminClient.topic_path(partition, "internalStats"))
+        stats = self._get_unless_missing(AdminClient.topic_path(partition, "internalStats"), partition)
         return LedgerMap.from_internal_stats(stats) if isinstance(stats, dict) else None
 
     def ledger_flags(self, partition: TopicName) -> list[tuple[int, int, bool]]:
         """(ledger id, entries, offloaded) of the partition's ledgers, oldest first (docs/offload.md)."""
-        stats = self._get_unless_missing(AdminClient.topic_path(partition, "internalStats"))
+        stats = self._get_unless_missing(AdminClient.topic_path(partition, "internalStats"), partition)
         if not isinstance(stats, dict):
             return []
         return [(int(info["ledgerId"]), int(info.get("entries") or 0), bool(info.get("offloaded")))
