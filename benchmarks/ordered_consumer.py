@@ -282,10 +282,12 @@ async def consume(client: AsyncClient, topic: str, row: Row, max_in_flight: int,
     processed = sum(len(v) for v in seen.values())
     ordered = all(v == sorted(v) and len(set(v)) == len(v) for v in seen.values())
     busy = [p for p in m.partitions if p.active_seconds > 0]
-    lanes: Counter[tuple[int, int]] = Counter()
+    # A lane runs its messages one at a time: a (partition, worker) pair with hash lanes, a key with
+    # free workers.
+    lanes: Counter[tuple[int, int | str]] = Counter()
     for key, seqs in seen.items():
         if key in partitions:
-            lane = worker_of(key, row.parallelism) if row.assignment == "hash" else hash(key)
+            lane: int | str = worker_of(key, row.parallelism) if row.assignment == "hash" else key
             lanes[partitions[key], lane] += len(seqs)
     return replace(row, seconds=elapsed, busiest_lane=max(lanes.values(), default=0), cpu_s=cpu,
                    effective_max=max(p.effective_parallelism for p in busy),

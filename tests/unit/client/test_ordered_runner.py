@@ -344,7 +344,8 @@ def test_free_workers_run_other_keys_while_a_key_that_shares_its_hash_worker_is_
     a, b = next((f"a{i}", f"b{i}") for i in range(1000) if worker_of(f"a{i}", 4) == worker_of(f"b{i}", 4))
     messages = make_messages([a, b, b, a, b, b, b, b])
     source = MemorySource(messages, max_in_flight=8, chunk=8)
-    gate = threading.Event()
+    gate = threading.Event()  # the thread handler's
+    async_gate = asyncio.Event()  # the coroutine handler's, set with it
     started: list[int] = []
 
     def record(message: Message) -> None:
@@ -353,8 +354,7 @@ def test_free_workers_run_other_keys_while_a_key_that_shares_its_hash_worker_is_
     async def handle_async(message: Message) -> None:
         record(message)
         if int(message.value) == 0:
-            while not gate.is_set():
-                await asyncio.sleep(0.001)
+            await async_gate.wait()
         source.completed.add(message.message_id)
 
     def handle_thread(message: Message) -> None:
@@ -379,6 +379,7 @@ def test_free_workers_run_other_keys_while_a_key_that_shares_its_hash_worker_is_
             assert 3 not in started  # a's second message waits for a's first
             assert runner.acknowledged == 0 and source.acked_upto == -1
             gate.set()
+            async_gate.set()
             await until(lambda: runner.acknowledged == len(messages))
             await runner.stop(drain=False, timeout_s=5)
         assert source.violations == [] and source.order[source.acked_upto] == messages[-1].message_id

@@ -21,20 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import threading
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Protocol
 
 from velamq.client._message import Message, ReceivedBatch
 from velamq.client.ordered._failures import Failures
-from velamq.client.ordered._lanes import (
-    Completions,
-    Handler,
-    call_in_thread,
-    finish_jobs,
-    finish_tasks,
-    retry_async,
-)
+from velamq.client.ordered._lanes import Handler, PoolJobs, call_in_thread, finish_tasks, retry_async
 from velamq.client.ordered._progress import Item, KeyQueue
 
 _IDLE = -1  # in ThreadKeyWorkers' completion deque: a job ended (a worker went idle)
@@ -76,10 +68,8 @@ class AsyncKeyWorkers:
         self._tasks = [loop.create_task(self._run(), name=f"{name}-worker-{i}") for i in range(workers)]
 
     def put(self, items: Sequence[Item], keys: Sequence[Hashable]) -> None:
-        queue = self._queue
-        for item, key in zip(items, keys, strict=True):
-            queue.add(item, key)
-        self._wake(queue.ready)
+        self._queue.add_many(items, keys)
+        self._wake(self._queue.ready)
 
     def _wake(self, count: int) -> None:
         idle = self._idle
@@ -125,27 +115,21 @@ class AsyncKeyWorkers:
         await finish_tasks(self._tasks, timeout_s)
 
 
-class ThreadKeyWorkers:
+class ThreadKeyWorkers(PoolJobs):
     """Plain-function handlers: up to N burst jobs in the executor, sharing the KeyQueue."""
 
     def __init__(self, host: KeyHost, handler: Handler, workers: int, executor: concurrent.futures.Executor) -> None:
+        super().__init__(executor, host.complete, lambda _: host.worker_idle())  # _IDLE: a job ended
         self._host = host
         self._handler = handler
         self._workers = workers
-        self._executor = executor
-        self._loop = asyncio.get_running_loop()
-        self._lock = threading.Lock()  # guards _queue, _running and _stopping
-        self._queue = KeyQueue()
+        self._queue = KeyQueue()  # under _lock, as _running and _stopping
         self._running = 0  # jobs submitted and not ended
-        self._stopping = False
-        self._jobs: set[concurrent.futures.Future[None]] = set()
-        self._done = Completions(self._loop, host.complete, lambda _: host.worker_idle())  # _IDLE: a job ended
 
     def put(self, items: Sequence[Item], keys: Sequence[Hashable]) -> None:
         with self._lock:
             queue = self._queue
-            for item, key in zip(items, keys, strict=True):
-                queue.add(item, key)
+            queue.add_many(items, keys)
             if self._stopping:
                 return
             start = max(0, min(queue.ready, self._workers - self._running))
@@ -156,9 +140,7 @@ class ThreadKeyWorkers:
             self.drain()
         for _ in range(start):
             self._host.worker_busy()
-            job = self._executor.submit(self._burst)
-            self._jobs.add(job)
-            job.add_done_callback(self._jobs.discard)
+            self._submit(self._burst)
 
     def _burst(self) -> None:
         queue, lock, done = self._queue, self._lock, self._done.items
@@ -184,11 +166,3 @@ class ThreadKeyWorkers:
         finally:
             self._done.schedule()
 
-    def drain(self) -> None:
-        self._done.drain()
-
-    async def stop(self, timeout_s: float) -> None:
-        with self._lock:
-            self._stopping = True
-        await finish_jobs(self._jobs, timeout_s)
-        self.drain()

@@ -107,29 +107,54 @@ class AsyncLanes:
         await finish_tasks(self._tasks, timeout_s)
 
 
-class ThreadLanes:
-    """Plain-function handlers: each lane with items is one burst job in the executor."""
+class PoolJobs:
+    """Burst jobs in an executor and what they finish, handed back to the loop: the common part of
+    ThreadLanes and ThreadKeyWorkers (_key_workers.py). `complete` gets completed tickets, `idle`
+    the marks (< 0) a job leaves when it ends."""
 
-    def __init__(self, host: LaneHost, handler: Handler, executor: concurrent.futures.Executor) -> None:
-        self._host = host
-        self._handler = handler
+    def __init__(self, executor: concurrent.futures.Executor, complete: Callable[[int], None],
+                 idle: Callable[[int], None]) -> None:
         self._executor = executor
         self._loop = asyncio.get_running_loop()
         self._lock = threading.Lock()
-        self._running = [False] * len(host.lanes)
-        self._jobs: set[concurrent.futures.Future[None]] = set()
         self._stopping = False
+        self._jobs: set[concurrent.futures.Future[None]] = set()
+        self._done = Completions(self._loop, complete, idle)
+
+    def _submit(self, burst: Callable[..., None], *args: Any) -> None:
+        job = self._executor.submit(burst, *args)
+        self._jobs.add(job)
+        job.add_done_callback(self._jobs.discard)
+
+    def drain(self) -> None:
+        self._done.drain()
+
+    async def stop(self, timeout_s: float) -> None:
+        with self._lock:
+            self._stopping = True
+        waiting = [asyncio.wrap_future(job) for job in list(self._jobs)]
+        if waiting:
+            # A thread still running after the timeout cannot be interrupted; it is not waited for.
+            await asyncio.wait(waiting, timeout=max(0.0, timeout_s))
+        self.drain()
+
+
+class ThreadLanes(PoolJobs):
+    """Plain-function handlers: each lane with items is one burst job in the executor."""
+
+    def __init__(self, host: LaneHost, handler: Handler, executor: concurrent.futures.Executor) -> None:
         # Completed tickets (>= 0) and lanes gone idle (-1 - lane), from the threads to the loop.
-        self._done = Completions(self._loop, host.complete, self._lane_idle)
+        super().__init__(executor, host.complete, self._lane_idle)
+        self._host = host
+        self._handler = handler
+        self._running = [False] * len(host.lanes)
 
     def wake(self, lane: int) -> None:
         with self._lock:
             if self._running[lane] or self._stopping:
                 return
             self._running[lane] = True
-        job = self._executor.submit(self._burst, lane)
-        self._jobs.add(job)
-        job.add_done_callback(self._jobs.discard)
+        self._submit(self._burst, lane)
 
     def _burst(self, lane: int) -> None:
         items = self._host.lanes[lane]
@@ -153,15 +178,6 @@ class ThreadLanes:
     def _lane_idle(self, mark: int) -> None:
         if not self._running[-1 - mark]:  # not started again since
             self._host.lane_idle(-1 - mark)
-
-    def drain(self) -> None:
-        self._done.drain()
-
-    async def stop(self, timeout_s: float) -> None:
-        with self._lock:
-            self._stopping = True
-        await finish_jobs(self._jobs, timeout_s)
-        self.drain()
 
 
 class Completions:
@@ -207,14 +223,6 @@ async def finish_tasks(tasks: list[asyncio.Task[None]], timeout_s: float) -> Non
     for task in pending:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-
-
-async def finish_jobs(jobs: set[concurrent.futures.Future[None]], timeout_s: float) -> None:
-    """Wait up to timeout_s for the burst jobs in the executor. A thread still running after the
-    timeout cannot be interrupted; it is not waited for."""
-    waiting = [asyncio.wrap_future(job) for job in list(jobs)]
-    if waiting:
-        await asyncio.wait(waiting, timeout=max(0.0, timeout_s))
 
 
 async def retry_async(host: FailureHost, handler: Callable[[Message], Awaitable[object]], message: Message,

@@ -33,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import Protocol
 
 from velamq.client._message import ReceivedBatch
@@ -265,6 +265,10 @@ class KeyQueue:
             # Not new: either running (release() readies it) or already in the heap with an
             # older message at its head. Either way nothing to push.
             queue.append(item)
+
+    def add_many(self, items: Sequence[Item], keys: Sequence[Hashable]) -> None:
+        for item, key in zip(items, keys, strict=True):
+            self.add(item, key)
 
     def take(self) -> tuple[Item, Hashable] | None:
         if not self._ready:
