@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _machine import machine_facts
+from _machine import facts_and_load, machine_facts
 from _nats import NatsAckCounter, nats_connect, nats_request, nats_server, nats_version
 from _pyspy import py_spy_path, recording, top_table
 
@@ -427,9 +427,7 @@ def report(args: argparse.Namespace, results: list[Result], profiles: list[str],
     facts = machine_facts(["protobuf", "uvloop"])
     if args.nats:
         facts.append(("nats-server", nats_version(args.nats)))
-    print("\n".join(f"- {k}: {v}" for k, v in facts))
-    print(f"- load average (1, 5, 15 min): before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
-          f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
+    print(facts_and_load(facts, load_before, load_after))
     print(f"- {args.messages:,} messages of {args.size} bytes per run, {args.batch} per entry, "
           f"window {args.window} per connection, median of {args.runs} runs by server CPU per message\n")
     print("| server | setting | conns | msg/s | server CPU µs/msg | main thread µs (system) | other threads µs "
