@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import lean_consume
 import lean_publish as lean
 
-from velamq.cli._perf_frames import scan_frames
+from velamq.cli._perf_frames import ReceiptCounter, scan_frames
 from velamq.protocol import encode_command, pb
 from velamq.testing import BrokerProcess
 
@@ -227,7 +227,7 @@ def _produce_streams(topics: dict[str, Address], opts: LoadOptions, entries: int
     for topic, owner in topics.items():
         sock, name = lean.velamq_connect(owner[0], owner[1], topic, 1)
         frames = lean.velamq_frames(1, entries, opts.size, batch, name)
-        streams.append(lean.Stream(sock, frames, window, max(1, window // 4), lean.ReceiptCounter(sock)))
+        streams.append(lean.Stream(sock, frames, window, max(1, window // 4), ReceiptCounter(sock.sendall)))
     return streams
 
 
