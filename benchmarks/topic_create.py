@@ -41,7 +41,7 @@ import topics as topics_bench
 from _machine import facts_and_load, machine_facts
 from _pyspy import py_spy_path, recording, thread_shares, top_table
 
-from velamq.cli._perf_frames import connect_command, producer_command, whole_command
+from velamq.cli._perf_frames import PONG, connect_command, producer_command, whole_command
 from velamq.protocol import encode_command, pb
 
 T = pb.BaseCommand
@@ -60,7 +60,7 @@ class Replies:
                 command, used = parsed
                 del self._buf[:used]
                 if command.type == T.PING:
-                    self._sock.sendall(encode_command(pb.BaseCommand(type=T.PONG, pong=pb.CommandPong())))
+                    self._sock.sendall(PONG)
                     continue
                 yield command
             data = self._sock.recv(1 << 20)
