@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import lean_publish as lean
 from _machine import facts_and_load, machine_facts
 
-from velamq.cli._perf_frames import command_bytes, scan_frames
+from velamq.cli._perf_frames import command_bytes, connect_command, scan_frames
 from velamq.protocol import encode_command, pb
 
 T = pb.BaseCommand
@@ -96,10 +96,7 @@ def _flow(permits: int) -> bytes:
 def subscribe(port: int, topic: str, subscription: str, expected: int, window: int, batch: int) -> Consumer:
     sock = socket.create_connection(("127.0.0.1", port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    connect = pb.BaseCommand(type=T.CONNECT)
-    connect.connect.client_version = "lean-consume"
-    connect.connect.protocol_version = 21
-    sock.sendall(encode_command(connect))
+    sock.sendall(connect_command("lean-consume"))
     if lean._read_command(sock).type != T.CONNECTED:
         raise RuntimeError("CONNECT refused")
     command = pb.BaseCommand(type=T.SUBSCRIBE)
