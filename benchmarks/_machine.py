@@ -34,3 +34,15 @@ def machine_facts(packages: Sequence[str] = ()) -> list[tuple[str, str]]:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             facts.append((package, importlib.metadata.version(package)))
     return facts
+
+
+def facts_and_load(facts: Sequence[tuple[str, str]], load_before: Sequence[float],
+                   load_after: Sequence[float]) -> str:
+    """The Markdown list a report opens with: the machine's facts, then the load average (1, 5,
+    15 min) before and after the runs."""
+    def loads(values: Sequence[float]) -> str:
+        return " ".join(f"{x:.2f}" for x in values)
+
+    lines = [f"- {k}: {v}" for k, v in facts]
+    lines.append(f"- load average (1, 5, 15 min): before {loads(load_before)}, after {loads(load_after)}")
+    return "\n".join(lines)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import lean_consume
 import lean_publish as lean
 
-from velamq.cli._perf_frames import scan_frames
+from velamq.cli._perf_frames import PONG, ReceiptCounter, connect_command, producer_command, scan_frames
 from velamq.protocol import encode_command, pb
 from velamq.testing import BrokerProcess
 
@@ -98,10 +98,7 @@ def connect(address: Address) -> socket.socket:
     """A CONNECTed binary-protocol connection."""
     sock = socket.create_connection(address)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    command = pb.BaseCommand(type=T.CONNECT)
-    command.connect.client_version = "workers-bench"
-    command.connect.protocol_version = 21
-    sock.sendall(encode_command(command))
+    sock.sendall(connect_command("workers-bench"))
     reply = lean._read_command(sock)
     if reply.type != T.CONNECTED:
         raise RuntimeError(f"CONNECT answered {reply}")
@@ -112,14 +109,6 @@ def lookup_frame(topic: str, request_id: int) -> bytes:
     command = pb.BaseCommand(type=T.LOOKUP)
     command.lookupTopic.topic = topic
     command.lookupTopic.request_id = request_id
-    return encode_command(command)
-
-
-def producer_frame(topic: str, producer_id: int) -> bytes:
-    command = pb.BaseCommand(type=T.PRODUCER)
-    command.producer.topic = topic
-    command.producer.producer_id = producer_id
-    command.producer.request_id = producer_id
     return encode_command(command)
 
 
@@ -144,7 +133,7 @@ class Replies:
     def _one(self, body: bytes) -> None:
         command = pb.BaseCommand.FromString(body)
         if command.type == T.PING:
-            self._sock.sendall(encode_command(pb.BaseCommand(type=T.PONG, pong=pb.CommandPong())))
+            self._sock.sendall(PONG)
             return
         if command.type != self._expected:
             raise RuntimeError(f"unexpected reply: {command}")
@@ -227,7 +216,7 @@ def _produce_streams(topics: dict[str, Address], opts: LoadOptions, entries: int
     for topic, owner in topics.items():
         sock, name = lean.velamq_connect(owner[0], owner[1], topic, 1)
         frames = lean.velamq_frames(1, entries, opts.size, batch, name)
-        streams.append(lean.Stream(sock, frames, window, max(1, window // 4), lean.ReceiptCounter(sock)))
+        streams.append(lean.Stream(sock, frames, window, max(1, window // 4), ReceiptCounter(sock.sendall)))
     return streams
 
 
@@ -277,7 +266,7 @@ def create_topics(broker: BrokerProcess, opts: LoadOptions) -> Measured:
     PRODUCER on a connection to the owner (the topic is created and loaded), pipelined."""
     tag = uuid.uuid4().hex[:8]
     names = [f"persistent://{NAMESPACE}/wb-c-{tag}-{i:06d}" for i in range(opts.create_topics)]
-    producers = {name: producer_frame(name, i + 1) for i, name in enumerate(names)}
+    producers = {name: producer_command(name, i + 1, request_id=i + 1) for i, name in enumerate(names)}
     service = ("127.0.0.1", broker.broker_port)
 
     def run() -> None:

@@ -31,9 +31,9 @@ import uuid
 from dataclasses import dataclass
 
 import lean_publish as lean
-from _machine import machine_facts
+from _machine import facts_and_load, machine_facts
 
-from velamq.cli._perf_frames import command_bytes, scan_frames
+from velamq.cli._perf_frames import command_bytes, connect_command, scan_frames
 from velamq.protocol import encode_command, pb
 
 T = pb.BaseCommand
@@ -96,10 +96,7 @@ def _flow(permits: int) -> bytes:
 def subscribe(port: int, topic: str, subscription: str, expected: int, window: int, batch: int) -> Consumer:
     sock = socket.create_connection(("127.0.0.1", port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    connect = pb.BaseCommand(type=T.CONNECT)
-    connect.connect.client_version = "lean-consume"
-    connect.connect.protocol_version = 21
-    sock.sendall(encode_command(connect))
+    sock.sendall(connect_command("lean-consume"))
     if lean._read_command(sock).type != T.CONNECTED:
         raise RuntimeError("CONNECT refused")
     command = pb.BaseCommand(type=T.SUBSCRIBE)
@@ -222,9 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  batch {batch} subs {subs} {mode}: {r.delivered / r.seconds:,.0f} msg/s, {r.us:.2f} µs",
                       file=sys.stderr, flush=True)
     load_after = os.getloadavg()
-    print("\n".join(f"- {k}: {v}" for k, v in machine_facts(["protobuf"])))
-    print(f"- load average (1, 5, 15 min): before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
-          f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
+    print(facts_and_load(machine_facts(["protobuf"]), load_before, load_after))
     print(f"- {args.messages:,} messages (batched: {args.batched_messages:,}) of {args.size} bytes published per "
           f"run, --sync-policy fsync, window {args.window} messages per consumer, median of {args.runs}\n")
     print("| msgs/entry | subscriptions | path | delivered msg/s | broker CPU µs per delivered msg |")

@@ -45,11 +45,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _machine import machine_facts
+from _machine import facts_and_load, machine_facts
 from _nats import NatsAckCounter, nats_connect, nats_request, nats_server, nats_version
 from _pyspy import py_spy_path, recording, top_table
 
-from velamq.cli._perf_frames import ReceiptCounter, SendFrames
+from velamq.cli._perf_frames import ReceiptCounter, SendFrames, connect_command, producer_command
 from velamq.protocol import build_batch, encode_command, pb
 from velamq.testing import run_broker
 
@@ -183,18 +183,11 @@ def _read_command(sock: socket.socket) -> pb.BaseCommand:
 def velamq_connect(host: str, port: int, topic: str, producer_id: int) -> tuple[socket.socket, str]:
     sock = socket.create_connection((host, port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    connect = pb.BaseCommand(type=T.CONNECT)
-    connect.connect.client_version = "lean-publish"
-    connect.connect.protocol_version = 21
-    sock.sendall(encode_command(connect))
+    sock.sendall(connect_command("lean-publish"))
     reply = _read_command(sock)
     if reply.type != T.CONNECTED:
         raise RuntimeError(f"CONNECT answered {reply}")
-    producer = pb.BaseCommand(type=T.PRODUCER)
-    producer.producer.topic = topic
-    producer.producer.producer_id = producer_id
-    producer.producer.request_id = 1
-    sock.sendall(encode_command(producer))
+    sock.sendall(producer_command(topic, producer_id, request_id=1))
     reply = _read_command(sock)
     if reply.type != T.PRODUCER_SUCCESS:
         raise RuntimeError(f"PRODUCER answered {reply}")
@@ -205,10 +198,7 @@ def create_subscription(host: str, port: int, topic: str, name: str) -> None:
     """A durable subscription on `topic`, its consumer gone again (as pulsar-perf and
     produce_consume.py leave one before producing)."""
     sock = socket.create_connection((host, port))
-    connect = pb.BaseCommand(type=T.CONNECT)
-    connect.connect.client_version = "lean-publish"
-    connect.connect.protocol_version = 21
-    sock.sendall(encode_command(connect))
+    sock.sendall(connect_command("lean-publish"))
     if _read_command(sock).type != T.CONNECTED:
         raise RuntimeError("CONNECT refused")
     command = pb.BaseCommand(type=T.SUBSCRIBE)
@@ -427,9 +417,7 @@ def report(args: argparse.Namespace, results: list[Result], profiles: list[str],
     facts = machine_facts(["protobuf", "uvloop"])
     if args.nats:
         facts.append(("nats-server", nats_version(args.nats)))
-    print("\n".join(f"- {k}: {v}" for k, v in facts))
-    print(f"- load average (1, 5, 15 min): before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
-          f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
+    print(facts_and_load(facts, load_before, load_after))
     print(f"- {args.messages:,} messages of {args.size} bytes per run, {args.batch} per entry, "
           f"window {args.window} per connection, median of {args.runs} runs by server CPU per message\n")
     print("| server | setting | conns | msg/s | server CPU µs/msg | main thread µs (system) | other threads µs "

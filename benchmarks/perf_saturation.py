@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass
 
 import lean_publish as lean
-from _machine import machine_facts
+from _machine import facts_and_load, machine_facts
 
 
 @dataclass
@@ -98,9 +98,7 @@ def main() -> int:
             figures[kind].append(figure)
             print(f"  {kind}: {figure.rate:,.0f} msg/s, {figure.broker_us:.2f} µs", file=sys.stderr, flush=True)
     load_after = os.getloadavg()
-    print("\n".join(f"- {k}: {v}" for k, v in machine_facts(["protobuf"])))
-    print(f"- load average (1, 5, 15 min): before {' '.join(f'{x:.2f}' for x in load_before)}, "
-          f"after {' '.join(f'{x:.2f}' for x in load_after)}")
+    print(facts_and_load(machine_facts(["protobuf"]), load_before, load_after))
     print(f"- {args.messages:,} unbatched messages of {args.size} bytes per run, {args.window} in flight per "
           f"connection, --sync-policy {args.policy}, median of {args.runs} by broker CPU per message\n")
     print("| generator | msg/s | broker CPU µs/msg | generator CPU µs/msg | p50 ms | p99 ms |")

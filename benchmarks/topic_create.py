@@ -38,10 +38,10 @@ from collections.abc import Iterator
 
 import lean_publish as lean
 import topics as topics_bench
-from _machine import machine_facts
+from _machine import facts_and_load, machine_facts
 from _pyspy import py_spy_path, recording, thread_shares, top_table
 
-from velamq.cli._perf_frames import connect_command, producer_command, whole_command
+from velamq.cli._perf_frames import PONG, connect_command, producer_command, whole_command
 from velamq.protocol import encode_command, pb
 
 T = pb.BaseCommand
@@ -60,7 +60,7 @@ class Replies:
                 command, used = parsed
                 del self._buf[:used]
                 if command.type == T.PING:
-                    self._sock.sendall(encode_command(pb.BaseCommand(type=T.PONG, pong=pb.CommandPong())))
+                    self._sock.sendall(PONG)
                     continue
                 yield command
             data = self._sock.recv(1 << 20)
@@ -204,9 +204,7 @@ def main() -> int:
             print(f"  {name}: {results[name][-1]}", file=sys.stderr, flush=True)
             time.sleep(0.1)
     load_after = os.getloadavg()
-    print("\n".join(f"- {k}: {v}" for k, v in machine_facts(["protobuf"])))
-    print(f"- load average (1, 5, 15 min): before {' '.join(f'{x:.2f}' for x in load_before)}, "
-          f"after {' '.join(f'{x:.2f}' for x in load_after)}")
+    print(facts_and_load(machine_facts(["protobuf"]), load_before, load_after))
     print(f"- {args.topics} topics by PRODUCER ({args.in_flight} in flight), {args.admin_topics} by admin PUT "
           f"({args.admin_threads} connections), {args.client_topics} through velamq's client ({args.clients} "
           f"processes), --sync-policy {args.policy}, median of {args.runs}\n")

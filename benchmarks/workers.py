@@ -40,7 +40,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 
-from _machine import machine_facts
+from _machine import facts_and_load, machine_facts
 from _pyspy import py_spy_path, recording, top_table
 from _workers_loads import LoadOptions, Measured, broker_pids, create_topics, fanout, produce, wait_for_workers
 
@@ -113,9 +113,7 @@ def median(runs: list[Measured], key: Callable[[Measured], float]) -> float:
 def report(args: argparse.Namespace, settings: list[str], results: dict[tuple[str, str], list[Measured]],
            load_before: tuple[float, float, float], load_after: tuple[float, float, float],
            profiles: list[str]) -> None:
-    print("\n".join(f"- {k}: {v}" for k, v in machine_facts(["protobuf"])))
-    print(f"- load average (1, 5, 15 min): before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
-          f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
+    print(facts_and_load(machine_facts(["protobuf"]), load_before, load_after))
     print(f"- load generator: this one process, pre-encoded frames in large writes (no client library); "
           f"median of {args.runs} runs per figure, each against a fresh broker, --sync-policy fsync\n")
     print("| load | workers | rate | broker CPU µs per entry (all processes) | CPU split: supervisor / workers "

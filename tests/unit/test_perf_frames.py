@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from velamq.cli._perf_frames import PONG, LeanError, ReceiptCounter, SendFrames, varint
+from velamq.cli._perf_frames import PONG, LeanError, ReceiptCounter, SendFrames
 from velamq.protocol import (
     FrameDecoder,
     SendReceiptEncoder,
@@ -14,6 +14,7 @@ from velamq.protocol import (
     encode_command,
     encode_payload_command,
     pb,
+    varint,
 )
 
 T = pb.BaseCommand

@@ -25,7 +25,7 @@ from typing import Final
 import crc32c as _crc32c
 
 from velamq._errors import VelamqError
-from velamq.protocol import encode_command, pb
+from velamq.protocol import encode_command, pb, varint
 
 T = pb.BaseCommand
 _HEADER: Final = struct.Struct(">II")
@@ -41,16 +41,6 @@ _VARINT, _BYTES = 0, 2
 def _tag(message: type[pb.BaseCommand] | type[pb.CommandSend] | type[pb.MessageMetadata], name: str,
          wire_type: int) -> bytes:
     return varint(message.DESCRIPTOR.fields_by_name[name].number << 3 | wire_type)
-
-
-def varint(value: int) -> bytes:
-    """Protobuf's base-128 varint of a non-negative integer."""
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 _TYPE_SEND: Final = _tag(T, "type", _VARINT) + varint(T.SEND)

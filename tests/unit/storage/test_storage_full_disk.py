@@ -106,12 +106,11 @@ async def main():
         pending = []
         await append_until_refused(storage, ml, acked, 8192, pending)
         await until(lambda: not storage.writable, "storage is not writable")
-        out["refused_at"] = len(acked)
         out["read_while_full"] = acked_then_unanswered(await read_all(storage), acked, pending)
         hog.unlink()  # space is back: storage writes again by itself
         await until(lambda: storage.writable, "storage is writable again")
         await settle(pending, acked)
-        out["refused_at"] = len(acked)
+        out["refused_at"] = len(acked)  # with the appends answered once storage wrote again
         for i in range(5):
             data = b"%08d" % len(acked) + b"after"
             acked.append([list(await ml.append(data)), data.hex()])
