@@ -39,17 +39,5 @@ def check_namespace(ns: str) -> tuple[str, str]:
     return ns, parts[0]
 
 
-# Topic names already parsed (a topic's load and its first producer ask the store about the same
-# name several times). Cleared when full, so it never holds more than this many names.
-_parsed_topics_max: Final = 1024
-_parsed_topics: dict[str, TopicName] = {}
-
-
 def check_topic(topic: str) -> TopicName:
-    parsed = _parsed_topics.get(topic) if isinstance(topic, str) else None
-    if parsed is None:
-        parsed = TopicName.parse(topic)
-        if len(_parsed_topics) >= _parsed_topics_max:
-            _parsed_topics.clear()
-        _parsed_topics[topic] = parsed
-    return parsed
+    return TopicName.parse(topic)  # which keeps the names parsed lately (_topic_name.py)

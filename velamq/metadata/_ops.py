@@ -294,17 +294,24 @@ def list_partitioned_topics(conn: sqlite3.Connection, ns: str) -> list[str]:
     return _names(conn, "SELECT name FROM partitioned_topics WHERE namespace = ? ORDER BY name", ns)
 
 
-# The three checks before a topic is created, in one statement (the admin API creates topics one
-# request at a time: each statement is a cost of its own).
-_CREATE_CHECKS = (
+# Whether a topic's namespace, a partitioned topic of its name and the topic itself exist, in one
+# statement: the checks before a topic is created or loaded (each statement is a cost of its own,
+# and topics are created one request at a time).
+_TOPIC_CHECKS = (
     "SELECT EXISTS (SELECT 1 FROM namespaces WHERE name = ?), "
     "EXISTS (SELECT 1 FROM partitioned_topics WHERE name = ?), EXISTS (SELECT 1 FROM topics WHERE name = ?)"
 )
 
 
+def _topic_checks(conn: sqlite3.Connection, topic: str, ns: str) -> tuple[bool, bool, bool]:
+    """(namespace exists, a partitioned topic of this name exists, the topic exists)."""
+    namespace_exists, partitioned, exists = conn.execute(_TOPIC_CHECKS, (ns, topic, topic)).fetchone()
+    return bool(namespace_exists), bool(partitioned), bool(exists)
+
+
 def create_topic(conn: sqlite3.Connection, topic: str, ns: str, exist_ok: bool) -> bool:
     """Returns True if the topic was created, False if it existed already (and exist_ok)."""
-    namespace_exists, partitioned, exists = conn.execute(_CREATE_CHECKS, (ns, topic, topic)).fetchone()
+    namespace_exists, partitioned, exists = _topic_checks(conn, topic, ns)
     if not namespace_exists:
         raise NotFoundError("Namespace does not exist")
     if partitioned:
@@ -332,18 +339,11 @@ TOPIC_NOT_FOUND = "not-found"
 TOPIC_OUT_OF_RANGE = "out-of-range"
 
 
-# open_topic's lookups of the topic, its namespace and a partitioned topic of its name, in one statement.
-_OPEN_CHECKS = (
-    "SELECT EXISTS (SELECT 1 FROM topics WHERE name = ?), EXISTS (SELECT 1 FROM namespaces WHERE name = ?), "
-    "EXISTS (SELECT 1 FROM partitioned_topics WHERE name = ?)"
-)
-
-
 def open_topic(conn: sqlite3.Connection, topic: str, ns: str, parent: str, create: bool) -> str:
     """The broker's whole check before it loads a topic, in one operation (one trip to the store's
     thread per topic load instead of four): the row exists; or it is created, as a partition of an
     existing partitioned topic or, if `create`, as a new non-partitioned topic; or why not."""
-    exists, namespace_exists, partitioned = conn.execute(_OPEN_CHECKS, (topic, ns, topic)).fetchone()
+    namespace_exists, partitioned, exists = _topic_checks(conn, topic, ns)
     if exists:
         return TOPIC_EXISTS
     if not namespace_exists:

@@ -134,13 +134,11 @@ class MetadataStore(ClusterMetadata):
 
     async def namespace_exists(self, ns: str) -> bool:
         ns, _ = _check_namespace(ns)
-        exists = await self._cached(self._namespaces, ns, _ops.namespace_exists, ns=ns)
-        if not exists and self.shared:
+        if self.shared and self._namespaces.get(ns) is False:
             # Another process may have made it since this one's cache learnt "no", and a client
-            # told of it goes straight on (create then use): a "no" is read again.
+            # told of it goes straight on (create then use): a cached "no" is read again.
             self._namespaces.invalidate(ns)
-            exists = await self._cached(self._namespaces, ns, _ops.namespace_exists, ns=ns)
-        return exists
+        return await self._cached(self._namespaces, ns, _ops.namespace_exists, ns=ns)
 
     async def list_namespaces(self, tenant: str) -> list[str]:
         return await self._read(_ops.list_namespaces, tenant=_check_tenant(tenant))

@@ -10,6 +10,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
+from wait_helpers import until
 
 from velamq.broker.session._eager import start_eagerly
 
@@ -67,7 +68,7 @@ async def test_a_handler_waits_several_times_and_its_task_ends_when_it_does() ->
     assert task is not None
     for i, gate in enumerate(gates):
         gate.set_result(i)
-        await asyncio.sleep(0)
+        await until(lambda i=i: len(seen) > i)  # the task went past this wait
     await task
     assert seen == [0, 1, 2]
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from velamq import _topic_name
 from velamq._errors import InvalidTopicNameError, NotFoundError
 from velamq._topic_name import TopicName
 from velamq.metadata import MetadataStore, _names
@@ -42,6 +43,7 @@ def test_topic_names_are_parsed_once_and_the_memory_of_them_is_bounded() -> None
     assert _names.check_topic(name) == TopicName.parse(name)
     with pytest.raises(InvalidTopicNameError):
         _names.check_topic("persistent://public/default/ bad")
-    for i in range(_names._parsed_topics_max * 2):
+    # The store's check keeps no names of its own: TopicName.parse's memory of them is the bound.
+    for i in range(_topic_name._parsed_max * 2):
         _names.check_topic(f"t{i}")
-    assert len(_names._parsed_topics) <= _names._parsed_topics_max
+    assert len(_topic_name._parsed) <= _topic_name._parsed_max

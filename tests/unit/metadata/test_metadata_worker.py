@@ -11,6 +11,8 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -21,8 +23,17 @@ from velamq.metadata._schema import connect
 from velamq.metadata._worker import SqliteWorker, batch_ops_max
 
 
-def _worker(path: Path) -> SqliteWorker:
-    return SqliteWorker(functools.partial(connect, path))
+@asynccontextmanager
+async def _running(worker: SqliteWorker) -> AsyncIterator[SqliteWorker]:
+    await worker.start()
+    try:
+        yield worker
+    finally:
+        await worker.close()
+
+
+def _worker(path: Path) -> AbstractAsyncContextManager[SqliteWorker]:
+    return _running(SqliteWorker(functools.partial(connect, path)))
 
 
 def _insert_then(name: str, error: Exception | None, conn: sqlite3.Connection) -> str:
@@ -44,9 +55,7 @@ def test_a_lone_failing_operation_leaves_nothing_and_the_next_one_commits(tmp_pa
     path = tmp_path / "metadata.db"
 
     async def main() -> None:
-        worker = _worker(path)
-        await worker.start()
-        try:
+        async with _worker(path) as worker:
             # Alone in its batch (nothing else queued): no savepoint, the transaction rolls back.
             with pytest.raises(NotFoundError, match="on purpose"):
                 await worker.run(functools.partial(_insert_then, "lost", NotFoundError("on purpose")))
@@ -54,8 +63,6 @@ def test_a_lone_failing_operation_leaves_nothing_and_the_next_one_commits(tmp_pa
             # A bug in an operation surfaces as itself, and also undoes its own write.
             with pytest.raises(ZeroDivisionError):
                 await worker.run(functools.partial(_insert_then, "bug", ZeroDivisionError()))
-        finally:
-            await worker.close()
 
     asyncio.run(main())
     assert _clusters(path) == {"kept"}
@@ -66,16 +73,12 @@ def test_every_caller_of_a_batch_gets_its_own_answer(tmp_path: Path) -> None:
     names = [f"c{i}" for i in range(600)]  # more than one batch (batch_ops_max)
 
     async def main() -> list[object]:
-        worker = _worker(path)
-        await worker.start()
-        try:
+        async with _worker(path) as worker:
             calls = [
                 worker.run(functools.partial(_insert_then, name, NotFoundError(name) if i % 7 == 3 else None))
                 for i, name in enumerate(names)
             ]
             return await asyncio.gather(*calls, return_exceptions=True)
-        finally:
-            await worker.close()
 
     results = asyncio.run(main())
     for i, (name, result) in enumerate(zip(names, results, strict=True)):
@@ -97,15 +100,11 @@ def test_the_operations_of_one_turn_of_the_loop_share_their_transactions(tmp_pat
         return conn
 
     async def main() -> None:
-        worker = SqliteWorker(traced)
-        await worker.start()
-        try:
+        async with _running(SqliteWorker(traced)) as worker:
             # 300 operations asked in one turn: one hand-over, two transactions (batch_ops_max).
             names = [f"t{i}" for i in range(300)]
             answers = await asyncio.gather(*(worker.run(functools.partial(_insert_then, n, None)) for n in names))
             assert answers == names
-        finally:
-            await worker.close()
 
     asyncio.run(main())
     assert batch_ops_max < 300 <= 2 * batch_ops_max
@@ -124,14 +123,10 @@ def test_a_failed_commit_fails_every_caller_of_the_batch(tmp_path: Path) -> None
         return name
 
     async def main() -> None:
-        worker = _worker(path)
-        await worker.start()
-        try:
+        async with _worker(path) as worker:
             with pytest.raises(MetadataError, match="metadata store"):
                 await worker.run(functools.partial(insert_and_break, "alone"))
             assert await worker.run(functools.partial(_insert_then, "after", None)) == "after"
-        finally:
-            await worker.close()
 
     asyncio.run(main())
 
@@ -168,14 +163,11 @@ def test_what_was_answered_survives_kill_9(tmp_path: Path) -> None:
         child.send_signal(signal.SIGKILL)
         child.wait(30)
 
-    async def listed(store: MetadataStore) -> list[str]:
-        return await store.list_topics("public/default")
-
     async def main() -> list[str]:
         store = MetadataStore(path)
         await store.start()
         try:
-            return await listed(store)
+            return await store.list_topics("public/default")
         finally:
             await store.close()
 

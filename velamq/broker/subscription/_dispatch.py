@@ -68,8 +68,7 @@ class Dispatcher(SubscriptionState):
         consumer and that consumer's first FLOW before anything is published (issue 22: a task,
         two steps and a future per topic saved). When in doubt it answers False."""
         if not self._delayed_restored:
-            may_delay = self.delayed_delivery and self._sub_type in (SubType.SHARED, SubType.KEY_SHARED)
-            if self._storage is not None and self._delayed is None and may_delay:
+            if self._may_have_stored_delayed_index():
                 return False  # the task loads the stored delayed index first
             self._delayed_restored = True  # what _restore_delayed would do: nothing to load
         selector = self._selector
@@ -271,12 +270,16 @@ class Dispatcher(SubscriptionState):
         store = DelayedIndexStore(self._storage, delayed_index_name(self.ledger.name, self.name))
         return DelayedDeliveryTracker(self.clock, self._release_delayed, store)
 
+    def _may_have_stored_delayed_index(self) -> bool:
+        """Whether _restore_delayed has an index to look for (one rule for it and wake())."""
+        may_delay = self.delayed_delivery and self._sub_type in (SubType.SHARED, SubType.KEY_SHARED)
+        return may_delay and self._storage is not None and self._delayed is None
+
     async def _restore_delayed(self) -> None:
         """Before the first read: the stored delayed index, if this subscription has one, so the
         entries it holds are skipped, not read again (and released when due)."""
         self._delayed_restored = True
-        may_delay = self.delayed_delivery and self._sub_type in (SubType.SHARED, SubType.KEY_SHARED)
-        if self._storage is None or self._delayed is not None or not may_delay:
+        if not self._may_have_stored_delayed_index():
             return
         tracker = self._new_tracker()
         try:
