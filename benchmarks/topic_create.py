@@ -10,6 +10,10 @@ Two ways a topic comes to exist, each against a fresh broker per run:
 - **client** (`--client-topics`, 0 by default): the whole path of a new user's topic as
   benchmarks/topics.py drives it: velamq's client subscribes, creates a producer, sends one message
   and closes both, `--in-flight` topics at a time over `--clients` client processes.
+- **commands** (`--commands`, 0 by default): the commands of that path one kind at a time, each
+  pipelined for that many new topics on one connection: broker CPU per command of each kind, and
+  their sum (_topic_commands.py). Steadier than the client path, whose figure also holds the
+  clients' pattern of wake-ups and their processes on the same cores.
 
 The broker's CPU (all threads, /proc) over each phase, divided by the topics; median of --runs,
 load average before and after. `--tree NAME=PATH` (repeatable) measures builds side by side, runs
@@ -40,6 +44,7 @@ import lean_publish as lean
 import topics as topics_bench
 from _machine import facts_and_load, machine_facts
 from _pyspy import py_spy_path, recording, thread_shares, top_table
+from _topic_commands import commands_phase, median_table
 
 from velamq.cli._perf_frames import PONG, connect_command, producer_command, whole_command
 from velamq.protocol import encode_command, pb
@@ -151,16 +156,19 @@ def client_phase(port: int, pid: int, args: argparse.Namespace) -> float:
 Phases = tuple[float, float, float, float]
 
 
-def one_run(path: str, args: argparse.Namespace, profile: str | None = None, gil_only: bool = True) -> Phases:
-    """(ms of broker CPU per topic: PRODUCER, CLOSE_PRODUCER, admin create, client path)."""
+def one_run(path: str, args: argparse.Namespace, profile: str | None = None,
+            gil_only: bool = True) -> tuple[Phases, dict[str, float]]:
+    """(ms of broker CPU per topic: PRODUCER, CLOSE_PRODUCER, admin create, client path), and
+    µs per command of each kind (--commands; empty without)."""
     with lean.velamq_broker(path, args.policy, args.broker_conf) as (port, admin_url, pid):
         spy = py_spy_path()
         with (recording(spy, pid, profile, gil_only=gil_only) if profile and spy else contextlib.nullcontext()):
             opened, closed = producer_phase(port, pid, args) if args.topics else (0.0, 0.0)
             admin = admin_phase(admin_url, pid, args) if args.admin_topics else 0.0
             client = client_phase(port, pid, args) if args.client_topics else 0.0
+            commands = commands_phase(port, pid, args.commands, args.in_flight) if args.commands else {}
     return (opened / max(args.topics, 1) * 1e3, closed / max(args.topics, 1) * 1e3,
-            admin / max(args.admin_topics, 1) * 1e3, client / max(args.client_topics, 1) * 1e3)
+            admin / max(args.admin_topics, 1) * 1e3, client / max(args.client_topics, 1) * 1e3), commands
 
 
 def main() -> int:
@@ -170,6 +178,8 @@ def main() -> int:
     ap.add_argument("--client-topics", type=int, default=0,
                     help="topics created through velamq's client, as topics.py does, per run")
     ap.add_argument("--clients", type=int, default=2, help="client processes of the client phase")
+    ap.add_argument("--commands", type=int, default=0,
+                    help="new topics of the per-command phase (each kind of command pipelined on its own)")
     ap.add_argument("--in-flight", type=int, default=200)
     ap.add_argument("--admin-threads", type=int, default=4)
     ap.add_argument("--runs", type=int, default=3)
@@ -198,21 +208,28 @@ def main() -> int:
             threads = "" if gil_only else "threads: " + ", ".join(thread_shares(raw)) + "\n\n"
             profiles.append(f"#### {name}: {samples} samples {what}\n\n{threads}" + "\n".join(lines))
     results: dict[str, list[Phases]] = {name: [] for name, _ in trees}
+    commands: dict[str, list[dict[str, float]]] = {name: [] for name, _ in trees}
     for _ in range(args.runs):
         for name, path in trees:
-            results[name].append(one_run(path, args))
-            print(f"  {name}: {results[name][-1]}", file=sys.stderr, flush=True)
+            phases, per_command = one_run(path, args)
+            results[name].append(phases)
+            commands[name].append(per_command)
+            print(f"  {name}: {phases} {sum(per_command.values()):.1f} µs", file=sys.stderr, flush=True)
             time.sleep(0.1)
     load_after = os.getloadavg()
     print(facts_and_load(machine_facts(["protobuf"]), load_before, load_after))
     print(f"- {args.topics} topics by PRODUCER ({args.in_flight} in flight), {args.admin_topics} by admin PUT "
           f"({args.admin_threads} connections), {args.client_topics} through velamq's client ({args.clients} "
-          f"processes), --sync-policy {args.policy}, median of {args.runs}\n")
+          f"processes), {args.commands} by the per-command phase, --sync-policy {args.policy}, median of "
+          f"{args.runs}\n")
     print("| build | PRODUCER on a new topic ms | CLOSE_PRODUCER ms | admin create ms | client path ms |")
     print("|---|---|---|---|---|")
     for name, _ in trees:
         columns = [sorted(r[i] for r in results[name])[len(results[name]) // 2] for i in range(4)]
         print(f"| {name} | " + " | ".join(f"{c:.3f}" for c in columns) + " |")
+    if args.commands:
+        print("\nBroker CPU per command, each kind pipelined on its own (" + f"{args.in_flight} in flight):\n")
+        print("\n".join(median_table(commands)))
     for profile in profiles:
         print(f"\n{profile}")
     return 0
