@@ -103,7 +103,7 @@ class Acknowledgements(SubscriptionState):
         for position in stuck:
             in_flight.take_back(position, count_redelivery=True)
         if stuck:
-            self._counting().redelivered.add(len(stuck), 0)
+            self._counting().add_redelivered(len(stuck))
             self.wake()
         return len(stuck)
 
@@ -119,7 +119,7 @@ class Acknowledgements(SubscriptionState):
             for position in mine:
                 in_flight.take_back(position, count_redelivery=True)
             if mine:
-                self._counting().redelivered.add(len(mine), 0)
+                self._counting().add_redelivered(len(mine))
         self.wake()
 
     def _after_ack(self) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from velamq.broker._channel import NO_REQUEST_ID, Channel
 from velamq.broker._ownership import BrokerUrls, tell_new_owner
-from velamq.broker._rates import RateCounter
+from velamq.broker._rates import NO_RATE, RateCounter
 from velamq.protocol import encode_payload_command, pb, unsigned64
 from velamq.storage import Position
 
@@ -54,8 +54,9 @@ class ServerConsumer:
         # Key_Shared: the hash ranges [start, end] this consumer owns.
         self.hash_ranges: list[tuple[int, int]] = []
         self.out = RateCounter()
-        self.chunks_out = RateCounter()
-        self.redelivered = RateCounter()  # messages it gave back (nacks, redelivery requests)
+        self.chunks_out = NO_RATE  # made on its first chunk (_dispatch.py), most consumers get none
+        # Messages it gave back (nacks, redelivery requests): made when it joins its subscription.
+        self.redelivered = NO_RATE
         self.connected_since_ms = connected_since_ms
         # SUBSCRIBE's metadata, and when it last acknowledged, got an entry, sent FLOW (epoch ms,
         # 0: never): Pulsar's ConsumerStats show them.

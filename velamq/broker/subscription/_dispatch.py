@@ -17,7 +17,7 @@ import asyncio
 import logging
 
 from velamq import _limits
-from velamq.broker._rates import RateCounter
+from velamq.broker._rates import NO_RATE, SubscriptionRates, sampled_like
 from velamq.broker.delayed._store import DelayedIndexStore, delayed_index_name
 from velamq.broker.delayed._tracker import DelayedDeliveryTracker
 from velamq.broker.log import _positions
@@ -229,7 +229,7 @@ class Dispatcher(SubscriptionState):
             consumer.last_consumed_ms = now
             rates.out.add(info.num_messages, len(entry.data))
             if info.is_chunk:
-                _chunk_sent(rates.chunks_out, consumer, len(entry.data))
+                _chunk_sent(rates, consumer, len(entry.data))
             delivered = True
         return delivered
 
@@ -341,7 +341,10 @@ class ReadSize:
             self.entry_bytes_avg = size if self.entry_bytes_avg <= 0 else 0.8 * self.entry_bytes_avg + 0.2 * size
 
 
-def _chunk_sent(chunks_out: RateCounter, consumer: ServerConsumer, size: int) -> None:
-    """Count a chunk sent, for the subscription and for its consumer."""
-    chunks_out.add(1, size)
+def _chunk_sent(rates: SubscriptionRates, consumer: ServerConsumer, size: int) -> None:
+    """Count a chunk sent, for the subscription and for its consumer (whose counter is made on its
+    first chunk, on the schedule of its `out`)."""
+    rates.add_chunk(size)
+    if consumer.chunks_out is NO_RATE:
+        consumer.chunks_out = sampled_like(consumer.out)
     consumer.chunks_out.add(1, size)

@@ -103,15 +103,16 @@ class Subscription(Dispatcher, Acknowledgements):
     def count_expired(self, entries: int) -> None:
         """Entries acknowledged by TTL or an admin expire."""
         if entries:
-            self._counting().expired.add(entries, 0)
+            self._counting().add_expired(entries)
 
     def sample_rates(self, now_s: float) -> None:
         if self._rates is not None:
             self._rates.sample(now_s)
         for consumer in self.consumers:
             consumer.out.sample(now_s)
-            consumer.chunks_out.sample(now_s)
             consumer.redelivered.sample(now_s)
+            if consumer.chunks_out is not NO_RATE:  # made on its first chunk
+                consumer.chunks_out.sample(now_s)
 
     # ---- consumers -------------------------------------------------------------------------------
 
