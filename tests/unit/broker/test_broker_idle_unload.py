@@ -213,3 +213,24 @@ def test_a_channel_never_sees_frames_after_the_unload_of_an_idle_topic(tmp_path:
         assert channel.frames == []
 
     run(tmp_path, body)
+
+
+def test_the_same_new_subscription_asked_for_at_once_is_created_once_and_the_topic_is_busy_meanwhile(
+    tmp_path: Path,
+) -> None:
+    async def body(service: BrokerService, clock: ManualClock) -> None:
+        topic = await load(service)
+        first = asyncio.ensure_future(topic.subscription("s", SubType.SHARED, True, True, None))
+        second = asyncio.ensure_future(topic.subscription("s", SubType.SHARED, True, True, None))
+        other = asyncio.ensure_future(topic.subscription("t", SubType.SHARED, True, True, None))
+        # One loop turn, not a timing wait: the three have run their first steps and wait for the
+        # journal (whose answers come in a later turn), so the topic is busy, not idle.
+        await asyncio.sleep(0)
+        assert not topic.idle
+        a, b, c = await asyncio.gather(first, second, other)
+        assert a is b and a is not c
+        assert sorted(topic.ledger.cursors) == ["s", "t"]
+        assert topic.idle  # nothing left in creation
+        assert await topic.subscription("s", SubType.SHARED, True, True, None) is a
+
+    run(tmp_path, body)

@@ -80,7 +80,7 @@ class Topic(ProducerHost):
     __slots__ = (
         "_access",
         "_compaction_task",
-        "_subscribe_lock",
+        "_creating",
         "chunks_published",
         "clock",
         "closed",
@@ -128,7 +128,9 @@ class Topic(ProducerHost):
         self.quota_age_exceeded = False
         # Producer access modes and the topic epoch: made by the first exclusive producer.
         self._access: ProducerAccess | None = None
-        self._subscribe_lock: asyncio.Lock | None = None  # made by the first subscription
+        # Subscriptions being created (their cursors journaled): a second SUBSCRIBE of the same
+        # name waits for the first. None while there is none (most of a topic's life).
+        self._creating: dict[str, asyncio.Future[None]] | None = None
         # The broker's clock when this topic was last looked up, and whether the broker's idle
         # check holds an entry for it (docs/architecture.md, "Topic lifecycle").
         self.last_used_s = clock.monotonic_s()
@@ -272,15 +274,18 @@ class Topic(ProducerHost):
         start: Position | None,
     ) -> Subscription:
         """The named subscription, created if needed. `start` is the non-durable start mark-delete."""
-        existing = self.subscriptions.get(name)
-        if existing is not None:
-            return existing
-        if self._subscribe_lock is None:
-            self._subscribe_lock = asyncio.Lock()
-        async with self._subscribe_lock:
+        while True:
             existing = self.subscriptions.get(name)
             if existing is not None:
                 return existing
+            pending = self._creating.get(name) if self._creating is not None else None
+            if pending is None:
+                break
+            await asyncio.shield(pending)  # always resolves with None, whatever became of the creation
+        if self._creating is None:
+            self._creating = {}
+        created = self._creating[name] = asyncio.get_running_loop().create_future()
+        try:
             if durable:
                 cursor = await self.ledger.open_cursor(name, "earliest" if initial_earliest else "latest")
             else:
@@ -294,6 +299,11 @@ class Topic(ProducerHost):
             subscription.terminated = self.terminated_at is not None
             self.subscriptions[name] = subscription
             return subscription
+        finally:
+            del self._creating[name]
+            if not self._creating:
+                self._creating = None
+            created.set_result(None)
 
     def set_compacted_view(self, view: CompactedView | None) -> None:
         self.compacted = view
@@ -346,7 +356,7 @@ class Topic(ProducerHost):
             return False
         if self._compaction_task is not None and not self._compaction_task.done():
             return False
-        if self._subscribe_lock is not None and self._subscribe_lock.locked():
+        if self._creating:
             return False
         if self.entry_watchers:
             return False
