@@ -25,7 +25,7 @@ from velamq.broker.nonpersistent._topic import NonPersistentTopic
 from velamq.metadata import Policies
 from velamq.protocol import pb
 
-OpenRow = Callable[[TopicName, bool], Awaitable[None]]
+OpenRow = Callable[[TopicName, bool], Awaitable[object]]  # what it found or made is not needed here
 PoliciesFor = Callable[[TopicName], Awaitable[Policies]]
 
 

@@ -196,12 +196,17 @@ class LoadedTopics:
 
     async def _load_topic(self, name: TopicName, create: bool) -> Topic:
         """One metadata operation (the topic's row: found, or created), then the managed ledger
-        and the compacted store, looked up in the same trip to the storage database."""
+        and the compacted store, looked up in the same trip to the storage database. A topic whose
+        row this load created has no compacted store: a store is only made by compacting a loaded
+        topic (which has its row), and a delete removes a topic's ledgers before its rows
+        (_topic_deletion.py), so a new row never finds an old topic's store."""
         full = str(name)
         self._check_not_deleting(full)
-        await self._open_row(name, create)
         store_name = compacted_store_name(full)
-        ledger, store = await self._open_ledgers(full, store_name)
+        if await self._open_row(name, create) is TopicOpen.CREATED:
+            ledger, store = await self.storage.open_ledger(full), None
+        else:
+            ledger, store = await self._open_ledgers(full, store_name)
         topic = Topic(name, ledger, self.clock)
         topic.storage = self.storage
         await topic.apply_policies(await self.policies_for(name))
@@ -235,8 +240,9 @@ class LoadedTopics:
             raise
         return ledger, await lookup
 
-    async def _open_row(self, name: TopicName, create: bool) -> None:
-        """The topic's metadata row, found or created; BrokerRequestError says why not."""
+    async def _open_row(self, name: TopicName, create: bool) -> TopicOpen:
+        """The topic's metadata row, found (EXISTS) or created (CREATED); BrokerRequestError says
+        why not."""
         full = str(name)
         found = await self.metadata.open_topic(full, create and await self.auto_create.may_create(name))
         if found is TopicOpen.NO_NAMESPACE:
@@ -249,6 +255,7 @@ class LoadedTopics:
             raise BrokerRequestError(pb.NotAllowedError, f"{full} is beyond the {partitions} partitions of {parent}")
         if found is TopicOpen.NOT_FOUND:
             raise BrokerRequestError(pb.TopicNotFound, f"topic {full} does not exist")
+        return found
 
     def _check_not_deleting(self, full: str) -> None:
         if full in self.deleting:
