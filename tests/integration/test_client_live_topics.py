@@ -15,8 +15,9 @@ from typing import TypeVar
 import pytest
 from wait_helpers import until
 
+from velamq._bundles import NamespaceBundles
 from velamq.client import AdminClient, AsyncClient, DiscoveryStats, TopicNotFoundError
-from velamq.testing import BrokerProcess
+from velamq.testing import BrokerProcess, run_broker
 
 R = TypeVar("R")
 receive_timeout_ms = 15_000
@@ -157,3 +158,46 @@ def test_a_partitioned_topic_is_still_asked_and_works(broker: BrokerProcess, top
         await consumer.close()
 
     run(broker, body)
+
+
+@pytest.mark.timeout(300)
+def test_a_hand_over_to_another_worker_moves_the_memory_with_the_handles(topic: str) -> None:
+    """A bundle unloaded to the other worker: the broker closes the handles naming the new owner
+    (assignedBrokerServiceUrl), they go there, and a new producer next to them goes there too."""
+    with run_broker(workers=2) as broker:
+        admin = AdminClient(broker.admin_url)
+        own = {int(line.split("velamq worker ", 1)[1].split(" ", 1)[0]): line.split("service_url=", 1)[1].split()[0]
+               for line in broker.worker_lines()}
+        name = f"persistent://public/default/{topic}"
+        bundle = NamespaceBundles.even(4).bundle_of(name)
+
+        async def main() -> None:
+            async with AsyncClient(broker.service_url, operation_timeout_s=30) as client:
+                consumer = await client.subscribe(name, "sub", initial_position="earliest")
+                producer = await client.create_producer(name)
+                await producer.send(b"before")
+                first = consumer.children[0].connection
+                assert first is not None and producer.partition_producers[0].connection is first
+                old = next(k for k, url in own.items() if url == first.logical_url)
+                await asyncio.to_thread(admin.request, "PUT",
+                                        AdminClient.namespace_path("public/default", bundle.name, "unload"))
+
+                def moved() -> bool:
+                    handles = [consumer.children[0], producer.partition_producers[0]]
+                    return all(h.is_connected and h.connection is not None
+                               and h.connection.logical_url == own[1 - old] for h in handles)
+
+                await until(moved, "both handles on the bundle's new owner")
+                # Named: a name the new owner generates may repeat the one the other worker gave the
+                # producer that moved ({cluster}-0-{n} on every worker), and be refused as busy.
+                second = await client.create_producer(name, producer_name=f"{topic}-second")
+                assert second.partition_producers[0].connection is consumer.children[0].connection
+                await producer.send(b"after")
+                await second.send(b"second")
+                values = [(await consumer.receive(receive_timeout_ms)).value for _ in range(3)]
+                assert values == [b"before", b"after", b"second"]
+                for handle in (second, producer, consumer):
+                    await handle.close()
+                assert client.live_topics.topic_count == 0
+
+        asyncio.run(main())
