@@ -28,7 +28,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "BlockingReader", "BrokerError", "BytesSchema", "ChecksumError", "Client", "ClientConfig",
         "ConnectAuthenticationError", "ConnectError", "ConnectionSecurity", "CredentialsError", "Consumer",
         "ConsumerAssignError", "ConsumerBusyError", "ConsumerConfig", "ConsumerNotFoundError", "DeadLetterPolicy",
-        "EntryListener", "EntryProducer",
+        "DiscoveryStats", "EntryListener", "EntryProducer",
         "IncompatibleSchemaError", "InvalidConfigurationError", "InvalidTopicError", "JsonSchema", "KeySharedPolicy",
         "MemoryBufferIsFullError", "Message", "MessageId", "MessageRouter", "MessageTooBigError", "Messages",
         "NotAllowedError", "OperationTimeoutError", "OrderedConsumer", "OrderedConsumerMetrics",

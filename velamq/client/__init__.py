@@ -85,6 +85,7 @@ from velamq.client.security._auth import Authentication, AuthenticationBasic, Au
 from velamq.client.security._settings import ConnectionSecurity
 from velamq.client.transport._controlled_failover import ControlledClusterFailover
 from velamq.client.transport._failover import AutoClusterFailover, ServiceInfo, ServiceInfoProvider
+from velamq.client.transport._lookup import DiscoveryStats
 
 __all__ = [
     "AdminClient",
@@ -121,6 +122,7 @@ __all__ = [
     "ControlledClusterFailover",
     "CredentialsError",
     "DeadLetterPolicy",
+    "DiscoveryStats",
     "EntryListener",
     "EntryProducer",
     "IncompatibleSchemaError",

@@ -22,6 +22,7 @@ A secured broker, with the official client's option names:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import re
@@ -41,7 +42,8 @@ from velamq.client.producer._entry_producer import EntryListener, EntryProducer
 from velamq.client.producer._producer import Producer
 from velamq.client.transport._failover import ServiceInfo, ServiceInfoProvider, check_failover_config, config_for
 from velamq.client.transport._http_lookup import HttpLookupService, is_http_url
-from velamq.client.transport._lookup import LookupService
+from velamq.client.transport._live_topics import LiveTopics
+from velamq.client.transport._lookup import DiscoveryStats, LookupService
 from velamq.client.transport._pool import ConnectionPool, uses_tls
 
 log = logging.getLogger("velamq.client")
@@ -96,6 +98,8 @@ class AsyncClient:
         self.request_ids: itertools.count[int] = itertools.count()
         self._producer_ids: itertools.count[int] = itertools.count()
         self._consumer_ids: itertools.count[int] = itertools.count()
+        self._discovery = DiscoveryStats()
+        self.live_topics = LiveTopics(self._discovery)
         self.lookup: LookupService = self._lookup_service()
         self.memory = MemoryLimit(config.memory_limit_bytes)
         self._producers: set[Producer] = set()
@@ -113,7 +117,13 @@ class AsyncClient:
         """Lookups through the service URL: the binary protocol, or the admin REST API for an
         http(s):// URL (as the official clients do)."""
         lookup = HttpLookupService if is_http_url(self.service_url) else LookupService
-        return lookup(self.pool, self.service_url, self.config, self.request_ids)
+        return lookup(self.pool, self.service_url, self.config, self.request_ids, self._discovery)
+
+    def discovery_stats(self) -> DiscoveryStats:
+        """How often this client asked where its topics live (PARTITIONED_METADATA, LOOKUP), and how
+        often a live producer or consumer of the topic answered instead: a copy, counted since the
+        client was made."""
+        return dataclasses.replace(self._discovery)
 
     def get_service_info(self) -> ServiceInfo:
         """The cluster this client uses now (the official client's get_service_info)."""
@@ -160,9 +170,12 @@ class AsyncClient:
                 delay = min(self.config.max_backoff_s, delay * 2)
 
     async def partitions_of(self, topic: str) -> int:
-        """0 for a non-partitioned topic, else its partition count (PARTITIONED_METADATA)."""
+        """0 for a non-partitioned topic, else its partition count (PARTITIONED_METADATA). A topic
+        this client has a connected producer or consumer on is not partitioned: no request then."""
         self._check_open()
         name = str(TopicName.parse(topic))
+        if self.live_topics.known_unpartitioned(name):
+            return 0
         result: int = await self._retrying(f"partitions of {name}", lambda: self.lookup.partitions(name))
         return result
 
@@ -292,8 +305,6 @@ class AsyncClient:
 
 
 def _replace(config: ClientConfig, options: dict[str, Any]) -> ClientConfig:
-    import dataclasses
-
     names = {f.name for f in dataclasses.fields(config)}
     unknown = sorted(set(options) - names)
     if unknown:

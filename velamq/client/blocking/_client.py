@@ -32,6 +32,7 @@ from velamq.client.blocking._consumer import BlockingConsumer, BlockingReader
 from velamq.client.blocking._loop import ClientLoop
 from velamq.client.producer._producer import Producer
 from velamq.client.transport._failover import ServiceInfo, ServiceInfoProvider
+from velamq.client.transport._lookup import DiscoveryStats
 
 R = TypeVar("R")
 SendCallback = Callable[[MessageId | None, BaseException | None], None]
@@ -89,6 +90,13 @@ class Client:
 
     def get_topic_partitions(self, topic: str) -> list[str]:
         return self._run(self._client.get_topic_partitions(topic))
+
+    def discovery_stats(self) -> DiscoveryStats:
+        """AsyncClient.discovery_stats, read on the client's loop (the one owner of the counts)."""
+        async def read() -> DiscoveryStats:
+            return self._client.discovery_stats()
+
+        return self._run(read())
 
     def close(self) -> None:
         if self._loop.closed:

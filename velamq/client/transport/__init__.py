@@ -4,6 +4,9 @@
     _pool          ConnectionPool: one connection per (logical URL, physical address)
     _lookup        binary-protocol discovery: partitioned metadata, lookups with redirects
     _http_lookup   discovery over the admin REST API for http(s):// service URLs
+    _live_topics   LiveTopics: the topics with a connected producer or consumer of the client, and
+                   their connection: a producer next to a consumer asks no PARTITIONED_METADATA
+                   or LOOKUP
     _failover      ServiceInfo, ServiceInfoProvider, AutoClusterFailover: which cluster the client
                    uses, and when it moves to another (the client then calls switch_cluster on the
                    pool and cluster_switched on every handler)

@@ -2,7 +2,9 @@
 
     start()                first connection; retried with backoff while errors are retriable, until
                            operation_timeout_s; a fatal error (TopicNotFound, ProducerFenced, ...)
-                           or the timeout is raised to the caller
+                           or the timeout is raised to the caller. The first attempt goes to the
+                           connection of a live handle of the same topic when there is one
+                           (_live_topics.py: no LOOKUP); every retry looks the topic up
     connection lost /      reconnect in the background: lookup again, get a pooled connection,
     CLOSE_* from broker    register again (PRODUCER / SUBSCRIBE), with exponential backoff
                            (initial_backoff_s doubling up to max_backoff_s, with jitter);
@@ -12,6 +14,9 @@
                            handler keeps trying (_retry_after_refusal: backlog quotas)
     cluster_switched()     the client failed over to another cluster: the same reconnect, at
                            once, after _on_cluster_switch dropped the old cluster's state
+
+A handle is in the client's LiveTopics from the moment the broker accepted it until it closes,
+fails, or loses its connection (closed by the broker included): _attached and _detach.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from velamq._clock import Clock
 from velamq.client._config import ClientConfig
 from velamq.client._errors import AlreadyClosedError, OperationTimeoutError, is_retriable
 from velamq.client.transport._connection import Connection
+from velamq.client.transport._live_topics import LiveTopics
 from velamq.client.transport._lookup import LookupService
 from velamq.client.transport._pool import ConnectionPool
 from velamq.protocol import pb
@@ -37,6 +43,7 @@ class ClientContext(Protocol):
     config: ClientConfig
     pool: ConnectionPool
     lookup: LookupService
+    live_topics: LiveTopics
     clock: Clock
     request_ids: itertools.count[int]
 
@@ -119,22 +126,38 @@ class ConnectionHandler:
         except Exception as exc:
             log.debug("%s: %s failed: %s", self.topic, pb.BaseCommand.Type.Name(command.type), exc)
 
-    async def _connect_once(self) -> None:
-        address = await self.client.lookup.lookup(self.topic)
-        connection = await self.client.pool.get(address.logical_url, address.physical_url)
+    async def _connect_once(self, remembered: bool = False) -> None:
+        """Find the topic's broker and register there. `remembered`: a live handle's connection to
+        the topic's owner may stand for the LOOKUP (a first attempt only, never after an error)."""
+        connection = self.client.live_topics.owner_connection(self.topic) if remembered else None
+        if connection is None:
+            address = await self.client.lookup.lookup(self.topic)
+            connection = await self.client.pool.get(address.logical_url, address.physical_url)
         await self._register(connection)
+        self._attached(connection)
+
+    def _attached(self, connection: Connection) -> None:
+        """The broker accepted this handle on `connection`: a live handle of its topic, unless it
+        was closed or failed while registering (_register then leaves self.connection alone)."""
+        if self.connection is connection and connection.is_ready and not self._closing and self._failed is None:
+            self.client.live_topics.attach(self.topic, self, connection)
+
+    def _detach(self) -> None:
+        self.client.live_topics.detach(self.topic, self)
 
     async def start(self) -> None:
         """First connection: retry retriable errors until the operation timeout."""
         deadline = self.client.clock.monotonic_s() + self.client.config.operation_timeout_s
+        first_attempt = True
         while True:
             try:
-                await self._connect_once()
+                await self._connect_once(remembered=first_attempt)
                 self._backoff.reset()
                 return
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                first_attempt = False
                 if self._closing or self.client.is_closed:
                     raise AlreadyClosedError(f"{self.topic}: closed while connecting") from None
                 if not is_retriable(exc):
@@ -148,6 +171,7 @@ class ConnectionHandler:
     def _connection_gone(self, connection: Connection, assigned_url: str | None = None) -> None:
         if connection is not self.connection:
             return
+        self._detach()
         self.connection = None
         self._assigned_url = assigned_url
         self._on_disconnected()
@@ -169,7 +193,9 @@ class ConnectionHandler:
                 return
             try:
                 if assigned is not None:
-                    await self._register(await self.client.pool.get(assigned, assigned))
+                    connection = await self.client.pool.get(assigned, assigned)
+                    await self._register(connection)
+                    self._attached(connection)
                 else:
                     await self._connect_once()
                 self._backoff.reset()
@@ -190,6 +216,7 @@ class ConnectionHandler:
         """The client moved to another cluster (its connections are closed, its lookups go to the
         new one): reconnect there through the usual path, without the backoff the old cluster's
         failures built up."""
+        self._detach()  # its connection closed with the old cluster's: never an answer for the new one
         if self._closing or self._failed is not None or self.client.is_closed:
             return
         self._on_cluster_switch()
@@ -201,7 +228,9 @@ class ConnectionHandler:
             self.schedule_reconnect()
 
     def _stop_reconnecting(self) -> None:
+        """Closing: no more reconnects, and no longer a live handle of the topic."""
         self._closing = True
+        self._detach()
         task = self._reconnect_task
         if task is not None and not task.done() and task is not asyncio.current_task():
             task.cancel()

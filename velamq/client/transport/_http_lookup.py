@@ -30,7 +30,7 @@ from velamq.client._errors import (
     TopicNotFoundError,
 )
 from velamq.client.transport._connection import Connection
-from velamq.client.transport._lookup import BrokerAddress, LookupService, broker_url_for
+from velamq.client.transport._lookup import BrokerAddress, DiscoveryStats, LookupService, broker_url_for
 from velamq.client.transport._pool import ConnectionPool
 from velamq.protocol import pb
 
@@ -43,8 +43,8 @@ def is_http_url(url: str) -> bool:
 
 class HttpLookupService(LookupService):
     def __init__(self, pool: ConnectionPool, service_url: str, config: ClientConfig,
-                 request_ids: itertools.count[int]) -> None:
-        super().__init__(pool, service_url, config, request_ids)
+                 request_ids: itertools.count[int], stats: DiscoveryStats | None = None) -> None:
+        super().__init__(pool, service_url, config, request_ids, stats)
         self._tls = service_url.startswith("https://")
         self._admin = AdminClient(service_url, timeout_s=config.operation_timeout_s,
                                   authentication=config.authentication,
@@ -57,11 +57,13 @@ class HttpLookupService(LookupService):
             raise _binary_error(exc) from None
 
     async def partitions(self, topic: str) -> int:
+        self.stats.partitioned_metadata += 1
         answer = await self._get(AdminClient.topic_path(topic, "partitions"))
         return int(answer.get("partitions", 0)) if isinstance(answer, dict) else 0
 
     async def lookup(self, topic: str) -> BrokerAddress:
         path = "/lookup/v2/topic/" + AdminClient.topic_path(topic).removeprefix("/admin/v2/")
+        self.stats.lookups += 1
         answer = await self._get(path)
         if not isinstance(answer, dict):
             raise ConnectError(f"lookup of {topic}: the HTTP lookup answered {answer!r}")

@@ -7,6 +7,10 @@
                                       with its authoritative flag, at most max_lookup_redirects times
     GET_TOPICS_OF_NAMESPACE -> the namespace's topics (pattern subscriptions filter them here)
     GET_SCHEMA            -> one version of a topic's schema, or its latest (any broker answers)
+
+DiscoveryStats counts the PARTITIONED_METADATA and LOOKUP requests sent (a redirect followed is one
+more LOOKUP); the client keeps one for its lifetime, across cluster switches, and adds what its
+live handles answered without a request (_live_topics.py).
 """
 
 from __future__ import annotations
@@ -32,14 +36,31 @@ class BrokerAddress:
     physical_url: str
 
 
+@dataclass(slots=True)
+class DiscoveryStats:
+    """How often a client asked where topics live, and how often it knew without asking.
+
+    partitioned_metadata  PARTITIONED_METADATA requests sent (over HTTP: partitions GETs)
+    lookups               LOOKUP requests sent, each redirect followed included (over HTTP: lookup GETs)
+    partitions_remembered partition counts answered by a live handle of the topic, without a request
+    lookups_remembered    connections to a topic's owner taken from a live handle, without a LOOKUP
+    """
+
+    partitioned_metadata: int = 0
+    lookups: int = 0
+    partitions_remembered: int = 0
+    lookups_remembered: int = 0
+
+
 class LookupService:
     def __init__(self, pool: ConnectionPool, service_url: str, config: ClientConfig,
-                 request_ids: itertools.count[int]) -> None:
+                 request_ids: itertools.count[int], stats: DiscoveryStats | None = None) -> None:
         self.pool = pool
         self.service_url = service_url
         self.config = config
         self._request_ids = request_ids
         self._tls = uses_tls(service_url)
+        self.stats = stats if stats is not None else DiscoveryStats()
 
     def new_request_id(self) -> int:
         return next(self._request_ids)
@@ -47,6 +68,7 @@ class LookupService:
     async def partitions(self, topic: str) -> int:
         connection = await self.pool.get(self.service_url)
         request_id = self.new_request_id()
+        self.stats.partitioned_metadata += 1
         command = pb.BaseCommand(type=T.PARTITIONED_METADATA)
         command.partitionMetadata.topic = topic
         command.partitionMetadata.request_id = request_id
@@ -59,6 +81,7 @@ class LookupService:
         for _ in range(self.config.max_lookup_redirects + 1):
             connection = await self.pool.get(url)
             request_id = self.new_request_id()
+            self.stats.lookups += 1
             command = pb.BaseCommand(type=T.LOOKUP)
             command.lookupTopic.topic = topic
             command.lookupTopic.request_id = request_id
