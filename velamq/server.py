@@ -192,6 +192,7 @@ class VelamqServer:
             authorization=self.authorization,
             ownership=self.ownership,
             listen_sockets=None if role is None else role.broker_sockets,
+            worker_id=0 if role is None else role.worker_id,
         )
         self._asyncio_log = RateLimitedLog(logging.getLogger("asyncio"), clock)
         # Geo-replication: a client of the other clusters, over the broker's topics (RP-*).

@@ -188,9 +188,10 @@ def test_a_hand_over_to_another_worker_moves_the_memory_with_the_handles(topic: 
                                and h.connection.logical_url == own[1 - old] for h in handles)
 
                 await until(moved, "both handles on the bundle's new owner")
-                # Named: a name the new owner generates may repeat the one the other worker gave the
-                # producer that moved ({cluster}-0-{n} on every worker), and be refused as busy.
-                second = await client.create_producer(name, producer_name=f"{topic}-second")
+                # Unnamed: the new owner makes its name ({cluster}-{worker}-{n}), which never repeats
+                # the one the other worker gave the producer that moved with the bundle.
+                second = await client.create_producer(name)
+                assert second.producer_name != producer.producer_name
                 assert second.partition_producers[0].connection is consumer.children[0].connection
                 await producer.send(b"after")
                 await second.send(b"second")

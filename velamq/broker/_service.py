@@ -83,12 +83,16 @@ class BrokerService:
         authorization: AuthorizationModel | None = None,
         ownership: Ownership | None = None,
         listen_sockets: ListenSockets | None = None,
+        worker_id: int = 0,
     ) -> None:
-        """`ownership` says which topics this broker serves when it is one worker of several
-        (_ownership.py; None: all of them). `authentication` checks CONNECT's credentials (None:
-        everyone is let in, no role); `authorization` decides per command (None:
-        authorizationEnabled=false); the composition root builds one of each for the broker and
-        the admin API.
+        """`worker_id`: this broker's number among the workers of one machine (0 when alone): the
+        middle part of the producer names it makes, so that workers never make the same name (a
+        producer that moves with its bundle keeps its name, and a second producer of that name on
+        the topic would be refused as busy). `ownership` says which topics this broker serves
+        when it is one worker of several (_ownership.py; None: all of them). `authentication`
+        checks CONNECT's credentials (None: everyone is let in, no role); `authorization` decides
+        per command (None: authorizationEnabled=false); the composition root builds one of each
+        for the broker and the admin API.
 
         `storage_health` tells whether storage accepts appends (velamq/server.py adapts
         Storage; without it only disk usage decides); `disk_stat` reads the disk usage of a path
@@ -127,6 +131,7 @@ class BrokerService:
         )
         self._connections_opened = 0
         self._producer_counter = itertools.count()
+        self._producer_name_prefix = f"{config.cluster_name}-{worker_id}-"
         self._tasks: set[asyncio.Task[Any]] = set()
         offload = config.offload
         if offload is not None:  # each topic's offload policy: its namespace's over the broker's
@@ -359,7 +364,7 @@ class BrokerService:
         return await self.metadata.namespace_topic_names(namespace, domains)
 
     def new_producer_name(self) -> str:
-        return f"{self.config.cluster_name}-0-{next(self._producer_counter)}"
+        return f"{self._producer_name_prefix}{next(self._producer_counter)}"
 
     # ---- connections and tasks -----------------------------------------------------------------
 
