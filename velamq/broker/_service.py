@@ -85,14 +85,12 @@ class BrokerService:
         listen_sockets: ListenSockets | None = None,
         worker_id: int = 0,
     ) -> None:
-        """`worker_id`: this broker's number among the workers of one machine (0 when alone): the
-        middle part of the producer names it makes, so that workers never make the same name (a
-        producer that moves with its bundle keeps its name, and a second producer of that name on
-        the topic would be refused as busy). `ownership` says which topics this broker serves
-        when it is one worker of several (_ownership.py; None: all of them). `authentication`
-        checks CONNECT's credentials (None: everyone is let in, no role); `authorization` decides
-        per command (None: authorizationEnabled=false); the composition root builds one of each
-        for the broker and the admin API.
+        """`worker_id` (0 when alone) is in the producer names it makes: a producer that moved
+        with its bundle keeps its name, which no other worker makes. `ownership` says which topics
+        this broker serves when it is one worker of several (_ownership.py; None: all of them).
+        `authentication` checks CONNECT's credentials (None: everyone is let in, no role);
+        `authorization` decides per command (None: authorizationEnabled=false); the composition
+        root builds one of each for the broker and the admin API.
 
         `storage_health` tells whether storage accepts appends (velamq/server.py adapts
         Storage; without it only disk usage decides); `disk_stat` reads the disk usage of a path
@@ -130,8 +128,7 @@ class BrokerService:
             clock, config.security.authentication_refresh_check_s, lambda: self._connections
         )
         self._connections_opened = 0
-        self._producer_counter = itertools.count()
-        self._producer_name_prefix = f"{config.cluster_name}-{worker_id}-"
+        self._producer_name_prefix, self._producer_counter = f"{config.cluster_name}-{worker_id}-", itertools.count()
         self._tasks: set[asyncio.Task[Any]] = set()
         offload = config.offload
         if offload is not None:  # each topic's offload policy: its namespace's over the broker's
