@@ -9,7 +9,8 @@ Two ways a topic comes to exist, each against a fresh broker per run:
   keep-alive HTTP connections (`--admin-threads`).
 - **client** (`--client-topics`, 0 by default): the whole path of a new user's topic as
   benchmarks/topics.py drives it: velamq's client subscribes, creates a producer, sends one message
-  and closes both, `--in-flight` topics at a time over `--clients` client processes.
+  and closes both, `--in-flight` topics at a time over `--clients` client processes (each runs the
+  client of the tree measured: with `--tree`, each build's broker with its own client).
 - **commands** (`--commands`, 0 by default): the commands of that path one kind at a time, each
   pipelined for that many new topics on one connection: broker CPU per command of each kind, and
   their sum (_topic_commands.py). Steadier than the client path, whose figure also holds the
@@ -31,9 +32,9 @@ import argparse
 import concurrent.futures
 import contextlib
 import http.client
-import multiprocessing
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -134,23 +135,32 @@ def admin_phase(admin_url: str, pid: int, args: argparse.Namespace) -> float:
     return sum(lean.thread_cpu_s(pid).values()) - sum(before.values())
 
 
-def client_phase(port: int, pid: int, args: argparse.Namespace) -> float:
-    """Broker CPU s for `--client-topics` topics created as topics.py creates them."""
-    done = multiprocessing.Value("q", 0)
+def client_phase(port: int, pid: int, args: argparse.Namespace, tree: str) -> float:
+    """Broker CPU s for `--client-topics` topics created as topics.py creates them, by client
+    processes running the client of `tree` (the broker's own tree: a build's figure is its broker
+    with its client, and a client change shows in it)."""
     names = [f"persistent://public/default/tu-{uuid.uuid4().hex[:8]}-{i}" for i in range(args.client_topics)]
     per_process = max(1, args.in_flight // args.clients)
     url = f"pulsar://127.0.0.1:{port}"
-    procs = [multiprocessing.Process(target=topics_bench.create_process,
-                                     args=(url, names[k::args.clients], per_process, done))
-             for k in range(args.clients)]
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
+    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--client-worker", url, str(per_process)],
+                              stdin=subprocess.PIPE, env=env, text=True)
+             for _ in range(args.clients)]
     before = lean.thread_cpu_s(pid)
+    for k, p in enumerate(procs):
+        assert p.stdin is not None
+        p.stdin.write("\n".join(names[k::args.clients]))
+        p.stdin.close()
     for p in procs:
-        p.start()
-    for p in procs:
-        p.join()
-        if p.exitcode != 0:
-            raise RuntimeError(f"a client process failed (exit {p.exitcode})")
+        if p.wait() != 0:
+            raise RuntimeError(f"a client process failed (exit {p.returncode})")
     return sum(lean.thread_cpu_s(pid).values()) - sum(before.values())
+
+
+def client_worker(url: str, in_flight: int) -> int:
+    """One client process of the client phase: the topics named on stdin, as topics.py creates them."""
+    topics_bench.create_process(url, sys.stdin.read().split("\n"), in_flight, None)
+    return 0
 
 
 Phases = tuple[float, float, float, float]
@@ -165,13 +175,15 @@ def one_run(path: str, args: argparse.Namespace, profile: str | None = None,
         with (recording(spy, pid, profile, gil_only=gil_only) if profile and spy else contextlib.nullcontext()):
             opened, closed = producer_phase(port, pid, args) if args.topics else (0.0, 0.0)
             admin = admin_phase(admin_url, pid, args) if args.admin_topics else 0.0
-            client = client_phase(port, pid, args) if args.client_topics else 0.0
+            client = client_phase(port, pid, args, path) if args.client_topics else 0.0
             commands = commands_phase(port, pid, args.commands, args.in_flight) if args.commands else {}
     return (opened / max(args.topics, 1) * 1e3, closed / max(args.topics, 1) * 1e3,
             admin / max(args.admin_topics, 1) * 1e3, client / max(args.client_topics, 1) * 1e3), commands
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--client-worker"]:
+        return client_worker(sys.argv[2], int(sys.argv[3]))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--topics", type=int, default=5000, help="topics created by PRODUCER per run")
     ap.add_argument("--admin-topics", type=int, default=2000, help="topics created through the admin API per run")
