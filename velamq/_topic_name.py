@@ -15,6 +15,7 @@ same way: `x.*` lives in public/default, `tenant/ns/x.*` in tenant/ns (TopicPatt
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final
@@ -45,13 +46,22 @@ class TopicName:
     tenant: str
     namespace_part: str  # "ns", or "cluster/ns" for V1 names
     local_name: str  # includes any -partition-N suffix
-    # The full name, made once (str() of a topic name is asked for many times per command).
+    # Made once (each is asked for several times per command: a created topic's SUBSCRIBE asked
+    # for its namespace six times and matched the partition pattern four times): the full name;
+    # the namespace (interned: one string for the topics of a namespace); the partition number
+    # (-1: not a partition) and the partitioned topic's local name (None: not a partition).
     _full: str = field(init=False, repr=False, compare=False)
+    _namespace: str = field(init=False, repr=False, compare=False)
+    _partition: int = field(init=False, repr=False, compare=False)
+    _parent_local: str | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "_full", f"{self.domain}://{self.tenant}/{self.namespace_part}/{self.local_name}"
-        )
+        setattr_ = object.__setattr__
+        setattr_(self, "_full", f"{self.domain}://{self.tenant}/{self.namespace_part}/{self.local_name}")
+        setattr_(self, "_namespace", sys.intern(f"{self.tenant}/{self.namespace_part}"))
+        m = _PARTITION_RE.match(self.local_name) if PARTITION_SUFFIX in self.local_name else None
+        setattr_(self, "_partition", int(m.group(2)) if m else -1)
+        setattr_(self, "_parent_local", m.group(1) if m else None)
 
     @classmethod
     def parse(cls, name: str) -> TopicName:
@@ -100,7 +110,7 @@ class TopicName:
 
     @property
     def namespace(self) -> str:
-        return f"{self.tenant}/{self.namespace_part}"
+        return self._namespace
 
     @property
     def persistent(self) -> bool:
@@ -109,16 +119,15 @@ class TopicName:
     @property
     def partition_index(self) -> int:
         """The partition number, or -1 if this is not a partition of a partitioned topic."""
-        m = _PARTITION_RE.match(self.local_name)
-        return int(m.group(2)) if m else -1
+        return self._partition
 
     @property
     def partitioned_parent(self) -> TopicName:
         """The partitioned topic this partition belongs to (itself if not a partition)."""
-        m = _PARTITION_RE.match(self.local_name)
-        if not m:
+        parent = self._parent_local
+        if parent is None:
             return self
-        return TopicName(self.domain, self.tenant, self.namespace_part, m.group(1))
+        return TopicName(self.domain, self.tenant, self.namespace_part, parent)
 
     def partition(self, index: int) -> TopicName:
         return TopicName(self.domain, self.tenant, self.namespace_part, f"{self.local_name}{PARTITION_SUFFIX}{index}")

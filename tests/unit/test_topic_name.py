@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from velamq import InvalidTopicNameError
 from velamq._topic_name import TopicName, TopicPattern
@@ -70,3 +74,17 @@ def test_the_memory_of_parsed_names_stays_bounded() -> None:
     for i in range(_topic_name._parsed_max * 3):
         assert TopicName.parse(f"t/n/x{i}").local_name == f"x{i}"
     assert len(_topic_name._parsed) <= _topic_name._parsed_max
+
+
+_PIECES = st.sampled_from(["a", "b-", "-partition-", "partition", "-", "0", "7", "12", "=", ".", "x9"])
+
+
+@given(st.lists(_PIECES, min_size=1, max_size=6).map("".join), st.sampled_from(["public/default", "t/c/ns"]))
+def test_the_parts_made_once_are_what_the_name_says(local: str, namespace: str) -> None:
+    name = TopicName.parse(f"persistent://{namespace}/{local}")
+    m = re.match(r"^(.*)-partition-(\d+)$", local)
+    assert name.namespace == namespace
+    assert name.partition_index == (int(m.group(2)) if m else -1)
+    parent = name.partitioned_parent
+    assert parent is name if m is None else (parent.local_name == m.group(1) and parent.namespace == namespace)
+    assert name.partition(3).partition_index == 3 and name.partition(3).partitioned_parent == name
