@@ -71,7 +71,7 @@ ROOM_LAYERS: dict[str, list[set[str]]] = {
         {"_admin_client", "_config", "_arrow"},
         {"schema", "security"},
         {"_message"},
-        {"_errors"},
+        {"_errors", "_gather"},
     ],
     "storage": [
         {"checker"},

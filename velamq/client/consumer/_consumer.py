@@ -25,6 +25,7 @@ from typing import Protocol
 from velamq._topic_name import TopicName
 from velamq.client._config import ConsumerConfig
 from velamq.client._errors import AlreadyClosedError, InvalidConfigurationError, OperationTimeoutError
+from velamq.client._gather import gather_all
 from velamq.client._message import Message, MessageId, message_at
 from velamq.client._message_batch import Messages, range_bytes
 from velamq.client.consumer._dead_letter import DeadLetterSender, ProducerFactory, default_dead_letter_topic
@@ -108,7 +109,7 @@ class Consumer(ConsumerRouting):
         try:
             if self.pattern is not None:
                 self.topics = await self._discover()
-            await asyncio.gather(*(self._add_topic(t) for t in self.topics))
+            await gather_all(self._add_topic(t) for t in self.topics)
         except BaseException:
             await self.close()
             raise
@@ -158,7 +159,7 @@ class Consumer(ConsumerRouting):
                for t, index in targets]
         for child in new:
             self._children[child.topic] = child
-        await asyncio.gather(*(child.start() for child in new))
+        await gather_all(child.start() for child in new)
 
     # ---- receiving -----------------------------------------------------------------------------
 
@@ -336,7 +337,7 @@ class Consumer(ConsumerRouting):
         self._closed = True
         if self._discovery_task is not None:
             self._discovery_task.cancel()
-        await asyncio.gather(*(c.close() for c in self._children.values()), return_exceptions=True)
+        await gather_all((c.close() for c in self._children.values()), return_exceptions=True)
         if self._dead_letters is not None:
             await self._dead_letters.close()
         self.queue.close(AlreadyClosedError(f"{self.topic}: consumer is closed"))

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from velamq._topic_name import TopicName
 from velamq.client._config import ProducerConfig
 from velamq.client._errors import AlreadyClosedError
+from velamq.client._gather import gather_all
 from velamq.client._message import MessageId, ProducerMessage
 from velamq.client.producer._backpressure import MemoryLimit, Permits
 from velamq.client.producer._bulk_send import BulkSend, RoutedIds
@@ -118,7 +119,7 @@ class Producer:
         if self.config.lazy_start_partitioned_producers and self.num_partitions > 0:
             indexes = range(0)
         try:
-            await asyncio.gather(*(self._partition(i) for i in indexes))
+            await gather_all(self._partition(i) for i in indexes)
         except BaseException:
             await self.close()
             raise
@@ -337,7 +338,7 @@ class Producer:
         self._closed = True
         for task in list(self._starting.values()):
             task.cancel()
-        await asyncio.gather(*(p.close() for p in self.partition_producers), return_exceptions=True)
+        await gather_all((p.close() for p in self.partition_producers), return_exceptions=True)
         self.client.forget(self)
 
     async def __aenter__(self) -> Producer:
