@@ -108,8 +108,7 @@ class Connection:
         self.max_message_bytes = default_max_message_bytes
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
-        # What was written in this turn of the loop, sent together at its end (_write).
-        self._out: list[bytes] | None = None
+        self._out: list[bytes] | None = None  # written in this turn of the loop (_write)
         self._decoder = FrameDecoder(1 << 30, verify_checksums=True)
         self._requests: dict[int, tuple[asyncio.Future[pb.BaseCommand], asyncio.TimerHandle | None]] = {}
         self._producers: dict[int, ProducerListener] = {}
@@ -162,18 +161,7 @@ class Connection:
         self.closed.set()
 
     def _connect_command(self) -> pb.BaseCommand:
-        connect = pb.BaseCommand(type=T.CONNECT)
-        connect.connect.client_version = client_version
-        connect.connect.protocol_version = protocol_version
-        authentication = self.config.authentication
-        if authentication is None:
-            connect.connect.auth_method_name = "none"
-        else:
-            connect.connect.auth_method_name = authentication.method_name
-            connect.connect.auth_data = authentication.auth_data()
-        connect.connect.feature_flags.supports_auth_refresh = True
-        connect.connect.feature_flags.supports_broker_entry_metadata = True
-        return connect
+        return connect_command(self.config)
 
     def _on_auth_challenge(self, challenge: pb.CommandAuthChallenge) -> None:
         """Answer with fresh credentials (a refresh challenge asks for them when a token expires)."""
@@ -247,17 +235,14 @@ class Connection:
     # ---- writing -------------------------------------------------------------------------------
 
     def _write(self, data: bytes) -> None:
-        """Frames written in one turn of the loop go to the socket together at its end: one send
-        for the requests of many producers and consumers started or closed at once, instead of
-        one each (and fewer, fuller reads for the broker)."""
+        """Frames written in one turn of the loop go to the socket in one send at its end."""
         if self._writer is None or self._writer.is_closing():
             raise ConnectError(f"connection to {self.host}:{self.port} is closed")
-        out = self._out
-        if out is None:
+        if self._out is None:
             self._out = [data]
             asyncio.get_running_loop().call_soon(self._flush)
         else:
-            out.append(data)
+            self._out.append(data)
 
     def _flush(self) -> None:
         out, self._out = self._out, None
@@ -457,3 +442,19 @@ def _tls_reason(exc: ssl.SSLError) -> str:
     if isinstance(exc, ssl.SSLCertVerificationError) and exc.verify_message:
         return f"certificate verify failed: {exc.verify_message}"
     return str(exc.reason or exc.strerror or type(exc).__name__)
+
+
+def connect_command(config: ClientConfig) -> pb.BaseCommand:
+    """CONNECT with the client's credentials (asked for now: a failing supplier needs no socket)."""
+    connect = pb.BaseCommand(type=T.CONNECT)
+    connect.connect.client_version = client_version
+    connect.connect.protocol_version = protocol_version
+    authentication = config.authentication
+    if authentication is None:
+        connect.connect.auth_method_name = "none"
+    else:
+        connect.connect.auth_method_name = authentication.method_name
+        connect.connect.auth_data = authentication.auth_data()
+    connect.connect.feature_flags.supports_auth_refresh = True
+    connect.connect.feature_flags.supports_broker_entry_metadata = True
+    return connect
