@@ -35,30 +35,40 @@ KINDS = (
 )
 
 
+class Replies:
+    """Whole commands read from a blocking socket (the broker's PINGs answered here)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._buf = bytearray()
+
+    def __iter__(self) -> Iterator[pb.BaseCommand]:
+        while True:
+            while (parsed := whole_command(self._buf)) is not None:
+                command, used = parsed
+                del self._buf[:used]
+                if command.type == T.PING:
+                    self._sock.sendall(_PONG_TO_BROKER)
+                    continue
+                yield command
+            data = self._sock.recv(1 << 20)
+            if not data:
+                raise RuntimeError("the broker closed the connection")
+            self._buf += data
+
+
 class _Connection:
-    """One plain connection: write frames, read commands (the broker's PINGs answered here)."""
+    """One plain connection: write frames, read commands."""
 
     def __init__(self, port: int) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port))
-        self._buf = bytearray()
         self.sock.sendall(connect_command("topic-commands"))
+        self._replies = iter(Replies(self.sock))
         if self.next().type != T.CONNECTED:
             raise RuntimeError("CONNECT refused")
 
     def next(self) -> pb.BaseCommand:
-        while True:
-            parsed = whole_command(self._buf)
-            if parsed is not None:
-                command, used = parsed
-                del self._buf[:used]
-                if command.type == T.PING:
-                    self.sock.sendall(_PONG_TO_BROKER)
-                    continue
-                return command
-            data = self.sock.recv(1 << 20)
-            if not data:
-                raise RuntimeError("the broker closed the connection")
-            self._buf += data
+        return next(self._replies)
 
     def drive(self, frames: list[bytes], expected: dict[int, int], in_flight: int) -> None:
         """Write `frames`, at most `in_flight` ahead of the answers of the first expected type;

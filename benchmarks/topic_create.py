@@ -45,34 +45,12 @@ import lean_publish as lean
 import topics as topics_bench
 from _machine import facts_and_load, machine_facts
 from _pyspy import py_spy_path, recording, thread_shares, top_table
-from _topic_commands import commands_phase, median_table
+from _topic_commands import Replies, commands_phase, median_table
 
-from velamq.cli._perf_frames import PONG, connect_command, producer_command, whole_command
+from velamq.cli._perf_frames import connect_command, producer_command
 from velamq.protocol import encode_command, pb
 
 T = pb.BaseCommand
-
-
-class Replies:
-    """Whole commands read from a blocking socket."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-        self._buf = bytearray()
-
-    def __iter__(self) -> Iterator[pb.BaseCommand]:
-        while True:
-            while (parsed := whole_command(self._buf)) is not None:
-                command, used = parsed
-                del self._buf[:used]
-                if command.type == T.PING:
-                    self._sock.sendall(PONG)
-                    continue
-                yield command
-            data = self._sock.recv(1 << 20)
-            if not data:
-                raise RuntimeError("the broker closed the connection")
-            self._buf += data
 
 
 def pipelined(sock: socket.socket, replies: Iterator[pb.BaseCommand], frames: list[bytes], wanted: int,
