@@ -114,7 +114,10 @@ class ReplicationService:
     # ---- LoadedTopics' side (TopicObserver) ------------------------------------------------------
 
     async def topic_loaded(self, topic: ReplicatedTopic) -> None:
-        await self._reconcile(topic)
+        name = topic.full_name
+        if name in self._replicators or name in self._subscriptions or self.wanted(topic):
+            await self._reconcile(topic)
+        # else nothing runs for it and nothing should: most topics (a reconcile would find the same)
 
     async def policies_applied(self, topic: ReplicatedTopic) -> None:
         await self._reconcile(topic)
