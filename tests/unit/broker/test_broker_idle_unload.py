@@ -21,7 +21,9 @@ from velamq._clock import ManualClock
 from velamq._topic_name import TopicName
 from velamq.broker import BrokerConfig, BrokerService
 from velamq.broker._rates import NO_RATE
+from velamq.broker.session._eager import start_eagerly
 from velamq.broker.subscription._selector import SubType
+from velamq.broker.subscription._subscription import Subscription
 from velamq.broker.topic._topic import Topic
 from velamq.metadata import MetadataStore
 from velamq.server import storage_config
@@ -220,14 +222,19 @@ def test_the_same_new_subscription_asked_for_at_once_is_created_once_and_the_top
 ) -> None:
     async def body(service: BrokerService, clock: ManualClock) -> None:
         topic = await load(service)
-        first = asyncio.ensure_future(topic.subscription("s", SubType.SHARED, True, True, None))
-        second = asyncio.ensure_future(topic.subscription("s", SubType.SHARED, True, True, None))
-        other = asyncio.ensure_future(topic.subscription("t", SubType.SHARED, True, True, None))
-        # One loop turn, not a timing wait: the three have run their first steps and wait for the
-        # journal (whose answers come in a later turn), so the topic is busy, not idle.
-        await asyncio.sleep(0)
+        got: dict[str, Subscription] = {}
+
+        async def subscribe(key: str, name: str) -> None:
+            got[key] = await topic.subscription(name, SubType.SHARED, True, True, None)
+
+        # Each runs at once up to its first wait (the cursor's journal write, or the first creation
+        # of the same name), the rest as a task: the creations are under way right here.
+        loop = asyncio.get_running_loop()
+        tasks = [start_eagerly(loop, subscribe(key, name)) for key, name in (("a", "s"), ("b", "s"), ("c", "t"))]
+        assert all(task is not None for task in tasks)
         assert not topic.idle
-        a, b, c = await asyncio.gather(first, second, other)
+        await asyncio.gather(*(task for task in tasks if task is not None))
+        a, b, c = got["a"], got["b"], got["c"]
         assert a is b and a is not c
         assert sorted(topic.ledger.cursors) == ["s", "t"]
         assert topic.idle  # nothing left in creation

@@ -15,6 +15,24 @@ from wait_helpers import until
 from velamq.broker.session._eager import start_eagerly
 
 
+class Gate(asyncio.Future[Any]):
+    """A future that tells when a task waits on it (a task's step adds its wake-up callback): the
+    moment a task has taken over the handler's wait."""
+
+    waited_on = False
+
+    def add_done_callback(self, fn: Callable[[asyncio.Future[Any]], object], *, context: Any = None) -> None:
+        self.waited_on = True
+        super().add_done_callback(fn, context=context)
+
+
+class BareYield:
+    """What `await asyncio.sleep(0)` does inside a coroutine: one step that yields None."""
+
+    def __await__(self) -> Any:
+        yield
+
+
 def on_a_loop(test: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
     @functools.wraps(test)
     def run() -> None:
@@ -62,7 +80,7 @@ async def test_a_handler_waits_several_times_and_its_task_ends_when_it_does() ->
     async def handler() -> None:
         for gate in gates:
             seen.append(await gate)
-        await asyncio.sleep(0)  # a bare yield, as a handler may do
+        await BareYield()  # a bare yield, as a handler may do
 
     task = start_eagerly(loop, handler())
     assert task is not None
@@ -100,14 +118,14 @@ async def test_a_cancel_before_the_tasks_first_step_reaches_the_handler_where_it
 @on_a_loop
 async def test_a_cancel_while_waiting_cancels_what_the_handler_waits_on() -> None:
     loop = asyncio.get_running_loop()
-    gate: asyncio.Future[None] = loop.create_future()
+    gate = Gate()
 
     async def handler() -> None:
         await gate
 
     task = start_eagerly(loop, handler())
     assert task is not None
-    await asyncio.sleep(0)  # the task's first step: it now waits on the gate itself
+    await until(lambda: gate.waited_on)  # the task's first step: it now waits on the gate itself
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -146,7 +164,7 @@ def test_a_handler_cancelled_while_waiting_is_freed_without_the_garbage_collecto
 
     async def main() -> weakref.ref[Held]:
         loop = asyncio.get_running_loop()
-        gate: asyncio.Future[None] = loop.create_future()
+        gate = Gate()
 
         async def handler(held: Held) -> None:
             await gate
@@ -156,7 +174,7 @@ def test_a_handler_cancelled_while_waiting_is_freed_without_the_garbage_collecto
         assert task is not None
         ref = weakref.ref(held)
         del held
-        await asyncio.sleep(0)  # the task's first step: it waits on the gate
+        await until(lambda: gate.waited_on)  # the task's first step: it waits on the gate
         task.cancel()
         try:
             await task

@@ -10,12 +10,10 @@ from velamq.client._gather import gather_all
 
 
 async def _value(v: int) -> int:
-    await asyncio.sleep(0)
     return v
 
 
 async def _fail(message: str) -> int:
-    await asyncio.sleep(0)
     raise ValueError(message)
 
 
@@ -60,7 +58,6 @@ def test_a_cancellation_inside_the_one_awaitable_is_returned_with_return_excepti
     async def main() -> None:
         async def cancelled_inside() -> None:
             inner = asyncio.ensure_future(asyncio.Event().wait())
-            await asyncio.sleep(0)
             inner.cancel()
             await inner  # raises CancelledError here, the caller itself not cancelled
 
