@@ -45,10 +45,11 @@ class RateCounter:
 NO_RATE: Final = RateCounter()
 
 
-def sampled_like(base: RateCounter) -> RateCounter:
-    """A new counter on `base`'s sampling schedule, for one made on its first use: its first rate
-    covers the same interval as base's next one, as if both had been made together."""
-    return RateCounter(_last_time_s=base._last_time_s)
+def own(counter: RateCounter, base: RateCounter) -> RateCounter:
+    """`counter`, or in place of the shared NO_RATE a counter of its own on `base`'s sampling
+    schedule (made on first use: its first rate covers the same interval as base's next one, as if
+    both had been made together)."""
+    return counter if counter is not NO_RATE else RateCounter(_last_time_s=base._last_time_s)
 
 
 class SubscriptionRates:
@@ -69,19 +70,16 @@ class SubscriptionRates:
         return cls(RateCounter.since(now_s))
 
     def add_redelivered(self, messages: int) -> None:
-        if self.redelivered is NO_RATE:
-            self.redelivered = sampled_like(self.out)
-        self.redelivered.add(messages, 0)
+        self.redelivered = counter = own(self.redelivered, self.out)
+        counter.add(messages, 0)
 
     def add_expired(self, entries: int) -> None:
-        if self.expired is NO_RATE:
-            self.expired = sampled_like(self.out)
-        self.expired.add(entries, 0)
+        self.expired = counter = own(self.expired, self.out)
+        counter.add(entries, 0)
 
     def add_chunk(self, size_bytes: int) -> None:
-        if self.chunks_out is NO_RATE:
-            self.chunks_out = sampled_like(self.out)
-        self.chunks_out.add(1, size_bytes)
+        self.chunks_out = counter = own(self.chunks_out, self.out)
+        counter.add(1, size_bytes)
 
     def sample(self, now_s: float) -> None:
         for counter in (self.out, self.redelivered, self.expired, self.chunks_out):

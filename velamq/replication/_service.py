@@ -114,10 +114,7 @@ class ReplicationService:
     # ---- LoadedTopics' side (TopicObserver) ------------------------------------------------------
 
     async def topic_loaded(self, topic: ReplicatedTopic) -> None:
-        name = topic.full_name
-        if name in self._replicators or name in self._subscriptions or self.wanted(topic):
-            await self._reconcile(topic)
-        # else nothing runs for it and nothing should: most topics (a reconcile would find the same)
+        await self._reconcile(topic)
 
     async def policies_applied(self, topic: ReplicatedTopic) -> None:
         await self._reconcile(topic)
@@ -150,6 +147,9 @@ class ReplicationService:
         return self._remotes(list(topic.policies.replication_clusters))
 
     async def _reconcile(self, topic: ReplicatedTopic) -> None:
+        name = topic.full_name
+        if name not in self._replicators and name not in self._subscriptions and not self.wanted(topic):
+            return  # nothing runs for it and nothing should (most topics): no work to reconcile
         try:
             await self._reconcile_now(topic)
         except Exception:  # never into the topic's load or policy change

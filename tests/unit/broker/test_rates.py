@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from velamq.broker._rates import NO_RATE, RateCounter, SubscriptionRates, sampled_like
+from velamq.broker._rates import NO_RATE, RateCounter, SubscriptionRates, own
 
 
 def _untouched() -> None:
@@ -50,9 +50,10 @@ def test_each_lazy_counter_counts_its_own() -> None:
     _untouched()
 
 
-def test_sampled_like_follows_its_base_schedule() -> None:
+def test_own_follows_its_base_schedule() -> None:
     base = RateCounter()  # never sampled: its first sample only sets the baseline, as base's does
-    made = sampled_like(base)
+    made = own(NO_RATE, base)
+    assert made is not NO_RATE and own(made, base) is made
     made.add(10, 10)
     made.sample(5.0)
     assert made.message_rate == 0.0

@@ -17,7 +17,7 @@ import asyncio
 import logging
 
 from velamq import _limits
-from velamq.broker._rates import NO_RATE, SubscriptionRates, sampled_like
+from velamq.broker._rates import SubscriptionRates, own
 from velamq.broker.delayed._store import DelayedIndexStore, delayed_index_name
 from velamq.broker.delayed._tracker import DelayedDeliveryTracker
 from velamq.broker.log import _positions
@@ -345,6 +345,5 @@ def _chunk_sent(rates: SubscriptionRates, consumer: ServerConsumer, size: int) -
     """Count a chunk sent, for the subscription and for its consumer (whose counter is made on its
     first chunk, on the schedule of its `out`)."""
     rates.add_chunk(size)
-    if consumer.chunks_out is NO_RATE:
-        consumer.chunks_out = sampled_like(consumer.out)
-    consumer.chunks_out.add(1, size)
+    consumer.chunks_out = counter = own(consumer.chunks_out, consumer.out)
+    counter.add(1, size)
