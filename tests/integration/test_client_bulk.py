@@ -8,12 +8,13 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import pulsar
 import pyarrow as pa
 import pytest
+from client_helpers import run_with_client as run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from interop_helpers import wait_for_backlog
@@ -22,7 +23,6 @@ from velamq.client import AsyncClient, AvroSchema, BatchReceivePolicy, Client, M
 from velamq.client import schema as vs
 from velamq.testing import BrokerProcess, run_broker
 
-R = TypeVar("R")
 max_message_bytes = 64 * 1024  # small, so that chunked messages are small too
 COMPRESSIONS = ["none", "lz4", "zlib", "zstd", "snappy"]
 OFFICIAL_COMPRESSION = {"none": pulsar.CompressionType.NONE, "lz4": pulsar.CompressionType.LZ4,
@@ -43,14 +43,6 @@ _hypothesis = settings(max_examples=5, deadline=None, suppress_health_check=[Hea
 def broker() -> Iterator[BrokerProcess]:
     with run_broker(extra_args=["--max-message-size", str(max_message_bytes)]) as b:
         yield b
-
-
-def run(broker: BrokerProcess, body: Callable[[AsyncClient], Awaitable[R]]) -> R:
-    async def main() -> R:
-        async with AsyncClient(broker.service_url, operation_timeout_s=15) as client:
-            return await asyncio.wait_for(body(client), 120)
-
-    return asyncio.run(main())
 
 
 def fields(m: Any) -> tuple[Any, ...]:

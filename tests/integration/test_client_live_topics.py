@@ -9,26 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
 import pytest
+from client_helpers import run_with_client as run
 from wait_helpers import until
 
 from velamq._bundles import NamespaceBundles
 from velamq.client import AdminClient, AsyncClient, DiscoveryStats, TopicNotFoundError
 from velamq.testing import BrokerProcess, run_broker
 
-R = TypeVar("R")
 receive_timeout_ms = 15_000
-
-
-def run(broker: BrokerProcess, body: Callable[[AsyncClient], Awaitable[R]]) -> R:
-    async def main() -> R:
-        async with AsyncClient(broker.service_url, operation_timeout_s=15) as client:
-            return await asyncio.wait_for(body(client), 120)
-
-    return asyncio.run(main())
 
 
 def counts(client: AsyncClient) -> tuple[int, int, int, int]:

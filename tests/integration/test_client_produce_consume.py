@@ -7,10 +7,10 @@ import asyncio
 import json
 import re
 import urllib.request
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
+from client_helpers import run_with_client as run
 from wait_helpers import until
 
 from velamq.client import (
@@ -27,17 +27,8 @@ from velamq.client import (
 )
 from velamq.testing import BrokerProcess
 
-R = TypeVar("R")
 receive_timeout_ms = 10_000
 quiet_ms = 500
-
-
-def run(broker: BrokerProcess, body: Callable[[AsyncClient], Awaitable[R]]) -> R:
-    async def main() -> R:
-        async with AsyncClient(broker.service_url, operation_timeout_s=15) as client:
-            return await asyncio.wait_for(body(client), 120)
-
-    return asyncio.run(main())
 
 
 def create_partitioned_topic(broker: BrokerProcess, topic: str, partitions: int) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import pulsar
 import pyarrow.dataset as ds
 import pytest
+from interop_helpers import read_to_end
 from limits_helpers import http, metrics
 from offload_helpers import (
     NS,
@@ -188,9 +189,6 @@ def test_compaction_reads_offloaded_ledgers(tmp_path: Path, topic: str, make_cli
         wait_until(lambda: http("GET", url)[1]["status"] == "SUCCESS")
         assert metrics(broker.admin_url)["velamq_storage_offload_row_groups_read_total"] >= len(ledgers) - 1
         reader = client.create_reader(full, pulsar.MessageId.earliest, is_read_compacted=True)
-        latest = {}
-        while reader.has_message_available():
-            message = reader.read_next(5000)
-            latest[message.partition_key()] = message.data()
+        latest = {message.partition_key(): message.data() for message in read_to_end(reader)}
         reader.close()
     assert latest == {f"k{k}": f"v{max(i for i in range(60) if i % 7 == k)}".encode() for k in range(1, 7)}

@@ -16,11 +16,12 @@ import textwrap
 import threading
 import urllib.request
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
+from client_helpers import run_with_client as run
 from wait_helpers import until, wait_until
 
 from velamq.client import (
@@ -35,16 +36,6 @@ from velamq.client import (
     StringSchema,
 )
 from velamq.testing import BrokerProcess
-
-R = TypeVar("R")
-
-
-def run(broker: BrokerProcess, body: Callable[[AsyncClient], Awaitable[R]]) -> R:
-    async def main() -> R:
-        async with AsyncClient(broker.service_url, operation_timeout_s=15) as client:
-            return await asyncio.wait_for(body(client), 120)
-
-    return asyncio.run(main())
 
 
 def create_partitioned_topic(broker: BrokerProcess, topic: str, partitions: int) -> None:

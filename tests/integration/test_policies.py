@@ -16,7 +16,7 @@ from typing import Any
 
 import pulsar
 import pytest
-from interop_helpers import http
+from interop_helpers import http, read_to_end
 from wait_helpers import wait_until
 
 from velamq.testing import BrokerProcess, run_broker
@@ -272,10 +272,7 @@ def test_compaction_keeps_the_latest_value_per_key(policy_broker: BrokerProcess,
 
     def read_compacted() -> dict[str, bytes]:
         reader = pclient.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
-        latest = {}
-        while reader.has_message_available():
-            msg = reader.read_next(5000)
-            latest[msg.partition_key()] = msg.data()
+        latest = {msg.partition_key(): msg.data() for msg in read_to_end(reader)}
         reader.close()
         return latest
 
